@@ -35,7 +35,9 @@ def _as_index(index: int | torch.Tensor | np.ndarray, capacity: int) -> np.ndarr
     if isinstance(index, torch.Tensor):
         if index.is_floating_point() or index.dtype == torch.bool:
             raise TypeError(f"index must hold integers, got dtype {index.dtype}.")
-        arr = index.detach().reshape(-1).to("cpu", torch.int64).numpy()
+        if index.dtype != torch.int64 or index.device.type != "cpu":
+            index = index.to("cpu", torch.int64)
+        arr = index.detach().reshape(-1).numpy()
     else:
         arr = np.asarray(index)
         if arr.dtype.kind not in "iu":
@@ -51,7 +53,7 @@ def _as_index(index: int | torch.Tensor | np.ndarray, capacity: int) -> np.ndarr
 
 def _as_values(values: float | torch.Tensor | np.ndarray, n: int, name: str) -> np.ndarray:
     if isinstance(values, torch.Tensor):
-        arr = values.detach().reshape(-1).to("cpu", torch.float64).numpy()
+        arr = values.detach().reshape(-1).cpu().numpy().astype(np.float64)
     else:
         arr = np.asarray(values, dtype=np.float64).reshape(-1)
     if arr.size == 1 and n != 1:
@@ -61,17 +63,6 @@ def _as_values(values: float | torch.Tensor | np.ndarray, n: int, name: str) -> 
     if not np.isfinite(arr).all():
         raise ValueError(f"{name} must be finite; got NaN or inf.")
     return arr
-
-
-def _dedupe(index: np.ndarray, values: np.ndarray, reduce: str) -> tuple[np.ndarray, np.ndarray]:
-    """One value per slot: the last write wins (``"replace"``) or the largest (``"max"``)."""
-    if reduce == "max":
-        uniq, inverse = np.unique(index, return_inverse=True)
-        out = np.full(len(uniq), -np.inf)
-        np.maximum.at(out, inverse, values)
-        return uniq, out
-    uniq, first_in_reversed = np.unique(index[::-1], return_index=True)
-    return uniq, values[::-1][first_in_reversed]
 
 
 class VLMPrioritizedSampler(PrioritizedSampler):
@@ -344,6 +335,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self._td = np.zeros(cap, dtype=np.float32)
         if not (keep_generations and generation is not None):
             self._generation = np.zeros(cap, dtype=np.int64)
+        # scratch for de-duplicating indices in O(M) rather than sorting
+        self._scratch = np.zeros(cap, dtype=np.int64)
         self._n_filled = 0
         self._n_scored = 0
         self._sample_calls = 0
@@ -375,11 +368,18 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         is_unscored = filled & ~scored
         return p, g, is_scored, is_unscored
 
-    def _refresh(self, index: np.ndarray) -> None:
-        """Rewrites the tree leaves of ``index`` (unique) from the per-slot arrays."""
+    def _refresh(self, index: np.ndarray, unscored_changed: np.ndarray | None = None) -> None:
+        """Rewrites the tree leaves of ``index`` (unique) from the per-slot arrays.
+
+        ``unscored_changed`` (a mask over ``index``) limits the unscored tree's update
+        to the slots whose unscored leaf changed; ``None`` updates all of them.
+        """
         p, g, is_scored, is_unscored = self._leaves(index)
         self._tree_v.update(index, np.where(is_scored, p * g, 0.0))
-        self._tree_u.update(index, np.where(is_unscored, g, 0.0))
+        if unscored_changed is None:
+            self._tree_u.update(index, np.where(is_unscored, g, 0.0))
+        elif unscored_changed.any():
+            self._tree_u.update(index[unscored_changed], np.where(is_unscored, g, 0.0)[unscored_changed])
         if self._tree_p is not None:
             self._tree_p.update(index, np.where(is_scored, p, 0.0))
         if self._min_trees is not None:
@@ -418,6 +418,26 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             return 1.0 if self._max_p is None else self._max_p
         return max(mode, self._eps)
 
+    def _dedupe(
+        self, index: np.ndarray, values: np.ndarray | None = None, reduce: str = "replace"
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """One entry per slot: the last write wins (``"replace"``) or the largest (``"max"``).
+
+        Must be called under the lock: it uses a shared scratch array so that the
+        common case costs two gathers instead of a sort.
+        """
+        if reduce == "max":
+            uniq, inverse = np.unique(index, return_inverse=True)
+            out = np.full(len(uniq), -np.inf)
+            np.maximum.at(out, inverse, values)
+            return uniq, out
+        position = np.arange(index.size)
+        self._scratch[index] = position  # each slot keeps the position of one write
+        keep = self._scratch[index] == position
+        if keep.all():
+            return index, values
+        return index[keep], None if values is None else values[keep]
+
     def _fill(self, index: np.ndarray) -> None:
         """Marks never-written slots of ``index`` (unique) as filled and unscored."""
         new = index[~self._filled[index]]
@@ -430,8 +450,9 @@ class VLMPrioritizedSampler(PrioritizedSampler):
     # ------------------------------------------------------------------ writes
     def mark_update(self, index: int | torch.Tensor, *, storage: Storage | None = None) -> None:
         """Called by the writer on every write: bumps generations, resets the slots to unscored."""
-        index = np.unique(_as_index(index, self._max_capacity))
+        index = _as_index(index, self._max_capacity)
         with self._lock:
+            index, _ = self._dedupe(index)
             self._generation[index] += 1
             self._n_filled += int((~self._filled[index]).sum())
             self._n_scored -= int((self._scored[index] & self._filled[index]).sum())
@@ -493,8 +514,11 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             live = self._filled[index]
             if generation is not None:
                 live &= self._generation[index] == generation
-            self._stale_drops += int((~live).sum())
-            index, scores = _dedupe(index[live], scores[live], reduce)
+            n_stale = live.size - int(np.count_nonzero(live))
+            if n_stale:
+                self._stale_drops += n_stale
+                index, scores = index[live], scores[live]
+            index, scores = self._dedupe(index, scores, reduce)
             if index.size == 0:
                 return 0
             was_scored = self._scored[index]
@@ -502,10 +526,12 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 scores = np.where(was_scored, np.maximum(self._score[index], scores), scores)
             self._score[index] = scores
             self._scored[index] = True
-            self._n_scored += int((~was_scored).sum())
+            newly_scored = ~was_scored
+            self._n_scored += int(np.count_nonzero(newly_scored))
             top = float(self._priority(scores).max())
             self._max_p = top if self._max_p is None else max(self._max_p, top)
-            self._refresh(index)
+            # a re-scored slot's unscored leaf stays 0: only newly scored ones change it
+            self._refresh(index, newly_scored)
             return int(index.size)
 
     def update_priority(
@@ -528,10 +554,11 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         priority = np.abs(_as_values(priority, index.size, "priority"))
         keep = index >= 0
         index = _as_index(index[keep], self._max_capacity)
-        index, priority = _dedupe(index, priority[keep], "replace")
+        priority = priority[keep]
         if index.size == 0:
             return
         with self._lock:
+            index, priority = self._dedupe(index, priority)
             self._fill(index)
             self._td[index] = priority
             self._max_td = max(self._max_td, float(priority.max()))

@@ -1,0 +1,30 @@
+# One-command set-up: each target creates .venv and installs what it needs on first use.
+#
+# torch is pinned to 2.14.1 (a local wheel on the project's machines) because torchrl
+# 0.14.1's compiled extension -- the C++ segment trees behind PrioritizedSampler -- is
+# built against it and fails to load under torch 2.13 ("undefined symbol").
+PY ?= python3
+VENV := .venv
+TORCH := torch==2.14.1
+EXTRAS ?= dev
+
+$(VENV)/.installed-$(EXTRAS): pyproject.toml
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet $(TORCH)
+	$(VENV)/bin/pip install --quiet -e ".[$(EXTRAS)]"
+	touch $@
+
+.PHONY: install run test test-slow bench
+install: $(VENV)/.installed-$(EXTRAS)
+
+run: install  ## the main job
+	$(VENV)/bin/python examples/sampler_in_torchrl_loop.py --total-frames 20000
+
+test: install  ## fast tests + doctests (slow ones excluded)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
+
+test-slow: install
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m slow
+
+bench: install
+	$(VENV)/bin/python benchmarks/sampler_throughput.py
