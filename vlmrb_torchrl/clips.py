@@ -1,0 +1,833 @@
+"""Clips of consecutive frames cut from collector batches, for a VLM scorer.
+
+A VLM scores short clips of the agent's own experience, not single frames. This module turns
+the stream of TorchRL collector batches into such clips:
+
+- :class:`ClipSpec` fixes the clip geometry (length, stride between clip starts, how many frames
+  the scorer sees, how a clip score maps back onto transitions).
+- :class:`ClipStream` keeps a small rolling window of frames per live trajectory and emits every
+  clip as soon as the steps it needs have arrived, together with the storage indices (and slot
+  generations) of the transitions its score is written to.
+- :class:`ClipBatch` is what :meth:`ClipStream.push` returns: a ``[B, L]`` TensorDict of clips and
+  the ``[M]`` targets of their scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import numbers
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey, unravel_key
+from torch import Tensor
+
+__all__ = ["ClipBatch", "ClipSpec", "ClipStream"]
+
+_ASSIGN_MODES = ("start", "cover_max")
+# How a sampler folds several clip scores landing on one transition.
+_REDUCE_OF_ASSIGN = {"start": "replace", "cover_max": "max"}
+_MASK_KEY = "mask"
+_INDEX_KEY = ("clip", "index")
+# Output entries ClipStream writes itself; a frame or extra key must not shadow them.
+_RESERVED_ROOTS = ("mask", "clip")
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    # bool is an int subclass, but ClipSpec(stride=True) is a bug, not a stride of 1.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"ClipSpec.{name} must be an int >= {minimum}, got {name}={value!r} "
+            f"of type {type(value).__name__}."
+        )
+    if value < minimum:
+        raise ValueError(f"ClipSpec.{name} must be an int >= {minimum}, got {name}={value!r}.")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipSpec:
+    """Geometry of the clips cut from each trajectory.
+
+    A clip starting at step ``s`` of a trajectory covers steps ``s .. s + clip_len - 1``. Clip
+    starts are ``0, stride, 2 * stride, ...`` inside every trajectory. Near the end of a
+    trajectory, clips run past the last step; they are padded by repeating the last real frame
+    and carry a validity mask, so transitions near an episode end are scored like the others.
+
+    Args:
+        clip_len (int, optional): number of consecutive steps ``L`` covered by one clip
+            (the paper uses 32). Defaults to ``32``.
+        stride (int, optional): distance between consecutive clip starts inside a trajectory.
+            ``1`` is the paper's "one clip per transition"; larger strides trade resolution for
+            scoring cost. Defaults to ``1``.
+        frames (int, optional): number of frames actually sent to the scorer, evenly subsampled
+            from the ``clip_len`` steps (see :meth:`frame_indices`). ``None`` sends all of them.
+            Defaults to ``None``.
+        assign (str, optional): how a clip score becomes per-transition scores.
+
+            - ``"start"`` (paper): the clip starting at ``s`` scores transitions
+              ``s .. s + stride - 1`` (just ``s`` when ``stride=1``), so every transition
+              gets exactly one score.
+            - ``"cover_max"``: the clip scores every real step it covers; a transition covered
+              by several clips keeps the max of their scores. With ``stride > clip_len`` the
+              steps between two windows are covered by no clip and are assigned to the
+              preceding clip, as with ``"start"``, so no transition is left unscored.
+
+            Defaults to ``"start"``.
+
+    Raises:
+        TypeError: if an integer argument is not an ``int`` (``bool`` is rejected) or
+            ``assign`` is not a string.
+        ValueError: if ``clip_len < 1``, ``stride < 1``, ``frames`` is outside
+            ``[1, clip_len]`` or ``assign`` is not one of ``"start"``, ``"cover_max"``.
+
+    Examples:
+        >>> spec = ClipSpec(clip_len=8, stride=4, frames=3)
+        >>> spec.num_frames, spec.frame_indices().tolist()
+        (3, [0, 4, 7])
+        >>> ClipSpec(clip_len=8, frames=1).frame_indices().tolist()
+        [7]
+        >>> ClipSpec(clip_len=0)
+        Traceback (most recent call last):
+            ...
+        ValueError: ClipSpec.clip_len must be an int >= 1, got clip_len=0.
+    """
+
+    clip_len: int = 32
+    stride: int = 1
+    frames: int | None = None
+    assign: Literal["start", "cover_max"] = "start"
+
+    def __post_init__(self) -> None:
+        # Frozen dataclass: normalised values (numpy ints -> int) go through object.__setattr__.
+        object.__setattr__(self, "clip_len", _check_int("clip_len", self.clip_len, 1))
+        object.__setattr__(self, "stride", _check_int("stride", self.stride, 1))
+        if self.frames is not None:
+            if isinstance(self.frames, bool) or not isinstance(self.frames, numbers.Integral):
+                raise TypeError(
+                    f"ClipSpec.frames must be None or an int in [1, clip_len={self.clip_len}], "
+                    f"got frames={self.frames!r} of type {type(self.frames).__name__}."
+                )
+            if not 1 <= self.frames <= self.clip_len:
+                raise ValueError(
+                    f"ClipSpec.frames must be None or an int in [1, clip_len={self.clip_len}], "
+                    f"got frames={self.frames!r}."
+                )
+            object.__setattr__(self, "frames", int(self.frames))
+        if not isinstance(self.assign, str):
+            raise TypeError(
+                f"ClipSpec.assign must be one of {list(_ASSIGN_MODES)}, got assign={self.assign!r} "
+                f"of type {type(self.assign).__name__}."
+            )
+        if self.assign not in _ASSIGN_MODES:
+            raise ValueError(
+                f"ClipSpec.assign must be one of {list(_ASSIGN_MODES)}, got assign={self.assign!r}."
+            )
+
+    @property
+    def num_frames(self) -> int:
+        """Number of frames per clip sent to the scorer: ``frames``, or ``clip_len`` if ``None``."""
+        return self.clip_len if self.frames is None else self.frames
+
+    @property
+    def reduce(self) -> str:
+        """How a sampler folds several clip scores on one transition: ``"replace"`` or ``"max"``."""
+        return _REDUCE_OF_ASSIGN[self.assign]
+
+    def frame_indices(self) -> Tensor:
+        """Positions inside a clip (``0 .. clip_len - 1``) of the frames sent to the scorer.
+
+        All positions when ``frames`` is ``None``. Otherwise ``frames`` positions evenly spaced
+        by ``torch.linspace(0, clip_len - 1, frames).round()`` (round half to even): strictly
+        increasing, the first is ``0`` and the last ``clip_len - 1``. A single frame
+        (``frames=1``) is the *last* position, because the end of a clip is what shows whether
+        progress was made.
+
+        Returns:
+            an int64 tensor of shape ``[num_frames]``.
+
+        Examples:
+            >>> ClipSpec(clip_len=4).frame_indices().tolist()
+            [0, 1, 2, 3]
+            >>> ClipSpec(clip_len=32, frames=8).frame_indices().tolist()
+            [0, 4, 9, 13, 18, 22, 27, 31]
+        """
+        length, num = self.clip_len, self.num_frames
+        if num == length:
+            return torch.arange(length)
+        if num == 1:
+            return torch.tensor([length - 1])
+        # float64 so the rounding does not depend on float32 error for long clips.
+        return torch.linspace(0, length - 1, num, dtype=torch.float64).round().long()
+
+
+class _ClipBatchFields(NamedTuple):
+    clips: TensorDictBase
+    target_clip: Tensor
+    index: Tensor
+    generation: Tensor
+    reduce: str
+
+
+class ClipBatch(_ClipBatchFields):
+    """Complete clips and the transitions their scores are written to.
+
+    Fields (read them by name; the tuple order is the one below):
+
+    - ``clips`` (TensorDict ``[B, L]``): one row per clip, always the full ``clip_len`` L steps
+      (the scoring transform subsamples with :meth:`ClipSpec.frame_indices`). Entries:
+      the frame key (``[B, L, *frame_shape]``, dtype as collected), ``"mask"`` (``[B, L]`` bool,
+      ``True`` on real steps, ``False`` on padding), ``("clip", "index")`` (``[B, L]`` int64
+      storage index of each step, ``-1`` on padding) and every ``extra_keys`` entry. Padding
+      repeats the last real step, for frames and extras alike.
+    - ``target_clip`` (Tensor ``[M]`` int64): which row of ``clips`` scores each target.
+    - ``index`` (Tensor ``[M]`` int64): storage index of each target transition.
+    - ``generation`` (Tensor ``[M]`` int64): the slot generation given to
+      :meth:`ClipStream.push` for that transition, for stale-write checks.
+    - ``reduce`` (str): ``"replace"`` (``assign="start"``: each transition has one target) or
+      ``"max"`` (``assign="cover_max"``: keep the max over the clips covering a transition).
+
+    ``len(clip_batch)`` is the number of clips ``B``, not the number of fields.
+
+    Examples:
+        >>> clips = TensorDict(pixels=torch.zeros(2, 3, 1), batch_size=[2, 3])
+        >>> cb = ClipBatch(clips, torch.tensor([0, 1, 1]), torch.tensor([7, 8, 9]),
+        ...                torch.zeros(3, dtype=torch.long), "max")
+        >>> len(cb), cb.scores_for_targets(torch.tensor([0.25, 0.75])).tolist()
+        (2, [0.25, 0.75, 0.75])
+        >>> both = ClipBatch.cat([cb, cb])
+        >>> len(both), both.target_clip.tolist(), both.index.tolist()
+        (4, [0, 1, 1, 2, 3, 3], [7, 8, 9, 7, 8, 9])
+    """
+
+    # A plain subclass (not typing.NamedTuple itself) so that __len__ and _make can be
+    # overridden: namedtuple's _make/_replace check the field count with len().
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return self.clips.shape[0]
+
+    @classmethod
+    def _make(cls, iterable) -> ClipBatch:
+        result = tuple.__new__(cls, iterable)
+        if tuple.__len__(result) != len(cls._fields):
+            raise TypeError(
+                f"ClipBatch takes {len(cls._fields)} fields {list(cls._fields)}, "
+                f"got {tuple.__len__(result)}."
+            )
+        return result
+
+    @property
+    def num_clips(self) -> int:
+        """Number of clips ``B`` (same as ``len``)."""
+        return self.clips.shape[0]
+
+    @property
+    def num_targets(self) -> int:
+        """Number of target transitions ``M``."""
+        return self.index.shape[0]
+
+    def scores_for_targets(self, clip_scores: Tensor) -> Tensor:
+        """Spreads one score per clip onto the targets: ``clip_scores[target_clip]``.
+
+        Args:
+            clip_scores (Tensor): ``[B]`` (or ``[B, ...]``) scores, one row per clip.
+
+        Returns:
+            a ``[M]`` (or ``[M, ...]``) tensor on the device of ``clip_scores``, aligned with
+            :attr:`index` and :attr:`generation`.
+        """
+        if clip_scores.ndim == 0 or clip_scores.shape[0] != self.num_clips:
+            raise ValueError(
+                f"ClipBatch.scores_for_targets needs one score per clip, i.e. shape "
+                f"[{self.num_clips}], got clip_scores.shape={list(clip_scores.shape)}."
+            )
+        return clip_scores[self.target_clip.to(clip_scores.device)]
+
+    @classmethod
+    def cat(cls, batches: Sequence[ClipBatch]) -> ClipBatch:
+        """Concatenates clip batches (e.g. from several pushes) into one.
+
+        Clips are concatenated along dim 0 and ``target_clip`` is offset accordingly, so the
+        result scores exactly the targets of its parts.
+
+        Args:
+            batches (sequence of ClipBatch): non-empty; same ``reduce``, same clip length, same
+                keys and frame shapes.
+
+        Returns:
+            a single :class:`ClipBatch`.
+        """
+        batches = list(batches)
+        if not batches:
+            raise ValueError("ClipBatch.cat needs at least one ClipBatch, got an empty sequence.")
+        if len(batches) == 1:
+            return batches[0]
+        reduces = {b.reduce for b in batches}
+        if len(reduces) > 1:
+            raise ValueError(
+                f"ClipBatch.cat needs batches with one reduce mode, got {sorted(reduces)}; "
+                "clips from streams with different ClipSpec.assign cannot share targets."
+            )
+        clip_lens = [b.clips.shape[1] for b in batches]
+        if len(set(clip_lens)) > 1:
+            raise ValueError(
+                f"ClipBatch.cat needs clips of one length, got clip lengths {clip_lens}."
+            )
+        try:
+            clips = torch.cat([b.clips for b in batches], dim=0)
+        except (KeyError, RuntimeError, ValueError) as err:
+            raise ValueError(
+                "ClipBatch.cat needs clips with the same keys, frame shapes and dtypes; "
+                f"torch.cat failed with: {err}"
+            ) from err
+        offsets = itertools.accumulate([len(b) for b in batches[:-1]], initial=0)
+        target_clip = torch.cat([b.target_clip + off for b, off in zip(batches, offsets)])
+        return cls(
+            clips,
+            target_clip,
+            torch.cat([b.index for b in batches]),
+            torch.cat([b.generation for b in batches]),
+            batches[0].reduce,
+        )
+
+
+class _Trajectory:
+    """Buffered state of one live trajectory.
+
+    ``index``/``generation`` cover steps ``next_start .. length - 1`` (targets not yet emitted);
+    ``data`` holds the frames (and extras) of the steps some pending clip still shows, at the
+    trajectory steps listed in ``steps`` (sorted; contiguous unless ``stride > clip_len``).
+    """
+
+    __slots__ = ("length", "next_start", "data", "steps", "index", "generation")
+
+    def __init__(self) -> None:
+        self.length = 0
+        self.next_start = 0
+        self.data: dict[NestedKey, Tensor] | None = None
+        self.steps: Tensor | None = None
+        self.index: Tensor | None = None
+        self.generation: Tensor | None = None
+
+
+class _Piece(NamedTuple):
+    # Clips emitted from one trajectory during one push/flush. Frames are gathered later, in
+    # one pass over all pieces: clips duplicate each frame up to clip_len times, so that
+    # gather is the costly copy and must happen once.
+    data: dict
+    num_rows: int
+    rows: Tensor
+    mask: Tensor
+    clip_index: Tensor
+    target_clip: Tensor
+    index: Tensor
+    generation: Tensor
+
+
+def _is_nested_key(key: object) -> bool:
+    if isinstance(key, str):
+        return bool(key)
+    return isinstance(key, tuple) and bool(key) and all(_is_nested_key(k) for k in key)
+
+
+def _found_keys(td: TensorDictBase) -> list:
+    return sorted(td.keys(include_nested=True, leaves_only=True), key=str)
+
+
+class ClipStream:
+    """Cuts a stream of collector batches into clips, one trajectory at a time.
+
+    Feed every collector batch to :meth:`push` together with the storage indices (and slot
+    generations) that ``rb.extend(batch.reshape(-1))`` returned. The stream groups steps by
+    trajectory id, keeps a rolling window of frames per live trajectory and returns every clip
+    whose steps have all arrived, as a :class:`ClipBatch`.
+
+    How clips are cut (``L = spec.clip_len``):
+
+    - Clip starts inside a trajectory are ``0, stride, 2 * stride, ...``; the clip starting at
+      ``s`` shows steps ``s .. s + L - 1``.
+    - A clip is emitted as soon as all the steps it shows *and* all its targets have arrived,
+      i.e. once the trajectory reaches ``s + max(L, stride)`` steps (``stride > L`` only delays
+      ``assign="start"`` clips until their stride block is known).
+    - When a trajectory ends (``done_key`` is ``True`` at a step, or :meth:`flush`), every clip
+      start ``s < n`` not yet emitted is emitted at once, padded to ``L`` by repeating the last
+      real step (``"mask"`` is ``False`` on padding). A trajectory shorter than ``L`` thus gives
+      at least one padded clip, and no transition is left without a target.
+    - Targets: see :class:`ClipSpec` ``assign``. With ``"start"`` every transition is the target
+      of exactly one clip once its trajectory has ended.
+
+    Trajectory boundaries come only from ``traj_key`` and ``done_key``: a clip never mixes two
+    trajectory ids, even where flattened env blocks of a ``[E, T]`` batch touch without a done.
+
+    Memory: only the steps some pending clip still needs are kept, at most ``clip_len`` frames
+    per live trajectory whatever the stream length (see :attr:`num_frames_held`).
+
+    Args:
+        spec (ClipSpec): clip geometry.
+
+    Keyword Args:
+        frame_key (NestedKey or None, optional): the per-step frames, e.g. ``"pixels"``
+            (``[*batch, H, W, C]`` uint8 as rendered; any per-step tensor works). ``None``
+            cuts clips without frames, for scorers that read only ``extra_keys`` (e.g. a
+            privileged state or success flag). Defaults to ``"pixels"``.
+        traj_key (NestedKey, optional): per-step trajectory ids. Defaults to
+            ``("collector", "traj_ids")``, which TorchRL collectors write
+            (``track_traj_ids=True``).
+        done_key (NestedKey or None, optional): per-step end flags; a ``True`` at a step ends
+            that trajectory after the step. ``None`` ends trajectories only at :meth:`flush`.
+            Defaults to ``("next", "done")``.
+        extra_keys (sequence of NestedKey, optional): more per-step entries copied into the
+            clips (``[B, L, ...]``, padded like the frames), e.g. ``[("next", "reward")]``.
+            A lone str is wrapped in a list; a nested key must be inside a list.
+            Defaults to ``()``.
+
+    .. note::
+        A trajectory that stops appearing without a ``done`` (a collector recreated on resume,
+        ``reset_at_each_iter=True``) stays buffered: its ids can come back meaning something
+        else, e.g. trajectory ids restart at 0 in a new collector. Call :meth:`flush` (score
+        what is pending) or :meth:`reset` (drop it) whenever the collector is recreated. A
+        ``done`` followed by more steps with the same id (``set_truncated=True``) starts a new
+        trajectory: clips never cross a ``done``.
+
+    Examples:
+        >>> # two envs, 4 steps each; pixels encode the storage index. Env 1 finishes
+        >>> # trajectory 1 after its second step and starts trajectory 2.
+        >>> batch = TensorDict(
+        ...     pixels=torch.arange(8, dtype=torch.uint8).reshape(2, 4, 1),
+        ...     collector=TensorDict(traj_ids=torch.tensor([[0, 0, 0, 0], [1, 1, 2, 2]]),
+        ...                          batch_size=[2, 4]),
+        ...     next=TensorDict(done=torch.tensor([[0, 0, 0, 0], [0, 1, 0, 0]]).bool()[..., None],
+        ...                     batch_size=[2, 4]),
+        ...     batch_size=[2, 4])
+        >>> stream = ClipStream(ClipSpec(clip_len=3))
+        >>> out = stream.push(batch, index=torch.arange(8))
+        >>> out.clips.batch_size
+        torch.Size([4, 3])
+        >>> out.clips["pixels"][..., 0].tolist()
+        [[0, 1, 2], [1, 2, 3], [4, 5, 5], [5, 5, 5]]
+        >>> out.clips["mask"].sum(-1).tolist(), out.index.tolist()
+        ([3, 3, 2, 1], [0, 1, 4, 5])
+        >>> stream.num_trajectories, stream.num_frames_held
+        (2, 4)
+        >>> rest = stream.flush()
+        >>> rest.clips["pixels"][..., 0].tolist(), rest.index.tolist()
+        ([[2, 3, 3], [3, 3, 3], [6, 7, 7], [7, 7, 7]], [2, 3, 6, 7])
+        >>> stream.num_trajectories, stream.flush()
+        (0, None)
+    """
+
+    def __init__(
+        self,
+        spec: ClipSpec,
+        *,
+        frame_key: NestedKey | None = "pixels",
+        traj_key: NestedKey = ("collector", "traj_ids"),
+        done_key: NestedKey | None = ("next", "done"),
+        extra_keys: Sequence[NestedKey] = (),
+    ) -> None:
+        if not isinstance(spec, ClipSpec):
+            raise TypeError(
+                f"ClipStream needs spec to be a ClipSpec, got {type(spec).__name__}; "
+                "build one with ClipSpec(clip_len=..., stride=...)."
+            )
+        self.spec = spec
+        self.frame_key = None if frame_key is None else self._check_key("frame_key", frame_key)
+        self.traj_key = self._check_key("traj_key", traj_key, reserved_ok=True)
+        self.done_key = (
+            None if done_key is None else self._check_key("done_key", done_key, reserved_ok=True)
+        )
+        if isinstance(extra_keys, str):
+            extra_keys = [extra_keys]
+        extras = [self._check_key("extra_keys", k) for k in extra_keys]
+        data_keys = ([] if self.frame_key is None else [self.frame_key]) + extras
+        if len(set(data_keys)) != len(data_keys):
+            raise ValueError(
+                f"ClipStream got duplicated keys in frame_key={frame_key!r} and "
+                f"extra_keys={list(extra_keys)!r}; list each entry once."
+            )
+        self.extra_keys = extras
+        self._data_keys = data_keys
+        self._trajs: dict[int, _Trajectory] = {}
+        # (feature shape, dtype) per data key, so a mid-trajectory change fails clearly.
+        self._features: dict[NestedKey, tuple] | None = None
+        # Device of the last pushed batch (None for mixed devices), given to emitted clips.
+        self._device: torch.device | None = None
+
+    @staticmethod
+    def _check_key(name: str, key: object, reserved_ok: bool = False) -> NestedKey:
+        # unravel_key alone is too lenient (it accepts ("a", 1) and "").
+        if not _is_nested_key(key):
+            raise TypeError(
+                f"ClipStream {name} must be a non-empty str or tuple of str (a NestedKey), "
+                f"got {name}={key!r}."
+            )
+        key = unravel_key(key)
+        root = key if isinstance(key, str) else key[0]
+        if not reserved_ok and root in _RESERVED_ROOTS:
+            raise ValueError(
+                f"ClipStream {name}={key!r} would shadow the entries the stream writes "
+                f"({_MASK_KEY!r}, {_INDEX_KEY!r}); rename that entry in the batch."
+            )
+        return key
+
+    # ------------------------------------------------------------------ public state
+
+    @property
+    def num_trajectories(self) -> int:
+        """Number of live (started, not yet ended) trajectories buffered."""
+        return len(self._trajs)
+
+    @property
+    def num_frames_held(self) -> int:
+        """Number of steps (frames) currently buffered, summed over trajectories.
+
+        Bounded by ``num_trajectories * spec.clip_len``.
+        """
+        return sum(0 if t.steps is None else t.steps.numel() for t in self._trajs.values())
+
+    def reset(self) -> None:
+        """Drops all buffered state without emitting anything."""
+        self._trajs.clear()
+        self._features = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(spec={self.spec}, frame_key={self.frame_key!r}, "
+            f"traj_key={self.traj_key!r}, done_key={self.done_key!r}, "
+            f"extra_keys={self.extra_keys!r}, num_trajectories={self.num_trajectories}, "
+            f"num_frames_held={self.num_frames_held})"
+        )
+
+    # ------------------------------------------------------------------ push / flush
+
+    def push(
+        self,
+        batch: TensorDictBase,
+        index: Tensor,
+        generation: Tensor | None = None,
+    ) -> ClipBatch | None:
+        """Adds a collector batch and returns the clips it completes.
+
+        Args:
+            batch (TensorDictBase): a collector batch, flat ``[N]`` or ``[E, T]`` (read in
+                ``reshape(-1)`` order). Must hold ``frame_key``, ``traj_key``, ``done_key``
+                (unless ``None``) and every ``extra_keys`` entry. Within the batch the steps of
+                one trajectory must be in time order; trajectories may be interleaved, and a
+                trajectory continues across pushes under the same id.
+            index (Tensor): the ``N`` storage indices of the steps, in ``reshape(-1)`` order
+                (what ``rb.extend(batch.reshape(-1))`` returned).
+            generation (Tensor, optional): the ``N`` slot generations at insertion. Defaults to
+                zeros.
+
+        Returns:
+            a :class:`ClipBatch` with the completed clips (grouped by trajectory in order of
+            first appearance in the batch, then by start), or ``None`` if none completed.
+            Target ``index``/``generation`` stay on the device of ``index``; clips on the
+            device of the batch entries.
+
+        Raises:
+            KeyError: if a needed entry is missing from ``batch``.
+            ValueError: if ``index``/``generation`` do not hold one value per step, or the
+                frame shape/dtype changes while a trajectory is buffered.
+            TypeError: if ``batch`` is not a TensorDict or ``index`` is not an integer tensor.
+        """
+        num, data, traj, done, index, generation = self._read_batch(batch, index, generation)
+        traj_ids, group_of = torch.unique(traj, return_inverse=True)
+        # Process trajectories in order of first appearance so output order follows the batch.
+        positions = torch.arange(num, device=traj.device)
+        first = torch.full(traj_ids.shape, num, dtype=torch.long, device=traj.device)
+        first = first.scatter_reduce(0, group_of, positions, "amin")
+        group_order = torch.argsort(first)
+        rank = torch.empty_like(group_order)
+        rank[group_order] = torch.arange(group_order.numel(), device=rank.device)
+        step_rank = rank[group_of]
+        perm = torch.argsort(step_rank, stable=True)
+        if not torch.equal(perm, positions):
+            data = {k: v[perm.to(v.device)] for k, v in data.items()}
+            done = done[perm.to(done.device)]
+            perm_i = perm.to(index.device)
+            index, generation = index[perm_i], generation[perm_i]
+        counts = torch.bincount(step_rank, minlength=group_order.numel()).tolist()
+        ids = traj_ids[group_order].tolist()
+        done_at = done.nonzero().squeeze(-1).tolist()
+
+        pieces: list[_Piece] = []
+        begin, d = 0, 0
+        for tid, count in zip(ids, counts):
+            end = begin + count
+            # Split this trajectory's run at every done: a done ends the trajectory, and any
+            # later step with the same id starts a new one.
+            cuts = []
+            while d < len(done_at) and done_at[d] < end:
+                cuts.append(done_at[d] + 1)
+                d += 1
+            seg_begin = begin
+            for seg_end in [*cuts, end]:
+                if seg_end == seg_begin:
+                    continue
+                ended = seg_end in cuts
+                traj_state = self._trajs.pop(tid, None) or _Trajectory()
+                piece = self._advance(
+                    traj_state,
+                    {k: v[seg_begin:seg_end] for k, v in data.items()},
+                    index[seg_begin:seg_end],
+                    generation[seg_begin:seg_end],
+                    ended=ended,
+                )
+                if piece is not None:
+                    pieces.append(piece)
+                if not ended:
+                    self._trajs[tid] = traj_state
+                seg_begin = seg_end
+            begin = end
+        if not self._trajs:
+            self._features = None
+        self._device = batch.device
+        return self._assemble(pieces)
+
+    def flush(self) -> ClipBatch | None:
+        """Ends every live trajectory: emits all its pending (padded) clips and clears state.
+
+        Use it at the end of a run or before the collector is recreated (trajectory ids
+        restart at 0 in a new collector).
+
+        Returns:
+            a :class:`ClipBatch`, or ``None`` if nothing was pending.
+        """
+        pieces = []
+        for traj_state in self._trajs.values():
+            piece = self._advance(traj_state, None, None, None, ended=True)
+            if piece is not None:
+                pieces.append(piece)
+        self.reset()
+        return self._assemble(pieces)
+
+    # ------------------------------------------------------------------ internals
+
+    def _read_batch(
+        self, batch: TensorDictBase, index: Tensor, generation: Tensor | None
+    ) -> tuple[int, dict, Tensor, Tensor, Tensor, Tensor]:
+        if not isinstance(batch, TensorDictBase):
+            raise TypeError(
+                f"ClipStream.push needs a TensorDict batch, got {type(batch).__name__}."
+            )
+        if batch.batch_dims == 0:
+            raise ValueError(
+                "ClipStream.push needs a batch with at least one batch dimension ([N] or "
+                f"[E, T]), got batch_size={list(batch.batch_size)}."
+            )
+        num = batch.numel()
+        keys = set(batch.keys(include_nested=True))
+
+        def missing(what: str, key: NestedKey, fix: str) -> KeyError:
+            return KeyError(
+                f"ClipStream needs {what}{key!r} in the batch; found {_found_keys(batch)}. {fix}"
+            )
+
+        if self.frame_key is not None and self.frame_key not in keys:
+            raise missing(
+                "", self.frame_key, "Render frames at collection time or pass frame_key=."
+            )
+        if self.traj_key not in keys:
+            raise missing(
+                "trajectory ids ",
+                self.traj_key,
+                "Collect with track_traj_ids=True (the Collector default) or pass traj_key=.",
+            )
+        if self.done_key is not None and self.done_key not in keys:
+            raise missing(
+                "",
+                self.done_key,
+                "Pass done_key= (or done_key=None to end trajectories only at flush()).",
+            )
+        for key in self.extra_keys:
+            if key not in keys:
+                raise missing("extra key ", key, "Add it to the batch or drop it from extra_keys=.")
+
+        index = self._check_steps("index", index, num, batch)
+        if generation is None:
+            generation = torch.zeros_like(index)
+        else:
+            generation = self._check_steps("generation", generation, num, batch)
+            generation = generation.to(index.device)
+
+        traj = batch.get(self.traj_key)
+        if traj.numel() != num:
+            raise ValueError(
+                f"ClipStream needs one trajectory id per step in {self.traj_key!r}, got shape "
+                f"{list(traj.shape)} for batch_size={list(batch.batch_size)}."
+            )
+        traj = traj.reshape(num)
+        if self.done_key is None:
+            done = torch.zeros(num, dtype=torch.bool, device=traj.device)
+        else:
+            done = batch.get(self.done_key).reshape(num, -1).any(-1).to(traj.device)
+
+        data = {}
+        for key in self._data_keys:
+            value = batch.get(key)
+            value = value.reshape(num, *value.shape[batch.batch_dims :])
+            data[key] = value
+        self._check_features(data)
+        return num, data, traj, done, index, generation
+
+    @staticmethod
+    def _check_steps(name: str, value, num: int, batch: TensorDictBase) -> Tensor:
+        value = torch.as_tensor(value)
+        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(
+                f"ClipStream.push needs integer {name} (storage slots), got dtype={value.dtype}."
+            )
+        if value.numel() != num:
+            raise ValueError(
+                f"ClipStream.push needs one {name} per step: got {value.numel()} for a batch of "
+                f"{num} steps (batch_size={list(batch.batch_size)}). Pass what "
+                "rb.extend(batch.reshape(-1)) returned, in the same order."
+            )
+        return value.reshape(num).long()
+
+    def _check_features(self, data: dict) -> None:
+        features = {
+            k: (tuple(v.shape[1:]), v.dtype) for k, v in data.items() if isinstance(v, Tensor)
+        }
+        if self._features is not None and self._trajs:
+            for key, (shape, dtype) in features.items():
+                if key in self._features and self._features[key] != (shape, dtype):
+                    old_shape, old_dtype = self._features[key]
+                    raise ValueError(
+                        f"ClipStream got {key!r} with per-step shape {list(shape)} and dtype "
+                        f"{dtype}, but live trajectories hold shape {list(old_shape)} and dtype "
+                        f"{old_dtype}. Keep one frame shape and dtype, or call flush() before "
+                        "changing them."
+                    )
+        self._features = features
+
+    def _advance(
+        self,
+        traj: _Trajectory,
+        seg: dict | None,
+        seg_index: Tensor | None,
+        seg_generation: Tensor | None,
+        *,
+        ended: bool,
+    ) -> _Piece | None:
+        """Appends a run of steps to ``traj``, returns its newly complete clips, updates state."""
+        clip_len, stride = self.spec.clip_len, self.spec.stride
+        # A clip is ready once its frames (L steps) and its targets (stride block for "start",
+        # window or stride block for "cover_max") have all arrived.
+        window = max(clip_len, stride)
+        first = traj.length
+        if seg is None:
+            length, work, work_steps = first, traj.data, traj.steps
+            index, generation = traj.index, traj.generation
+        else:
+            length = first + seg_index.numel()
+            device = seg_index.device if not seg else next(iter(seg.values())).device
+            seg_steps = torch.arange(first, length, device=device)
+            if stride > clip_len:
+                # Steps between two windows are never shown: keep only their index/generation.
+                shown = (seg_steps % stride) < clip_len
+                if not bool(shown.all()):
+                    seg = {k: v[shown] for k, v in seg.items()}
+                    seg_steps = seg_steps[shown]
+            if traj.data is None:
+                work, work_steps = seg, seg_steps
+                index, generation = seg_index, seg_generation
+            else:
+                work = {k: torch.cat([traj.data[k], seg[k]]) for k in seg}
+                work_steps = torch.cat([traj.steps, seg_steps])
+                index = torch.cat([traj.index, seg_index])
+                generation = torch.cat([traj.generation, seg_generation])
+        start0 = traj.next_start
+        if ended:
+            count = -(-(length - start0) // stride) if length > start0 else 0
+        else:
+            count = (length - window - start0) // stride + 1 if length - window >= start0 else 0
+
+        piece = None
+        if count and work is not None:
+            piece = self._cut(work, work_steps, index, generation, start0, count, length)
+        if ended:
+            return piece
+        next_start = start0 + stride * count
+        # Clone what is kept: slices would pin the whole batch (or concatenation) in memory.
+        keep_from = int((work_steps < next_start).sum())
+        traj.data = {k: v[keep_from:].clone() for k, v in work.items()}
+        traj.steps = work_steps[keep_from:].clone()
+        traj.index = index[next_start - start0 :].clone()
+        traj.generation = generation[next_start - start0 :].clone()
+        traj.next_start = next_start
+        traj.length = length
+        return piece
+
+    def _cut(
+        self,
+        work: dict,
+        work_steps: Tensor,
+        index: Tensor,
+        generation: Tensor,
+        start0: int,
+        count: int,
+        length: int,
+    ) -> _Piece:
+        """Gathers ``count`` clips starting at ``start0, start0 + stride, ...``."""
+        clip_len, stride = self.spec.clip_len, self.spec.stride
+        device = work_steps.device
+        starts = start0 + stride * torch.arange(count, device=device)
+        pos = starts[:, None] + torch.arange(clip_len, device=device)
+        mask = pos < length
+        # Padding repeats the last real step; that step is always buffered (it lies inside
+        # the clip's own window), so searchsorted finds exact rows.
+        pos = pos.clamp(max=length - 1)
+        rows = torch.searchsorted(work_steps, pos)
+        idx_device = index.device
+        clip_index = index[(pos - start0).to(idx_device)]
+        clip_index = torch.where(mask.to(idx_device), clip_index, -1).to(device)
+
+        span = stride if self.spec.assign == "start" else max(clip_len, stride)
+        starts_i = starts.to(idx_device)
+        tpos = starts_i[:, None] + torch.arange(span, device=idx_device)
+        valid = tpos < length
+        target_clip = torch.arange(count, device=idx_device)[:, None].expand_as(tpos)[valid]
+        offset = tpos[valid] - start0
+        return _Piece(
+            work, work_steps.numel(), rows, mask, clip_index, target_clip, index[offset],
+            generation[offset],
+        )
+
+    def _assemble(self, pieces: list[_Piece]) -> ClipBatch | None:
+        if not pieces:
+            return None
+        num_clips = [p.mask.shape[0] for p in pieces]
+        total = sum(num_clips)
+        if len(pieces) == 1:
+            source, rows = pieces[0].data, pieces[0].rows
+        else:
+            # Stack the (small) per-trajectory windows, then gather all clips at once.
+            source = {k: torch.cat([p.data[k] for p in pieces]) for k in self._data_keys}
+            num_rows = [p.num_rows for p in pieces[:-1]]
+            row_offsets = itertools.accumulate(num_rows, initial=0)
+            rows = torch.cat([p.rows + off for p, off in zip(pieces, row_offsets)])
+        flat_rows = rows.reshape(-1)
+        clips = TensorDict(batch_size=[total, self.spec.clip_len], device=self._device)
+        for key, value in source.items():
+            if isinstance(value, Tensor):
+                # index_select is about twice as fast as advanced indexing for image rows.
+                gathered = torch.index_select(value, 0, flat_rows.to(value.device))
+                clips.set(key, gathered.reshape(*rows.shape, *value.shape[1:]))
+            else:
+                clips.set(key, value[flat_rows].reshape(*rows.shape))
+        clips.set(_MASK_KEY, torch.cat([p.mask for p in pieces]))
+        clips.set(_INDEX_KEY, torch.cat([p.clip_index for p in pieces]))
+        offsets = itertools.accumulate(num_clips[:-1], initial=0)
+        return ClipBatch(
+            clips,
+            torch.cat([p.target_clip + off for p, off in zip(pieces, offsets)]),
+            torch.cat([p.index for p in pieces]),
+            torch.cat([p.generation for p in pieces]),
+            self.spec.reduce,
+        )
