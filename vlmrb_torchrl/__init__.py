@@ -5,8 +5,21 @@ the scores become replay priorities, and the learner samples from a mixture of
 VLM-prioritized and uniform replay (arXiv 2602.01915).
 """
 
+from vlmrb_torchrl.buffer import VLMReplayBuffer, make_vlm_replay_buffer
+from vlmrb_torchrl.clips import ClipBatch, ClipSpec, ClipStream
 from vlmrb_torchrl.sampler import VLMPrioritizedSampler
+from vlmrb_torchrl.transform import VLMScoreTransform
+from vlmrb_torchrl.worker import AsyncScorer
 
 __version__ = "0.1.0"
 
-__all__ = ["VLMPrioritizedSampler"]
+__all__ = [
+    "AsyncScorer",
+    "ClipBatch",
+    "ClipSpec",
+    "ClipStream",
+    "VLMPrioritizedSampler",
+    "VLMReplayBuffer",
+    "VLMScoreTransform",
+    "make_vlm_replay_buffer",
+]

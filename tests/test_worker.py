@@ -1,0 +1,316 @@
+"""Tests for AsyncScorer and make_vlm_replay_buffer: write-back, staleness, errors, shutdown."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+from vlmrb_torchrl import (
+    AsyncScorer,
+    ClipSpec,
+    ClipStream,
+    VLMPrioritizedSampler,
+    VLMScoreTransform,
+    make_vlm_replay_buffer,
+)
+
+
+class MaxObsScorer:
+    """Deterministic: a clip's score is max(obs over its real steps) / 1000."""
+
+    prompt = "max obs"
+    in_keys = ["obs", "mask"]
+    provenance = {"backend": "test", "model": "max-obs"}
+
+    def __init__(self, delay: float = 0.0, fail_after: int | None = None):
+        self.delay = delay
+        self.fail_after = fail_after
+        self.calls = 0
+
+    def score(self, clips):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise ValueError("scorer exploded")
+        if self.delay:
+            time.sleep(self.delay)
+        obs = clips["obs"].float().masked_fill(~clips["mask"], -1.0)
+        return obs.amax(1) / 1000
+
+
+class FramesScorer(MaxObsScorer):
+    """Uses the frames: score = max(first pixel over real steps) / 255."""
+
+    in_keys = ["pixels", "mask"]
+
+    def score(self, clips):
+        px = clips["pixels"][..., 0, 0, 0].float().masked_fill(~clips["mask"], 0.0)
+        return px.amax(1) / 255
+
+
+def make_batches(num_envs: int, steps: int, seed: int = 0, traj_offset: int = 0):
+    """[E, T] collector-like batches: obs = a global counter, random episode ends."""
+    g = torch.Generator().manual_seed(seed)
+    traj = torch.arange(num_envs) + traj_offset
+    next_traj = num_envs + traj_offset
+    obs, trajs, dones = [], [], []
+    counter = 0
+    for _ in range(steps):
+        done = torch.rand(num_envs, generator=g) < 0.08
+        obs.append(torch.arange(counter, counter + num_envs))
+        counter += num_envs
+        trajs.append(traj.clone())
+        dones.append(done)
+        for e in torch.nonzero(done).flatten().tolist():
+            traj[e] = next_traj
+            next_traj += 1
+    obs = torch.stack(obs, 1) % 1000
+    return TensorDict({"obs": obs, ("collector", "traj_ids"): torch.stack(trajs, 1),
+                       ("next", "done"): torch.stack(dones, 1)}, batch_size=[num_envs, steps])
+
+
+def expected_start_scores(flat: TensorDict, clip_len: int) -> dict[int, float]:
+    """Brute force: transition t of a trajectory gets max(obs[t : t + L]) / 1000 (flat order)."""
+    out = {}
+    trajs = flat["collector", "traj_ids"]
+    for tid in trajs.unique().tolist():
+        rows = torch.nonzero(trajs == tid).flatten()
+        obs = flat["obs"][rows]
+        for k, row in enumerate(rows.tolist()):
+            out[row] = obs[k : k + clip_len].max().item() / 1000
+    return out
+
+
+def build(capacity=10_000, delay=0.0, fail_after=None, clip_len=5, **kwargs):
+    scorer = MaxObsScorer(delay=delay, fail_after=fail_after)
+    sampler = VLMPrioritizedSampler(capacity, threshold=None)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler)
+    stream = ClipStream(ClipSpec(clip_len=clip_len), frame_key=None, extra_keys=["obs"])
+    worker = AsyncScorer(VLMScoreTransform(scorer, clip_len=clip_len, in_keys=()), sampler, **kwargs)
+    return rb, sampler, stream, worker, scorer
+
+
+class TestConstruction:
+    @pytest.mark.parametrize("kwargs, match", [
+        ({"backend": "ray2"}, "backend must be one of"),
+        ({"on_full": "drop_newest"}, "on_full must be one of"),
+        ({"max_pending": 0}, "max_pending must be an int >= 1"),
+        ({"batch_size": -1}, "batch_size must be an int >= 1"),
+    ])
+    def test_bad_arguments(self, kwargs, match):
+        sampler = VLMPrioritizedSampler(8)
+        with pytest.raises(ValueError, match=match):
+            AsyncScorer(VLMScoreTransform(MaxObsScorer(), clip_len=2, in_keys=()), sampler, **kwargs)
+
+    def test_submit_type(self):
+        rb, sampler, stream, worker, _ = build()
+        with worker, pytest.raises(TypeError, match="submit takes a ClipBatch"):
+            worker.submit(TensorDict({}, batch_size=[]))
+
+
+@pytest.mark.parametrize("scorer_batch", [1, 7, 64])
+def test_every_transition_gets_its_clip_score(scorer_batch):
+    clip_len = 5
+    rb, sampler, stream, worker, _ = build(clip_len=clip_len, batch_size=scorer_batch)
+    data = make_batches(num_envs=4, steps=60)
+    flat_all = []
+    with worker:
+        for chunk in data.split(13, dim=1):  # collector batches of 4 x 13
+            flat = chunk.reshape(-1)
+            index = rb.extend(flat)
+            worker.submit(stream.push(flat, index, sampler.generations(index)))
+            flat_all.append(flat)
+        worker.submit(stream.flush())
+        assert worker.drain(timeout=30)
+    flat = torch.cat(flat_all)
+    expected = expected_start_scores(flat, clip_len)
+    got = sampler._score[: len(flat)]
+    assert sampler.stats()["fraction_scored"] == 1.0
+    np.testing.assert_allclose(got, [expected[i] for i in range(len(flat))], rtol=1e-6)
+    stats = worker.stats()
+    assert stats["scored"] == stats["submitted"] == len(flat) and stats["dropped"] == 0
+    assert stats["backlog"] == 0
+
+
+def test_wraparound_with_slow_scorer_drops_stale_scores():
+    capacity, clip_len = 40, 4
+    rb, sampler, stream, worker, scorer = build(capacity=capacity, delay=0.05, clip_len=clip_len, batch_size=8)
+    data = make_batches(num_envs=2, steps=100, seed=1)
+    chunks = [c.reshape(-1) for c in data.split(10, dim=1)]
+    with worker:
+        for flat in chunks:  # 200 transitions into 40 slots: wraps 5 times
+            index = rb.extend(flat)
+            worker.submit(stream.push(flat, index, sampler.generations(index)))
+        worker.submit(stream.flush())
+        worker.drain(timeout=60)
+    assert sampler.stats()["stale_drops"] > 0
+    written = torch.cat(chunks)  # write order; row r went to slot r % 40
+    expected = expected_start_scores(written, clip_len)
+    slots = np.nonzero(sampler._scored & sampler._filled)[0]
+    assert len(slots) > 0
+    for slot in slots:  # every score that landed belongs to the data now in its slot
+        row = len(written) - capacity + slot  # 200 % 40 == 0: the last 40 rows fill slots 0..39
+        assert rb.storage[int(slot)]["obs"] == written[row]["obs"]
+        assert sampler._score[slot] == pytest.approx(expected[row])
+    assert worker.stats()["scored"] == worker.stats()["submitted"]
+
+
+def test_scorer_exception_is_reraised():
+    rb, sampler, stream, worker, _ = build(fail_after=1, batch_size=4)
+    data = make_batches(num_envs=2, steps=30).reshape(-1)
+    index = rb.extend(data)
+    worker.submit(stream.push(data, index, sampler.generations(index)))
+    with pytest.raises(RuntimeError, match="worker failed") as info:
+        worker.drain(timeout=10)
+    assert isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(RuntimeError, match="worker failed"):
+        worker.submit(stream.flush())
+    with pytest.raises(RuntimeError, match="worker failed"):
+        worker.close()
+    assert not worker._thread.is_alive()
+
+
+def test_drop_oldest_counts_dropped_clips():
+    gate = threading.Event()
+
+    class Gated(MaxObsScorer):
+        def score(self, clips):
+            gate.wait(10)
+            return super().score(clips)
+
+    sampler = VLMPrioritizedSampler(1000)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
+    stream = ClipStream(ClipSpec(clip_len=3), frame_key=None, extra_keys=["obs"])
+    worker = AsyncScorer(VLMScoreTransform(Gated(), clip_len=3, in_keys=()), sampler,
+                         max_pending=10, batch_size=5)
+    data = make_batches(1, 100).reshape(-1)
+    index = rb.extend(data)
+    worker.submit(stream.push(data, index, sampler.generations(index)))
+    gate.set()
+    worker.close()
+    stats = worker.stats()
+    assert stats["dropped"] > 0
+    assert stats["scored"] + stats["dropped"] == stats["submitted"]
+    assert stats["scored"] <= 10 + 5  # at most max_pending waiting + one batch in flight
+
+
+def test_block_applies_back_pressure():
+    release = threading.Event()
+
+    class Gated(MaxObsScorer):
+        def score(self, clips):
+            release.wait(10)
+            return super().score(clips)
+
+    sampler = VLMPrioritizedSampler(1000)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
+    stream = ClipStream(ClipSpec(clip_len=2), frame_key=None, extra_keys=["obs"])
+    worker = AsyncScorer(VLMScoreTransform(Gated(), clip_len=2, in_keys=()), sampler,
+                         max_pending=4, batch_size=4, on_full="block")
+    data = make_batches(1, 40, seed=3).reshape(-1)
+    index = rb.extend(data)
+    clips = stream.push(data, index, sampler.generations(index))
+    pieces = [clips]
+    from vlmrb_torchrl.worker import _split
+
+    pieces = []
+    rest = clips
+    while len(rest):
+        head, rest = _split(rest, 2)
+        pieces.append(head)
+    done = threading.Event()
+
+    def producer():
+        for piece in pieces:
+            worker.submit(piece)
+        done.set()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    time.sleep(0.3)
+    assert not done.is_set()  # blocked: the scorer holds 4, 4 wait
+    assert worker.backlog <= 8
+    release.set()
+    thread.join(10)
+    worker.close()
+    assert done.is_set() and worker.stats()["dropped"] == 0
+    assert worker.stats()["scored"] == len(clips)
+
+
+def test_close_leaves_no_threads():
+    before = {t.name for t in threading.enumerate()}
+    for _ in range(3):
+        rb, sampler, stream, worker, _ = build()
+        with worker:
+            data = make_batches(2, 10).reshape(-1)
+            index = rb.extend(data)
+            worker.submit(stream.push(data, index, sampler.generations(index)))
+    time.sleep(0.05)
+    assert not [t for t in threading.enumerate() if t.name == "vlmrb-async-scorer"]
+    assert {t.name for t in threading.enumerate()} <= before | {"MainThread"}
+
+
+def test_process_backend_scores_and_shuts_down():
+    rb, sampler, stream, worker, _ = build(backend="process", batch_size=16)
+    data = make_batches(3, 20, seed=5)
+    flat = data.reshape(-1)
+    index = rb.extend(flat)
+    with worker:
+        worker.submit(stream.push(flat, index, sampler.generations(index)))
+        worker.submit(stream.flush())
+        assert worker.drain(timeout=120)
+    expected = expected_start_scores(flat, 5)
+    np.testing.assert_allclose(sampler._score[: len(flat)], [expected[i] for i in range(len(flat))], rtol=1e-6)
+    assert multiprocessing.active_children() == []
+
+
+class TestMakeVLMReplayBuffer:
+    def test_frames_stripped_scores_land(self):
+        data = make_batches(2, 30, seed=2)
+        frames = (data["obs"] % 256).to(torch.uint8)[..., None, None, None].expand(2, 30, 4, 4, 3)
+        data["pixels"] = frames.clone()
+        data["next", "pixels"] = frames.clone()
+        rb = make_vlm_replay_buffer(100, FramesScorer(), clip_spec=ClipSpec(clip_len=4), batch_size=16,
+                                    generator=torch.Generator().manual_seed(0),
+                                    sampler_kwargs={"threshold": None, "warmup": 0})
+        assert isinstance(rb, TensorDictReplayBuffer)
+        index = rb.extend(data)
+        assert "pixels" not in rb.storage[0].keys() and ("next", "pixels") not in rb.storage[0].keys(True)
+        rb.close()
+        flat = data.reshape(-1)
+        exp = {}
+        trajs = flat["collector", "traj_ids"]
+        for tid in trajs.unique().tolist():
+            rows = torch.nonzero(trajs == tid).flatten()
+            px = flat["pixels"][rows][..., 0, 0, 0].float()
+            for k, row in enumerate(rows.tolist()):
+                exp[row] = px[k : k + 4].max().item() / 255
+        np.testing.assert_allclose(rb.sampler._score[index.numpy()], [exp[i] for i in range(60)], rtol=1e-6)
+        assert rb.sample().shape == (16,)
+        stats = rb.vlm_stats()
+        assert stats["fraction_scored"] == 1.0 and stats["scorer/scored"] == 60
+        assert stats["clip_stream/frames_held"] == 0
+        assert rb.sampler.provenance == {"backend": "test", "model": "max-obs"}
+
+    def test_store_frames(self):
+        data = make_batches(1, 8).reshape(-1)
+        data["pixels"] = torch.zeros(8, 2, 2, 3, dtype=torch.uint8)
+        rb = make_vlm_replay_buffer(16, FramesScorer(), clip_spec=ClipSpec(clip_len=2), store_frames=True)
+        rb.extend(data)
+        rb.close()
+        assert "pixels" in rb.storage[0].keys()
+
+    def test_only_needed_keys_travel(self):
+        # a scorer that does not read frames: the stream holds no frames at all
+        data = make_batches(2, 50).reshape(-1)
+        data["pixels"] = torch.zeros(100, 8, 8, 3, dtype=torch.uint8)
+        with make_vlm_replay_buffer(200, MaxObsScorer(), clip_spec=ClipSpec(clip_len=8)) as rb:
+            rb.extend(data)
+            assert rb.clip_stream.frame_key is None
+        assert rb.sampler.stats()["fraction_scored"] == 1.0

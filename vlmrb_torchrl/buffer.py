@@ -1,0 +1,191 @@
+"""make_vlm_replay_buffer: storage + sampler + clip stream + asynchronous scorer in one call."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data.replay_buffers.storages import Storage
+
+from vlmrb_torchrl.clips import ClipSpec, ClipStream
+from vlmrb_torchrl.sampler import VLMPrioritizedSampler
+from vlmrb_torchrl.transform import VLMScoreTransform
+from vlmrb_torchrl.worker import AsyncScorer
+
+__all__ = ["VLMReplayBuffer", "make_vlm_replay_buffer"]
+
+
+class VLMReplayBuffer(TensorDictReplayBuffer):
+    """A :class:`~torchrl.data.TensorDictReplayBuffer` whose ``extend`` also feeds VLM scoring.
+
+    Built by :func:`make_vlm_replay_buffer`. ``extend(batch)`` flattens a collector batch,
+    stores it (without the frames unless ``store_frames=True``), records the slots'
+    generations, cuts complete clips from the frames with its :class:`ClipStream` and submits
+    them to its :class:`AsyncScorer`; scores land in the sampler when ready. Everything else —
+    ``sample``, ``update_tensordict_priority``, ``state_dict``, ``dumps`` — is TorchRL's.
+    """
+
+    def __init__(
+        self,
+        *,
+        clip_stream: ClipStream,
+        scoring_transform: VLMScoreTransform,
+        async_scorer: AsyncScorer,
+        frame_keys: list[NestedKey],
+        store_frames: bool,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.clip_stream = clip_stream
+        self.scoring_transform = scoring_transform
+        self.async_scorer = async_scorer
+        self._frame_keys = frame_keys
+        self._store_frames = store_frames
+
+    @property
+    def scorer(self):
+        return self.scoring_transform.scorer
+
+    def extend(self, tensordict: TensorDictBase, *, update_priority: bool | None = None) -> torch.Tensor:
+        flat = tensordict.reshape(-1) if tensordict.ndim > 1 else tensordict
+        stored = flat if self._store_frames else flat.exclude(*self._frame_keys)
+        index = super().extend(stored, update_priority=update_priority)
+        self.score_batch(flat, index)
+        return index
+
+    def score_batch(self, batch: TensorDictBase, index: torch.Tensor) -> None:
+        """Feeds a batch already written at ``index`` to the clip stream and the scorer.
+
+        Use it when the data went into the storage some other way (``rb.extend`` does it
+        for you). ``batch`` must still hold the frames and the trajectory ids.
+        """
+        flat = batch.reshape(-1) if batch.ndim > 1 else batch
+        index = torch.as_tensor(index).reshape(-1)
+        generation = self.sampler.generations(index)
+        self.async_scorer.submit(self.clip_stream.push(flat, index, generation))
+
+    def flush_clips(self) -> None:
+        """Emits the pending (padded) clips of unfinished trajectories for scoring."""
+        self.async_scorer.submit(self.clip_stream.flush())
+
+    def vlm_stats(self) -> dict[str, float | int]:
+        """Sampler statistics plus the scorer's, prefixed ``scorer/``."""
+        stats = dict(self.sampler.stats())
+        stats.update({f"scorer/{k}": v for k, v in self.async_scorer.stats().items()})
+        stats["clip_stream/frames_held"] = self.clip_stream.num_frames_held
+        return stats
+
+    def close(self, *, flush: bool = True, timeout: float | None = None) -> None:
+        """Scores the pending tail clips (``flush``), waits for the scorer and stops it."""
+        try:
+            if flush:
+                self.flush_clips()
+        finally:
+            self.async_scorer.close(drain=flush, timeout=timeout)
+
+    def __enter__(self) -> VLMReplayBuffer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            try:
+                self.close(flush=False)
+            except RuntimeError:
+                pass
+
+
+def make_vlm_replay_buffer(
+    capacity: int,
+    scorer,
+    *,
+    clip_spec: ClipSpec | None = None,
+    batch_size: int | None = None,
+    storage: Storage | None = None,
+    frame_key: NestedKey = "pixels",
+    traj_key: NestedKey = ("collector", "traj_ids"),
+    store_frames: bool = False,
+    frame_size: int | tuple[int, int] | None = None,
+    grid: bool = False,
+    backend: Literal["thread", "process"] = "thread",
+    max_pending: int = 4096,
+    scorer_batch_size: int = 32,
+    on_full: Literal["drop_oldest", "block"] = "drop_oldest",
+    generator: torch.Generator | None = None,
+    sampler_kwargs: dict[str, Any] | None = None,
+    **rb_kwargs: Any,
+) -> VLMReplayBuffer:
+    """Builds a VLM-RB replay buffer: storage, sampler, clip stream and async scorer in one call.
+
+    Args:
+        capacity (int): storage size.
+        scorer: a :class:`~vlmrb_torchrl.scorers.Scorer` or a spec string for
+            :func:`~vlmrb_torchrl.scorers.make_scorer` (e.g. ``"oracle:minigrid"``).
+
+    Keyword Args:
+        clip_spec (ClipSpec): clip length, stride, frames sent, score assignment.
+            Defaults to ``ClipSpec()`` (32 steps, stride 1, all frames, ``"start"``).
+        batch_size (int, optional): default ``rb.sample()`` batch size.
+        storage (Storage, optional): defaults to ``LazyTensorStorage(capacity)``.
+        frame_key (NestedKey): the rendered frames in collector batches. Frames are only
+            carried when the scorer needs them (its ``in_keys`` name ``frame_key``).
+        traj_key (NestedKey): trajectory ids, ``("collector", "traj_ids")`` from TorchRL's
+            collectors.
+        store_frames (bool): keep frames in the storage too (for offline re-scoring).
+            Defaults to ``False``: frames live only in the clip stream until scored.
+        frame_size, grid: passed to :class:`VLMScoreTransform`.
+        backend, max_pending, scorer_batch_size, on_full: passed to :class:`AsyncScorer`
+            (``scorer_batch_size`` is its ``batch_size``).
+        generator (torch.Generator, optional): the buffer's random generator (seed it for
+            reproducible sampling).
+        sampler_kwargs (dict, optional): :class:`VLMPrioritizedSampler` arguments
+            (``lambda_max``, ``warmup``, ``td_boost``, ...).
+        **rb_kwargs: other :class:`~torchrl.data.TensorDictReplayBuffer` arguments.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl import ClipSpec, make_vlm_replay_buffer
+        >>> rb = make_vlm_replay_buffer(100, "oracle:minigrid", clip_spec=ClipSpec(clip_len=4),
+        ...                             batch_size=8)
+        >>> batch = TensorDict({"observation": torch.zeros(10, 3),
+        ...                     ("collector", "traj_ids"): torch.zeros(10, dtype=torch.long),
+        ...                     ("next", "done"): torch.arange(10) == 9,
+        ...                     ("next", "progress_event"): torch.arange(10) == 6}, batch_size=[10])
+        >>> index = rb.extend(batch)
+        >>> rb.close()
+        >>> rb.sampler._score[:10].tolist()  # clips starting at 3..6 contain the event
+        [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+        >>> rb.sample().batch_size
+        torch.Size([8])
+    """
+    if isinstance(scorer, str):
+        from vlmrb_torchrl.scorers import make_scorer
+
+        scorer = make_scorer(scorer)
+    clip_spec = clip_spec if clip_spec is not None else ClipSpec()
+    sampler = VLMPrioritizedSampler(capacity, **(sampler_kwargs or {}))
+    sampler.provenance = dict(getattr(scorer, "provenance", {}) or {})
+    scorer_keys = list(getattr(scorer, "in_keys", []))
+    needs_frames = frame_key in scorer_keys
+    transform = VLMScoreTransform(
+        scorer, clip_len=clip_spec.clip_len, in_keys=[frame_key] if needs_frames else [],
+        frames=clip_spec.frames, frame_size=frame_size, grid=grid,
+    )
+    clip_stream = ClipStream(
+        clip_spec, frame_key=frame_key if needs_frames else None, traj_key=traj_key,
+        extra_keys=transform.score_key_list(),
+    )
+    async_scorer = AsyncScorer(transform, sampler, backend=backend, max_pending=max_pending,
+                               batch_size=scorer_batch_size, on_full=on_full)
+    frame_keys = [frame_key, ("next",) + ((frame_key,) if isinstance(frame_key, str) else tuple(frame_key))]
+    return VLMReplayBuffer(
+        clip_stream=clip_stream, scoring_transform=transform, async_scorer=async_scorer,
+        frame_keys=frame_keys, store_frames=store_frames,
+        storage=storage if storage is not None else LazyTensorStorage(capacity),
+        sampler=sampler, batch_size=batch_size, generator=generator, **rb_kwargs,
+    )

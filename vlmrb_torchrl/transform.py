@@ -1,0 +1,264 @@
+"""VLMScoreTransform: render-and-score TensorDict sub-trajectory slices with a frozen VLM."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch import Tensor
+from torchrl.envs.transforms import Transform
+
+from vlmrb_torchrl.clips import ClipSpec
+
+__all__ = ["VLMScoreTransform", "pack_frames"]
+
+_MASK_KEY = "mask"
+
+
+def _resize(frames: Tensor, size: tuple[int, int]) -> Tensor:
+    """Bilinear, antialiased resize of ``[N, H, W, C]`` uint8 frames, without torchvision."""
+    if tuple(frames.shape[-3:-1]) == size:
+        return frames
+    x = frames.permute(0, 3, 1, 2).float()
+    x = F.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)
+    return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def _grid(frames: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Tiles ``[B, T, H, W, C]`` frames into one ``[B, 1, rows*H, cols*W, C]`` image (row-major)."""
+    b, t, h, w, c = frames.shape
+    rows = math.ceil(math.sqrt(t))
+    cols = math.ceil(t / rows)
+    canvas = frames.new_zeros(b, rows * cols, h, w, c)
+    canvas[:, :t] = frames * mask[..., None, None, None].to(frames.dtype)  # padding stays black
+    canvas = canvas.view(b, rows, cols, h, w, c).permute(0, 1, 3, 2, 4, 5)
+    return canvas.reshape(b, 1, rows * h, cols * w, c), mask.any(-1, keepdim=True)
+
+
+def pack_frames(
+    clips: TensorDictBase,
+    *,
+    positions: Tensor,
+    frame_keys: Sequence[NestedKey],
+    frame_size: tuple[int, int] | None = None,
+    grid: bool = False,
+) -> TensorDictBase:
+    """Packs ``[B, L]`` clips into what a scorer receives: ``[B, F]`` (or ``[B, 1]`` with ``grid``).
+
+    Frame keys are subsampled at ``positions`` (and resized / tiled); boolean per-step keys
+    are OR-reduced over the steps each kept position stands for, so an event between two
+    subsampled frames is not lost; other per-step keys are taken at ``positions``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> clips = TensorDict(pixels=torch.zeros(2, 8, 16, 16, 3, dtype=torch.uint8),
+        ...                    mask=torch.ones(2, 8, dtype=torch.bool),
+        ...                    event=torch.arange(8).expand(2, 8) == 2, batch_size=[2, 8])
+        >>> packed = pack_frames(clips, positions=torch.tensor([0, 4, 7]), frame_keys=["pixels"],
+        ...                      frame_size=(8, 8))
+        >>> packed["pixels"].shape, packed["event"].tolist()
+        (torch.Size([2, 3, 8, 8, 3]), [[False, True, False], [False, True, False]])
+    """
+    b, length = clips.batch_size[:2]
+    positions = positions.to(torch.long)
+    # the steps each kept position stands for: (previous position, position]
+    segment_end = positions
+    segment_start = torch.cat([positions.new_full((1,), -1), positions[:-1]])
+    out = {}
+    for key, value in clips.items(include_nested=True, leaves_only=True):
+        if key in frame_keys or (isinstance(key, tuple) and len(key) == 1 and key[0] in frame_keys):
+            continue
+        if value.dtype == torch.bool:
+            cum = torch.cat([value.new_zeros(b, 1, *value.shape[2:], dtype=torch.long),
+                             value.long().cumsum(1)], 1)
+            value = (cum[:, segment_end + 1] - cum[:, segment_start + 1]) > 0
+            if key == _MASK_KEY:  # a kept frame is real if its own step is real
+                value = clips[_MASK_KEY][:, positions]
+        else:
+            value = value[:, positions]
+        out[key] = value
+    mask = out[_MASK_KEY]
+    for key in frame_keys:
+        frames = clips.get(key)
+        if frames.ndim != 5 or frames.shape[-1] not in (1, 3, 4) or frames.dtype != torch.uint8:
+            raise ValueError(
+                f"VLMScoreTransform expects {key!r} as uint8 frames [B, T, H, W, C] with C in "
+                f"(1, 3, 4); got dtype {frames.dtype} and shape {tuple(frames.shape)}."
+            )
+        frames = frames[:, positions]
+        if frame_size is not None:
+            flat = _resize(frames.reshape(-1, *frames.shape[2:]), frame_size)
+            frames = flat.reshape(b, len(positions), *flat.shape[1:])
+        out[key] = frames
+    if grid:
+        packed_mask = None
+        for key in frame_keys:
+            out[key], packed_mask = _grid(out[key], mask)
+        for key in list(out):
+            if key in frame_keys:
+                continue
+            value = out[key]
+            out[key] = value.any(1, keepdim=True) if value.dtype == torch.bool else value[:, -1:]
+        out[_MASK_KEY] = packed_mask
+    return TensorDict(out, batch_size=[b, 1 if grid else len(positions)])
+
+
+class VLMScoreTransform(Transform):
+    """Scores sub-trajectory slices (clips) with a frozen scorer and writes one score per clip.
+
+    ``forward`` takes slices either as ``[B, T]`` or in the flat ``[B*T]`` layout TorchRL's
+    slice samplers return (``T = clip_len``), and returns the same shape with ``out_keys[0]``
+    holding each clip's score broadcast over the clip's records. In between it packs the
+    frames for the scorer: subsampling to ``frames`` evenly spaced positions (as
+    :meth:`ClipSpec.frame_indices`), resizing to ``frame_size`` (bilinear, no torchvision
+    needed) and, with ``grid=True``, tiling them into one image for image-only models.
+    Per-step boolean keys the scorer needs (privileged events) are OR-reduced over the steps
+    each kept frame stands for. ``"mask"`` (False on padded steps) is read from the input when
+    present, else all steps count as real.
+
+    It is what :class:`~vlmrb_torchrl.AsyncScorer` calls on the clips a
+    :class:`~vlmrb_torchrl.ClipStream` emits; it also works as a replay-buffer transform
+    (``rb.append_transform``) over slices, or on an offline dataset.
+
+    .. note::
+        The scorer is kept out of the module tree, so ``rb.state_dict()`` / ``rb.dumps()``
+        do not save a copy of the VLM's weights with every checkpoint.
+
+    Args:
+        scorer: any object with ``score(clips: TensorDict) -> Tensor[B]`` and ``in_keys``
+            (see :class:`vlmrb_torchrl.scorers.Scorer`).
+
+    Keyword Args:
+        clip_len (int): records per clip, ``T``.
+        in_keys (sequence of NestedKey): frame keys. Defaults to ``("pixels",)``.
+        out_keys (sequence of NestedKey): where the score goes. Defaults to ``("vlm_score",)``.
+        frames (int, optional): frames sent to the scorer per clip; ``None`` = all.
+        frame_size (int or (int, int), optional): resize frames to this size; ``None`` keeps them.
+        grid (bool): tile the frames into one image per clip. Defaults to ``False``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl import VLMScoreTransform
+        >>> class Brightness:  # a stand-in scorer: mean pixel value of the last real frame
+        ...     in_keys = ["pixels"]
+        ...     prompt = ""
+        ...     provenance = {"backend": "example"}
+        ...     def score(self, clips):
+        ...         return clips["pixels"][:, -1].float().mean((-1, -2, -3)) / 255
+        >>> t = VLMScoreTransform(Brightness(), clip_len=4, frames=2)
+        >>> px = torch.arange(8, dtype=torch.uint8).mul(30).view(8, 1, 1, 1).expand(8, 2, 2, 3)
+        >>> out = t(TensorDict(pixels=px.clone(), batch_size=[8]))  # two flat clips of 4
+        >>> out.shape, [round(x, 3) for x in out["vlm_score"].tolist()]
+        (torch.Size([8]), [0.353, 0.353, 0.353, 0.353, 0.824, 0.824, 0.824, 0.824])
+    """
+
+    def __init__(
+        self,
+        scorer,
+        *,
+        clip_len: int,
+        in_keys: Sequence[NestedKey] = ("pixels",),
+        out_keys: Sequence[NestedKey] = ("vlm_score",),
+        frames: int | None = None,
+        frame_size: int | tuple[int, int] | None = None,
+        grid: bool = False,
+    ) -> None:
+        if not callable(getattr(scorer, "score", None)):
+            raise TypeError(
+                f"scorer must have a score(clips) method (see vlmrb_torchrl.scorers.Scorer); "
+                f"got {type(scorer).__name__}."
+            )
+        self.spec = ClipSpec(clip_len=clip_len, frames=frames)
+        if isinstance(frame_size, int) and not isinstance(frame_size, bool):
+            frame_size = (frame_size, frame_size)
+        if frame_size is not None and (
+            len(frame_size) != 2 or any(not isinstance(s, int) or s < 1 for s in frame_size)
+        ):
+            raise ValueError(f"frame_size must be an int or (height, width) >= 1, got {frame_size!r}.")
+        if len(out_keys) != 1:
+            raise ValueError(f"VLMScoreTransform writes one score key; got out_keys={out_keys!r}.")
+        super().__init__(in_keys=list(in_keys), out_keys=list(out_keys))
+        self.frame_size = frame_size
+        self.grid = grid
+        self.__dict__["scorer"] = scorer  # not a submodule: see the class note
+
+    @property
+    def positions(self) -> Tensor:
+        return self.spec.frame_indices()
+
+    def score_key_list(self) -> list[NestedKey]:
+        """Keys the scorer needs besides frames and the mask (carried per step by clips)."""
+        frame_keys = set(self.in_keys)
+        return [k for k in getattr(self.scorer, "in_keys", []) if k not in frame_keys and k != _MASK_KEY]
+
+    def score_clips(self, clips: TensorDictBase) -> Tensor:
+        """Scores ``[B, clip_len]`` clips; returns float32 ``[B]`` in [0, 1]."""
+        if clips.batch_dims < 2 or clips.batch_size[1] != self.spec.clip_len:
+            raise ValueError(
+                f"score_clips expects clips with batch [B, {self.spec.clip_len}]; got {tuple(clips.batch_size)}."
+            )
+        needed = list(self.in_keys) + self.score_key_list()
+        present = set(clips.keys(include_nested=True, leaves_only=True))
+        missing = [k for k in needed if k not in present and (k,) not in present]
+        if missing:
+            raise KeyError(
+                f"VLMScoreTransform needs {missing} in its input; found {sorted(map(str, present))}. "
+                "Render frames at collection time (e.g. make_minigrid_env(render=True)) or pass in_keys=."
+            )
+        selected = clips.select(*needed)
+        if _MASK_KEY not in present:
+            selected[_MASK_KEY] = torch.ones(clips.batch_size[:2], dtype=torch.bool, device=clips.device)
+        else:
+            selected[_MASK_KEY] = clips[_MASK_KEY].to(torch.bool)
+        if clips.batch_dims > 2:
+            raise ValueError(f"clips must have batch [B, T]; got {tuple(clips.batch_size)}.")
+        packed = pack_frames(selected, positions=self.positions, frame_keys=self.in_keys,
+                             frame_size=self.frame_size, grid=self.grid)
+        scores = torch.as_tensor(self.scorer.score(packed))
+        if scores.shape != (clips.batch_size[0],):
+            raise ValueError(
+                f"{type(self.scorer).__name__}.score returned shape {tuple(scores.shape)}; "
+                f"expected ({clips.batch_size[0]},): one score per clip."
+            )
+        scores = scores.to(torch.float32)
+        if not torch.isfinite(scores).all() or scores.min() < 0 or scores.max() > 1:
+            raise ValueError(f"{type(self.scorer).__name__}.score must return finite values in [0, 1].")
+        return scores
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        shape = tensordict.shape
+        length = self.spec.clip_len
+        if len(shape) == 1:
+            if shape[0] % length:
+                raise ValueError(
+                    f"A flat batch of {shape[0]} records is not a whole number of clips of "
+                    f"clip_len={length}: sample with SliceSampler(slice_len={length})."
+                )
+            clips = tensordict.reshape(-1, length)
+        elif len(shape) == 2 and shape[1] == length:
+            clips = tensordict
+        else:
+            raise ValueError(f"VLMScoreTransform expects [B*{length}] or [B, {length}] input; got {tuple(shape)}.")
+        scores = self.score_clips(clips)
+        tensordict.set(self.out_keys[0], scores[:, None].expand(clips.shape).reshape(shape).clone())
+        return tensordict
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        raise RuntimeError(
+            "VLMScoreTransform scores clips of several steps: use it on replay-buffer slices or "
+            "with AsyncScorer, not inside an environment's step."
+        )
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict  # rb.extend passes data through untouched
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(scorer={type(self.scorer).__name__}, clip_len={self.spec.clip_len}, "
+                f"frames={self.spec.frames}, frame_size={self.frame_size}, grid={self.grid}, "
+                f"in_keys={self.in_keys}, out_keys={self.out_keys})")
