@@ -1,0 +1,436 @@
+"""Tests for vlmrb_torchrl.envs.minigrid (MiniGridEnv / make_minigrid_env)."""
+
+from __future__ import annotations
+
+import collections
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("minigrid")
+pytest.importorskip("gymnasium")
+
+import gymnasium  # noqa: E402
+from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX  # noqa: E402
+from minigrid.minigrid_env import MiniGridEnv as RawMiniGridEnv  # noqa: E402
+from torchrl.collectors import Collector  # noqa: E402
+from torchrl.envs import ParallelEnv, SerialEnv  # noqa: E402
+from torchrl.envs.utils import check_env_specs, step_mdp  # noqa: E402
+
+import vlmrb_torchrl.envs.minigrid as minigrid_module  # noqa: E402
+from vlmrb_torchrl.envs import MINIGRID_EVENT_KEYS, MiniGridEnv, make_minigrid_env  # noqa: E402
+
+DOORKEY = "MiniGrid-DoorKey-5x5-v0"
+LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = range(6)
+EVENT_KEYS = ("key_picked_up", "door_opened", "goal_reached", "success")
+
+
+# ---------------------------------------------------------------------------------- helpers
+def reference_observation(menv) -> np.ndarray:
+    """One-hot of MiniGrid's own gen_obs(), written as a plain loop (independent of the env code)."""
+    obs = RawMiniGridEnv.gen_obs(menv)  # the stock implementation, whatever the instance uses
+    image, direction = obs["image"], obs["direction"]
+    n_obj, n_col, n_state = len(OBJECT_TO_IDX), len(COLOR_TO_IDX), len(STATE_TO_IDX)
+    per_cell = n_obj + n_col + n_state
+    v = image.shape[0]
+    out = np.zeros(v * v * per_cell + 4, dtype=np.float32)
+    for i in range(v):
+        for j in range(v):
+            base = (i * v + j) * per_cell
+            obj, col, state = (int(x) for x in image[i, j])
+            out[base + obj] = 1
+            out[base + n_obj + col] = 1
+            out[base + n_obj + n_col + state] = 1
+    out[v * v * per_cell + direction] = 1
+    return out
+
+
+def find_cells(menv, obj_type: str) -> list[tuple[int, int]]:
+    grid = menv.grid
+    return [
+        (i, j)
+        for j in range(grid.height)
+        for i in range(grid.width)
+        if grid.get(i, j) is not None and grid.get(i, j).type == obj_type
+    ]
+
+
+_DIRS = [(1, 0), (0, 1), (-1, 0), (0, -1)]
+
+
+def plan(menv, *, face=None, reach=None) -> list[int]:
+    """BFS over (x, y, dir) with left/right/forward: actions to face ``face`` or stand on ``reach``.
+
+    Walks over empty cells and overlappable objects (open doors, goals, floor), never lava.
+    """
+
+    def passable(x, y):
+        cell = menv.grid.get(x, y)
+        return cell is None or (cell.can_overlap() and cell.type != "lava")
+
+    def done(state):
+        x, y, d = state
+        if reach is not None:
+            return (x, y) == tuple(reach)
+        dx, dy = _DIRS[d]
+        return (x + dx, y + dy) == tuple(face)
+
+    start = (int(menv.agent_pos[0]), int(menv.agent_pos[1]), int(menv.agent_dir))
+    parents = {start: None}
+    queue = collections.deque([start])
+    while queue:
+        state = queue.popleft()
+        if done(state):
+            actions = []
+            while parents[state] is not None:
+                state, action = parents[state]
+                actions.append(action)
+            return actions[::-1]
+        x, y, d = state
+        dx, dy = _DIRS[d]
+        successors = [((x, y, (d - 1) % 4), LEFT), ((x, y, (d + 1) % 4), RIGHT)]
+        if passable(x + dx, y + dy) or (reach is not None and (x + dx, y + dy) == tuple(reach)):
+            successors.append(((x + dx, y + dy, d), FORWARD))
+        for nxt, action in successors:
+            if nxt not in parents:
+                parents[nxt] = (state, action)
+                queue.append(nxt)
+    raise AssertionError(f"no path to face={face} reach={reach}")
+
+
+def scripted_doorkey_episode(seed: int = 0, *, loops: bool = True, render: bool = True):
+    """Solves DoorKey-5x5 with a planner; with ``loops``, also drops/re-picks the key and
+    closes/reopens the door. Returns (stacked step TensorDicts, actions, event indices)."""
+    env = make_minigrid_env(DOORKEY, seed=seed, render=render)
+    td = env.reset()
+    menv = env.unwrapped
+    (key_pos,) = find_cells(menv, "key")
+    (door_pos,) = find_cells(menv, "door")
+    (goal_pos,) = find_cells(menv, "goal")
+    steps, actions, expected = [], [], {k: [] for k in EVENT_KEYS}
+
+    def run(seq):
+        nonlocal td
+        for a in seq:
+            out = env.step(step_input(td, a))
+            steps.append(out)
+            actions.append(a)
+            td = step_mdp(out)
+
+    run(plan(menv, face=key_pos) + [PICKUP])
+    expected["key_picked_up"].append(len(actions) - 1)
+    if loops:
+        run([DROP, PICKUP])  # same key again: must not fire
+    run(plan(menv, face=door_pos) + [TOGGLE])
+    expected["door_opened"].append(len(actions) - 1)
+    if loops:
+        run([TOGGLE, TOGGLE])  # close and reopen: must not fire
+    run(plan(menv, reach=goal_pos))
+    expected["goal_reached"].append(len(actions) - 1)
+    expected["success"].append(len(actions) - 1)
+    env.close()
+    return torch.stack(steps), actions, expected
+
+
+# ------------------------------------------------------------------------------------ tests
+class TestMiniGridEnv:
+    # construction errors ---------------------------------------------------------------
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"env_id": "MiniGrid-NoSuchEnv-v0"}, ValueError, "could not make env_id='MiniGrid-NoSuchEnv-v0'"),
+            ({"env_id": "CartPole-v1"}, ValueError, "needs a MiniGrid env id"),
+            ({"frame_size": 0}, ValueError, "frame_size must be an int >= 1"),
+            ({"max_episode_steps": 0}, ValueError, "max_episode_steps must be None or an int >= 1"),
+        ],
+    )
+    def test_construction_errors(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            make_minigrid_env(**kwargs)
+
+    def test_missing_minigrid_raises_import_error(self, monkeypatch):
+        monkeypatch.setattr(minigrid_module, "_has_minigrid", False)
+        with pytest.raises(ImportError, match=r"pip install 'vlmrb-torchrl\[minigrid\]'"):
+            make_minigrid_env()
+
+    # specs -------------------------------------------------------------------------------
+    @pytest.mark.parametrize("render", [True, False])
+    def test_specs(self, render):
+        env = make_minigrid_env(DOORKEY, seed=0, render=render)
+        check_env_specs(env)
+        obs_spec = env.observation_spec
+        assert obs_spec["observation"].shape == (7 * 7 * 20 + 4,)
+        assert obs_spec["observation"].dtype == torch.float32
+        assert ("pixels" in obs_spec.keys()) is render
+        if render:
+            assert obs_spec["pixels"].shape == (60, 60, 3) and obs_spec["pixels"].dtype == torch.uint8
+        for key in MINIGRID_EVENT_KEYS:
+            assert obs_spec[key].shape == (1,) and obs_spec[key].dtype == torch.bool
+        assert env.action_spec.n == 7 and env.action_spec.shape == () and env.action_spec.dtype == torch.int64
+        assert env.action_names == ["left", "right", "forward", "pickup", "drop", "toggle", "done"]
+        assert env.reward_spec.shape == (1,) and env.reward_spec.dtype == torch.float32
+        assert set(env.done_keys) == {"done", "terminated", "truncated"}
+        td = env.reset()
+        assert td["observation"].sum() == 7 * 7 * 3 + 1  # one-hot: 3 ones per cell + direction
+        for key in MINIGRID_EVENT_KEYS:
+            assert not td[key].any()
+        assert env.mission == "use the key to open the door and then get to the goal"
+
+    def test_factory_builds_the_class(self):
+        env = make_minigrid_env(DOORKEY, seed=0, render=False, max_episode_steps=9)
+        direct = MiniGridEnv(DOORKEY, seed=0, render=False, max_episode_steps=9)
+        assert type(env) is MiniGridEnv and env.max_episode_steps == 9
+        assert (env.reset() == direct.reset()).all()
+
+    @pytest.mark.parametrize(
+        "env_id, env_kwargs, frame_shape, obs_dim",
+        [
+            ("MiniGrid-DoorKey-8x8-v0", None, (64, 64, 3), 984),
+            ("MiniGrid-DoorKey-16x16-v0", None, (64, 64, 3), 984),
+            ("MiniGrid-KeyCorridorS3R1-v0", None, (27, 63, 3), 984),  # 7x3 grid, tile 9
+            ("MiniGrid-Empty-5x5-v0", {"agent_view_size": 5}, (60, 60, 3), 5 * 5 * 20 + 4),
+        ],
+    )
+    def test_shapes_other_ids(self, env_id, env_kwargs, frame_shape, obs_dim):
+        env = make_minigrid_env(env_id, seed=0, env_kwargs=env_kwargs)
+        td = env.rollout(3)
+        assert td["next", "pixels"].shape == (3, *frame_shape)
+        assert td["next", "observation"].shape == (3, obs_dim)
+
+    # observation -------------------------------------------------------------------------
+    @pytest.mark.parametrize(
+        "env_id, env_kwargs, fast_obs",
+        [
+            (DOORKEY, None, True),
+            (DOORKEY, None, False),
+            ("MiniGrid-DoorKey-8x8-v0", None, True),
+            ("MiniGrid-MultiRoom-N2-S4-v0", None, True),
+            ("MiniGrid-KeyCorridorS3R1-v0", None, True),
+            ("MiniGrid-Empty-8x8-v0", None, True),  # see_through_walls=True
+            ("MiniGrid-LavaGapS5-v0", {"agent_view_size": 3}, True),
+        ],
+    )
+    def test_observation_matches_gen_obs(self, env_id, env_kwargs, fast_obs):
+        env = make_minigrid_env(env_id, seed=1, render=False, env_kwargs=env_kwargs, fast_obs=fast_obs)
+        assert env.fast_obs is fast_obs
+        rng = np.random.default_rng(0)
+        td = env.reset()
+        np.testing.assert_array_equal(td["observation"].numpy(), reference_observation(env.unwrapped))
+        for _ in range(300):
+            # mostly forward/turns so the agent explores; pickups/toggles change the grid
+            action = int(rng.choice([LEFT, RIGHT, FORWARD, FORWARD, PICKUP, DROP, TOGGLE]))
+            td = env.step(step_input(td, action))["next"]
+            np.testing.assert_array_equal(td["observation"].numpy(), reference_observation(env.unwrapped))
+            if td["done"].item():
+                td = env.reset()
+                np.testing.assert_array_equal(td["observation"].numpy(), reference_observation(env.unwrapped))
+
+    # pixels ------------------------------------------------------------------------------
+    @pytest.mark.parametrize(
+        "env_id", [DOORKEY, "MiniGrid-DoorKey-8x8-v0", "MiniGrid-KeyCorridorS3R1-v0", "MiniGrid-MultiRoom-N2-S4-v0"]
+    )
+    def test_pixels_match_minigrid_render(self, env_id):
+        env = make_minigrid_env(env_id, seed=2)
+        menv = env.unwrapped
+        rng = np.random.default_rng(1)
+        td = env.reset()
+        for _ in range(150):
+            out = env.step(step_input(td, int(rng.choice([LEFT, RIGHT, FORWARD, FORWARD, PICKUP, TOGGLE]))))
+            if out["next", "done"]:
+                td = env.reset()
+                continue
+            expected = menv.get_frame(highlight=False, tile_size=env.tile_size)
+            np.testing.assert_array_equal(out["next", "pixels"].numpy(), expected)
+            td = out["next"]
+
+    def test_pixels_change_when_agent_moves(self):
+        env = make_minigrid_env("MiniGrid-Empty-5x5-v0", seed=0)
+        td = env.reset()
+        menv = env.unwrapped
+        before = td["pixels"].clone()
+        assert before.dtype == torch.uint8 and before.shape == (60, 60, 3)
+        actions = plan(menv, reach=_free_neighbour(menv))
+        pos0 = tuple(menv.agent_pos)
+        for a in actions:
+            td = env.step(step_input(td, a))["next"]
+        assert tuple(menv.agent_pos) != pos0
+        assert not torch.equal(td["pixels"], before)
+        # turning in place also changes the frame (agent triangle)
+        out = env.step(step_input(td, LEFT))
+        assert not torch.equal(out["next", "pixels"], td["pixels"])
+
+    # determinism -------------------------------------------------------------------------
+    def test_seed_is_deterministic(self):
+        actions = torch.randint(0, 6, (200,), generator=torch.Generator().manual_seed(0))
+        runs = []
+        for _ in range(2):
+            env = make_minigrid_env("MiniGrid-DoorKey-8x8-v0", seed=7)
+            td = env.reset()
+            frames = []
+            for a in actions:
+                out, td = env.step_and_maybe_reset(step_input(td, int(a)))
+                frames.append(out["next"].select("observation", "pixels", "reward", "done"))
+            runs.append(torch.stack(frames))
+        assert (runs[0] == runs[1]).all()
+
+    def test_seed_reproduces_gymnasium_reset(self):
+        env = make_minigrid_env("MiniGrid-DoorKey-8x8-v0", seed=3)
+        env.reset()
+        ref = gymnasium.make("MiniGrid-DoorKey-8x8-v0")
+        ref.reset(seed=3)
+        np.testing.assert_array_equal(env.unwrapped.grid.encode(), ref.unwrapped.grid.encode())
+        assert tuple(env.unwrapped.agent_pos) == tuple(ref.unwrapped.agent_pos)
+        # set_seed applies at the next reset; different seeds give different layouts
+        layouts = set()
+        for seed in range(6):
+            env.set_seed(seed)
+            env.reset()
+            layouts.add(env.unwrapped.grid.encode().tobytes() + bytes(env.unwrapped.agent_pos))
+        assert len(layouts) > 1
+        env.set_seed(3)
+        env.reset()
+        np.testing.assert_array_equal(env.unwrapped.grid.encode(), ref.unwrapped.grid.encode())
+
+    # time limits -------------------------------------------------------------------------
+    def test_max_episode_steps_truncates(self):
+        env = make_minigrid_env(DOORKEY, seed=0, render=False, max_episode_steps=5)
+        td = env.rollout(12, policy=lambda td: td.set("action", torch.tensor(LEFT)), break_when_any_done=False)
+        nxt = td["next"]
+        assert nxt["truncated"].squeeze(-1).tolist() == [False] * 4 + [True] + [False] * 4 + [True] + [False] * 2
+        assert not nxt["terminated"].any()
+        assert (nxt["done"] == nxt["truncated"]).all()
+
+    def test_minigrid_max_steps_reported_as_truncated(self):
+        env = make_minigrid_env(DOORKEY, seed=0, render=False, env_kwargs={"max_steps": 3})
+        td = env.rollout(10, policy=lambda td: td.set("action", torch.tensor(RIGHT)))
+        assert td.shape == (3,)
+        assert td["next", "truncated"][-1].item() and not td["next", "terminated"].any()
+
+    # events ------------------------------------------------------------------------------
+    @pytest.mark.parametrize("seed", [0, 1, 2])
+    @pytest.mark.parametrize("loops", [False, True])
+    def test_doorkey_events_fire_once(self, seed, loops):
+        steps, actions, expected = scripted_doorkey_episode(seed, loops=loops, render=False)
+        nxt = steps["next"]
+        n = len(actions)
+        for key in EVENT_KEYS:
+            fired = nxt[key].squeeze(-1).nonzero().flatten().tolist()
+            assert fired == expected[key], (key, actions)
+        progress = sorted(set(sum(expected.values(), [])))
+        assert nxt["progress_event"].squeeze(-1).nonzero().flatten().tolist() == progress
+        assert len(progress) == 3
+        assert nxt["terminated"].squeeze(-1).nonzero().flatten().tolist() == [n - 1]
+        assert not nxt["truncated"].any()
+        assert nxt["reward"][-1].item() > 0 and (nxt["reward"][:-1] == 0).all()
+        if loops:
+            assert actions[expected["key_picked_up"][0] + 1 : expected["key_picked_up"][0] + 3] == [DROP, PICKUP]
+            assert actions[expected["door_opened"][0] + 1 : expected["door_opened"][0] + 3] == [TOGGLE, TOGGLE]
+
+    def test_events_reset_with_episode(self):
+        env = make_minigrid_env(DOORKEY, seed=0, render=False)
+        counts = []
+        for _ in range(2):
+            td = env.reset()
+            menv = env.unwrapped
+            (key_pos,) = find_cells(menv, "key")
+            fired = 0
+            for a in plan(menv, face=key_pos) + [PICKUP]:
+                td = env.step(step_input(td, a))["next"]
+                fired += int(td["key_picked_up"].item())
+            counts.append(fired)
+        assert counts == [1, 1]
+
+    def test_empty_env_goal_only(self):
+        env = make_minigrid_env("MiniGrid-Empty-5x5-v0", seed=0, render=False)
+        td = env.reset()
+        (goal_pos,) = find_cells(env.unwrapped, "goal")
+        outs = []
+        for a in plan(env.unwrapped, reach=goal_pos):
+            out = env.step(step_input(td, a))
+            outs.append(out)
+            td = step_mdp(out)
+        nxt = torch.stack(outs)["next"]
+        assert not nxt["key_picked_up"].any() and not nxt["door_opened"].any()
+        last = len(outs) - 1
+        for key in ("goal_reached", "success", "progress_event", "terminated"):
+            assert nxt[key].squeeze(-1).nonzero().flatten().tolist() == [last], key
+
+    def test_lava_terminates_without_success(self):
+        env = make_minigrid_env("MiniGrid-LavaGapS5-v0", seed=0, render=False)
+        td = env.reset()
+        lava = find_cells(env.unwrapped, "lava")[0]
+        for a in plan(env.unwrapped, face=lava) + [FORWARD]:
+            out = env.step(step_input(td, a))
+            td = out["next"]
+        assert td["terminated"].item() and td["done"].item()
+        assert not td["success"].item() and not td["progress_event"].item() and td["reward"].item() == 0
+
+    # batched envs and collectors -------------------------------------------------------------
+    def test_serial_env_and_dqn_modules(self):
+        from torchrl.modules import MLP, QValueActor
+        from torchrl.objectives import DQNLoss
+
+        env = SerialEnv(2, partial(make_minigrid_env, DOORKEY, render=False))
+        env.set_seed(0)
+        assert env.mission == ["use the key to open the door and then get to the goal"] * 2
+        qnet = MLP(in_features=984, out_features=7, num_cells=[16])
+        actor = QValueActor(qnet, in_keys=["observation"], spec=env.action_spec_unbatched)
+        data = env.rollout(20, actor, break_when_any_done=False)
+        assert data["action"].shape == (2, 20) and data["action"].dtype == torch.int64
+        loss = DQNLoss(actor, action_space=env.action_spec_unbatched, delay_value=False)
+        loss.make_value_estimator(gamma=0.99)
+        value = loss(data.reshape(-1))["loss"]
+        assert torch.isfinite(value)
+        env.close()
+
+    def test_parallel_env_collector(self):
+        env = ParallelEnv(2, partial(make_minigrid_env, DOORKEY, render=True))
+        env.set_seed(0)
+        assert list(env.mission) == ["use the key to open the door and then get to the goal"] * 2
+        collector = Collector(env, None, frames_per_batch=200, total_frames=400)
+        batches = list(collector)
+        collector.shutdown()
+        assert len(batches) == 2
+        batch = batches[-1]
+        assert batch.batch_size == (2, 100)
+        assert batch["next", "pixels"].shape == (2, 100, 60, 60, 3) and batch["next", "pixels"].dtype == torch.uint8
+        assert batch["next", "observation"].shape == (2, 100, 984)
+        assert batch["collector", "traj_ids"].shape == (2, 100)
+        for key in MINIGRID_EVENT_KEYS:
+            assert batch["next", key].shape == (2, 100, 1) and batch["next", key].dtype == torch.bool
+        # progress_event is the OR of the other flags
+        others = torch.stack([batch["next", k] for k in EVENT_KEYS]).any(0)
+        assert (batch["next", "progress_event"] == others).all()
+
+    def test_single_env_collector(self):
+        collector = Collector(
+            partial(make_minigrid_env, "MiniGrid-Empty-5x5-v0", seed=0), None, frames_per_batch=100, total_frames=300
+        )
+        n = 0
+        for batch in collector:
+            assert batch.batch_size == (100,)
+            assert batch["next", "pixels"].shape == (100, 60, 60, 3)
+            n += batch.numel()
+        collector.shutdown()
+        assert n == 300
+
+
+# ------------------------------------------------------------------------------ small utils
+def step_input(td, action: int):
+    td = td.clone(False)
+    td["action"] = torch.tensor(action)
+    return td
+
+
+def _free_neighbour(menv):
+    x, y = int(menv.agent_pos[0]), int(menv.agent_pos[1])
+    for dx, dy in _DIRS:
+        if menv.grid.get(x + dx, y + dy) is None:
+            return (x + dx, y + dy)
+    raise AssertionError("agent is boxed in")
+
+
+if __name__ == "__main__":
+    pytest.main([__file__, "-q"])

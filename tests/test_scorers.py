@@ -1,0 +1,554 @@
+"""Tests for vlmrb_torchrl.scorers: protocol, validation, registry, oracle and noisy scorers."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from vlmrb_torchrl.scorers import (
+    CallableScorer,
+    NoisyScorer,
+    OracleScorer,
+    Scorer,
+    check_clips,
+    make_scorer,
+    prompt_hash,
+    register_scorer,
+    registered_scorer_forms,
+    validate_scores,
+)
+from vlmrb_torchrl.scorers import base as scorers_base
+
+_has_minigrid = importlib.util.find_spec("minigrid") is not None and importlib.util.find_spec("gymnasium") is not None
+
+B, T = 5, 4
+
+
+def make_clips(batch: int = B, steps: int = T, *, events=None, mask=None) -> TensorDict:
+    """Tiny clips whose pixel values encode the clip index (clip b is filled with b * 10)."""
+    pixels = (torch.arange(batch, dtype=torch.uint8) * 10).view(batch, 1, 1, 1, 1).expand(batch, steps, 6, 6, 3)
+    if events is None:
+        events = torch.zeros(batch, steps, dtype=torch.bool)
+        events[::2, -1] = True
+    if mask is None:
+        mask = torch.ones(batch, steps, dtype=torch.bool)
+    return TensorDict(
+        {
+            "pixels": pixels.contiguous(),
+            "mask": mask,
+            ("next", "progress_event"): events.unsqueeze(-1),
+            "success": events,
+        },
+        batch_size=[batch, steps],
+    )
+
+
+@pytest.fixture
+def tiny_clips():
+    return make_clips()
+
+
+@pytest.fixture
+def clean_registry():
+    before = dict(scorers_base._REGISTRY)
+    yield
+    scorers_base._REGISTRY.clear()
+    scorers_base._REGISTRY.update(before)
+
+
+def mean_pixel_score(clips):
+    """Module-level score function for python: specs."""
+    return clips["pixels"].float().mean(dim=(1, 2, 3, 4)) / 255
+
+
+def mean_pixel_factory(prompt: str = "factory"):
+    return CallableScorer(mean_pixel_score, prompt=prompt, name="from_factory")
+
+
+class HalfScorer:
+    def __init__(self, value: float = 0.5):
+        self.prompt = "half"
+        self.in_keys = ["mask"]
+        self.provenance = {"backend": "test", "prompt_hash": prompt_hash(self.prompt)}
+        self.value = value
+
+    def score(self, clips):
+        return torch.full((clips.batch_size[0],), self.value)
+
+
+HALF_SCORER = HalfScorer(0.25)
+
+
+# ------------------------------------------------------------------------------ contract
+class ScorerContract:
+    """Behaviour every scorer must have; subclasses provide make_scorer()."""
+
+    def make_scorer(self) -> Scorer:
+        raise NotImplementedError
+
+    def test_is_scorer(self):
+        scorer = self.make_scorer()
+        assert isinstance(scorer, Scorer)
+        assert isinstance(scorer.prompt, str)
+        assert isinstance(scorer.in_keys, list) and scorer.in_keys
+        assert isinstance(scorer.provenance, dict)
+        assert "backend" in scorer.provenance and "prompt_hash" in scorer.provenance
+
+    def test_scores_shape_dtype_range(self, tiny_clips):
+        s = self.make_scorer().score(tiny_clips)
+        assert s.shape == tiny_clips.shape[:1] and s.dtype == torch.float32
+        assert ((s >= 0) & (s <= 1)).all()
+
+    def test_missing_key_raises(self, tiny_clips):
+        scorer = self.make_scorer()
+        key = scorer.in_keys[0]
+        with pytest.raises(KeyError, match="needs"):
+            scorer.score(tiny_clips.exclude(key))
+
+    def test_flat_clips_rejected(self, tiny_clips):
+        with pytest.raises(ValueError, match=r"batch size \[B, T\]"):
+            self.make_scorer().score(tiny_clips.reshape(-1))
+
+    def test_threads(self, tiny_clips):
+        scorer = self.make_scorer()
+        results, errors = [], []
+
+        def work():
+            try:
+                for _ in range(20):
+                    results.append(scorer.score(tiny_clips))
+            except Exception as err:  # noqa: BLE001 - reported below
+                errors.append(err)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len(results) == 80 and all(r.shape == (B,) for r in results)
+
+
+# ---------------------------------------------------------------------------- helpers
+class TestHelpers:
+    def test_prompt_hash(self):
+        h = prompt_hash("Does this clip show the agent opening the door?")
+        assert len(h) == 16 and int(h, 16) >= 0
+        assert h == prompt_hash("Does this clip show the agent opening the door?")
+        assert h != prompt_hash("Does this clip show the agent opening the door")
+        with pytest.raises(TypeError, match="str"):
+            prompt_hash(3)
+
+    @pytest.mark.parametrize(
+        "scores, expected",
+        [
+            ([0, 1, 0.5], [0.0, 1.0, 0.5]),
+            (np.array([0.25, 0.75, 1.0]), [0.25, 0.75, 1.0]),
+            (torch.tensor([True, False, True]), [1.0, 0.0, 1.0]),
+            (torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64), [0.5, 0.5, 0.5]),
+        ],
+    )
+    def test_validate_scores_accepts(self, scores, expected):
+        out = validate_scores(scores, 3)
+        assert out.dtype == torch.float32 and out.tolist() == expected
+
+    @pytest.mark.parametrize(
+        "scores, error, match",
+        [
+            (torch.zeros(3, 1), ValueError, r"shape \[3, 1\]; expected one score per clip, shape \[B\]=\[3\]"),
+            (torch.zeros(4), ValueError, r"shape \[4\]"),
+            (torch.tensor(0.5), ValueError, r"shape \[\]"),
+            (torch.tensor([0.1, float("nan"), 0.2]), ValueError, r"non-finite scores .* indices \[1\]"),
+            (torch.tensor([0.1, 0.2, float("inf")]), ValueError, r"non-finite scores .* indices \[2\]"),
+            (torch.tensor([0.1, 1.2, 0.2]), ValueError, r"outside \[0, 1\] \(min=0.1, max=1.2\)"),
+            (torch.tensor([-0.5, 0.0, 0.2]), ValueError, r"outside \[0, 1\] \(min=-0.5"),
+            (["a", "b", "c"], TypeError, "must return a float tensor"),
+            (torch.zeros(3, dtype=torch.complex64), TypeError, "real-valued"),
+        ],
+    )
+    def test_validate_scores_rejects(self, scores, error, match):
+        with pytest.raises(error, match=match):
+            validate_scores(scores, 3, scorer="my_scorer")
+        with pytest.raises(error, match="^my_scorer"):
+            validate_scores(scores, 3, scorer="my_scorer")
+
+    def test_validate_scores_batch_from_clips(self, tiny_clips):
+        assert validate_scores(torch.zeros(B), tiny_clips).shape == (B,)
+        with pytest.raises(ValueError, match=rf"\[B\]=\[{B}\]"):
+            validate_scores(torch.zeros(B + 1), tiny_clips)
+
+    def test_check_clips(self, tiny_clips):
+        assert check_clips(tiny_clips, ["pixels", ("next", "progress_event")]) == B
+        with pytest.raises(TypeError, match="TensorDict"):
+            check_clips({"pixels": torch.zeros(1)}, ["pixels"], scorer="S")
+        with pytest.raises(KeyError, match=r"S needs \['depth'\] in its clips; found \[.*'mask'.*\]"):
+            check_clips(tiny_clips, ["depth"], scorer="S")
+
+
+# ------------------------------------------------------------------------------- oracle
+class TestOracleScorer(ScorerContract):
+    def make_scorer(self):
+        return OracleScorer()
+
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"events_key": 3}, TypeError, "events_key must be a str or a tuple of str"),
+            ({"mask_key": ("a", 1)}, TypeError, "mask_key must be a str or a tuple of str"),
+            ({"prompt": None}, TypeError, "prompt must be a str"),
+        ],
+    )
+    def test_construction_errors(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            OracleScorer(**kwargs)
+
+    def test_in_keys_and_provenance(self):
+        scorer = OracleScorer("success", prompt="p")
+        assert scorer.in_keys == ["success", "mask"]
+        assert scorer.provenance == {
+            "backend": "oracle",
+            "events_key": "success",
+            "prompt_hash": prompt_hash("p"),
+            "dtype": "bool",
+        }
+
+    def test_scores_events(self):
+        events = torch.zeros(4, 3, dtype=torch.bool)
+        events[0, 0] = True  # first step
+        events[1, 2] = True  # last step
+        events[3, 1] = events[3, 2] = True  # two events: still 1.0
+        clips = make_clips(4, 3, events=events)
+        assert OracleScorer().score(clips).tolist() == [1.0, 1.0, 0.0, 1.0]
+        assert OracleScorer("success").score(clips).tolist() == [1.0, 1.0, 0.0, 1.0]
+
+    def test_padded_steps_ignored(self):
+        events = torch.tensor([[0, 0, 1], [0, 1, 1], [1, 0, 0], [0, 0, 1]], dtype=torch.bool)
+        mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.bool)
+        clips = make_clips(4, 3, events=events, mask=mask)
+        # clip 0: event only on padding; clip 1: only on padding; clip 2: on a real step
+        assert OracleScorer().score(clips).tolist() == [0.0, 0.0, 1.0, 1.0]
+
+    def test_integer_events_and_trailing_dims(self):
+        events = torch.tensor([[0, 2], [0, 0]], dtype=torch.int64).view(2, 2, 1, 1).expand(2, 2, 1, 3)
+        clips = TensorDict(ev=events, mask=torch.ones(2, 2, dtype=torch.bool), batch_size=[2, 2])
+        assert OracleScorer("ev").score(clips).tolist() == [1.0, 0.0]
+
+    def test_bad_shapes(self):
+        clips = TensorDict(ev=torch.zeros(2, 3), mask=torch.ones(2, 3, 1, dtype=torch.bool), batch_size=[2, 3])
+        with pytest.raises(ValueError, match=r"'mask' of shape \[B, T\]=\[2, 3\], got \[2, 3\] and \[2, 3, 1\]"):
+            OracleScorer("ev").score(clips)
+
+    @pytest.mark.skipif(not _has_minigrid, reason="needs minigrid")
+    @pytest.mark.parametrize("clip_len", [1, 4, 8])
+    def test_scripted_minigrid_episode(self, clip_len):
+        steps, actions, expected = _scripted_doorkey_episode()(0, loops=True, render=True)
+        n = len(actions)
+        event_steps = sorted({i for idx in expected.values() for i in idx})
+        clips = _windows(steps, clip_len)
+        assert clips.batch_size == (n, clip_len)
+        scores = OracleScorer().score(clips)
+        want = [float(any(i <= e < i + clip_len for e in event_steps)) for i in range(n)]
+        assert scores.tolist() == want
+        assert sum(want) == 3 if clip_len == 1 else 3 < sum(want) <= n
+        # the registered spec reads the same key
+        assert make_scorer("oracle:minigrid").score(clips).tolist() == want
+        # success only: just the windows that contain the final step
+        success = OracleScorer(("next", "success")).score(clips).tolist()
+        assert success == [float(i + clip_len > n - 1) for i in range(n)]
+
+
+def _scripted_doorkey_episode():
+    try:
+        from test_minigrid_env import scripted_doorkey_episode
+    except ImportError:  # tests/ imported as a package
+        from tests.test_minigrid_env import scripted_doorkey_episode
+    return scripted_doorkey_episode
+
+
+def _windows(steps: TensorDict, clip_len: int) -> TensorDict:
+    """Clips starting at every step (stride 1); the tail is padded with the last step, mask False."""
+    n = steps.shape[0]
+    start = torch.arange(n).unsqueeze(1)
+    offset = torch.arange(clip_len).unsqueeze(0)
+    index = start + offset
+    mask = index < n
+    clips = steps[index.clamp(max=n - 1)]
+    clips.set("mask", mask)
+    return clips.select("mask", ("next", "pixels"), ("next", "progress_event"), ("next", "success"))
+
+
+# ----------------------------------------------------------------------------- callable
+class TestCallableScorer(ScorerContract):
+    def make_scorer(self):
+        return CallableScorer(mean_pixel_score, prompt="bright?")
+
+    def test_not_callable(self):
+        with pytest.raises(TypeError, match="needs a callable fn"):
+            CallableScorer(3)
+
+    def test_prompt_type(self):
+        with pytest.raises(TypeError, match="prompt must be a str"):
+            CallableScorer(mean_pixel_score, prompt=1)
+
+    def test_scores_are_the_function_output(self, tiny_clips):
+        s = CallableScorer(mean_pixel_score).score(tiny_clips)
+        torch.testing.assert_close(s, torch.arange(B, dtype=torch.float32) * 10 / 255)
+
+    def test_in_keys_checked_before_call(self, tiny_clips):
+        calls = []
+        scorer = CallableScorer(lambda c: calls.append(1) or torch.zeros(B), in_keys=["depth"], name="depth_fn")
+        with pytest.raises(KeyError, match=r"depth_fn needs \['depth'\]"):
+            scorer.score(tiny_clips)
+        assert not calls
+        assert CallableScorer(mean_pixel_score, in_keys="pixels").in_keys == ["pixels"]
+
+    @pytest.mark.parametrize(
+        "output, error, match",
+        [
+            (lambda c: torch.zeros(B, 1), ValueError, rf"bad_fn returned scores of shape \[{B}, 1\]"),
+            (lambda c: torch.zeros(B - 1), ValueError, rf"shape \[{B - 1}\]; expected .* \[B\]=\[{B}\]"),
+            (lambda c: torch.full((B,), float("nan")), ValueError, r"bad_fn returned non-finite"),
+            (lambda c: torch.full((B,), 2.0), ValueError, r"bad_fn returned scores outside \[0, 1\]"),
+            (lambda c: torch.full((B,), -0.1), ValueError, r"bad_fn returned scores outside \[0, 1\]"),
+            (lambda c: None, TypeError, r"bad_fn must return a float tensor"),
+            (lambda c: "yes", TypeError, r"bad_fn must return a float tensor"),
+        ],
+    )
+    def test_output_validation(self, tiny_clips, output, error, match):
+        with pytest.raises(error, match=match):
+            CallableScorer(output, name="bad_fn").score(tiny_clips)
+
+    def test_array_and_bool_outputs(self, tiny_clips):
+        assert CallableScorer(lambda c: np.ones(B)).score(tiny_clips).tolist() == [1.0] * B
+        s = CallableScorer(lambda c: c["success"].any(-1)).score(tiny_clips)
+        assert s.dtype == torch.float32 and s.tolist() == [1.0, 0.0, 1.0, 0.0, 1.0]
+
+    def test_provenance(self):
+        scorer = CallableScorer(mean_pixel_score, prompt="bright?")
+        assert scorer.provenance["backend"] == "python"
+        assert scorer.provenance["callable"] == f"{__name__}.mean_pixel_score"
+        assert scorer.provenance["prompt_hash"] == prompt_hash("bright?")
+        assert scorer.name == "CallableScorer(mean_pixel_score)"
+
+
+# ------------------------------------------------------------------------------- noisy
+class TestNoisyScorer(ScorerContract):
+    def make_scorer(self):
+        return NoisyScorer(OracleScorer(), flip_prob=0.3, noise_std=0.1, seed=1)
+
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"flip_prob": -0.1}, ValueError, r"flip_prob must be in \[0, 1\], got flip_prob=-0.1"),
+            ({"flip_prob": 1.5}, ValueError, r"flip_prob must be in \[0, 1\], got flip_prob=1.5"),
+            ({"flip_prob": float("nan")}, ValueError, r"flip_prob must be in \[0, 1\]"),
+            ({"flip_prob": "0.1"}, TypeError, "flip_prob must be a float"),
+            ({"flip_prob": True}, TypeError, "flip_prob must be a float"),
+            ({"noise_std": -1.0}, ValueError, r"noise_std must be a finite float >= 0, got noise_std=-1.0"),
+            ({"noise_std": float("inf")}, ValueError, "noise_std must be a finite float >= 0"),
+            ({"seed": 1.5}, TypeError, "seed must be an int"),
+        ],
+    )
+    def test_construction_errors(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            NoisyScorer(OracleScorer(), **kwargs)
+
+    def test_wraps_only_scorers(self):
+        with pytest.raises(TypeError, match="NoisyScorer wraps a Scorer"):
+            NoisyScorer(mean_pixel_score)
+
+    def test_identity_without_noise(self, tiny_clips):
+        s = NoisyScorer(OracleScorer()).score(tiny_clips)
+        assert s.tolist() == OracleScorer().score(tiny_clips).tolist()
+
+    @pytest.mark.parametrize("flip_prob", [0.05, 0.2, 0.5])
+    def test_flip_rate(self, flip_prob):
+        n = 20_000
+        clips = make_clips(n, 2, events=torch.ones(n, 2, dtype=torch.bool))
+        s = NoisyScorer(OracleScorer(), flip_prob=flip_prob, seed=3).score(clips)
+        assert set(s.unique().tolist()) <= {0.0, 1.0}
+        flipped = int((s == 0).sum())
+        mean, sd = n * flip_prob, (n * flip_prob * (1 - flip_prob)) ** 0.5
+        assert abs(flipped - mean) < 5 * sd, (flipped, mean, sd)
+        # and flips act both ways: an all-zero batch gets ones at the same rate
+        clips0 = make_clips(n, 2, events=torch.zeros(n, 2, dtype=torch.bool))
+        ones = int(NoisyScorer(OracleScorer(), flip_prob=flip_prob, seed=4).score(clips0).sum())
+        assert abs(ones - mean) < 5 * sd
+
+    def test_deterministic_for_a_seed(self):
+        clips = make_clips(200, 2)
+        a = NoisyScorer(OracleScorer(), flip_prob=0.3, noise_std=0.2, seed=11)
+        b = NoisyScorer(OracleScorer(), flip_prob=0.3, noise_std=0.2, seed=11)
+        c = NoisyScorer(OracleScorer(), flip_prob=0.3, noise_std=0.2, seed=12)
+        runs_a = [a.score(clips) for _ in range(3)]
+        runs_b = [b.score(clips) for _ in range(3)]
+        for x, y in zip(runs_a, runs_b):
+            assert torch.equal(x, y)
+        assert not torch.equal(runs_a[0], runs_a[1])  # the generator advances between calls
+        assert not torch.equal(runs_a[0], c.score(clips))
+
+    def test_gaussian_noise(self):
+        n = 20_000
+        base = CallableScorer(lambda c: torch.full((c.batch_size[0],), 0.5), in_keys=["mask"])
+        s = NoisyScorer(base, noise_std=0.1, seed=0).score(make_clips(n, 1))
+        assert abs(s.mean().item() - 0.5) < 0.005
+        assert abs(s.std().item() - 0.1) < 0.005
+        wide = NoisyScorer(base, noise_std=5.0, seed=0).score(make_clips(n, 1))
+        assert wide.min() == 0 and wide.max() == 1  # clipped to [0, 1]
+
+    def test_provenance(self):
+        inner = OracleScorer(prompt="p")
+        noisy = NoisyScorer(inner, flip_prob=0.1, noise_std=0.05, seed=7)
+        assert noisy.provenance == {
+            "backend": "noisy",
+            "flip_prob": 0.1,
+            "noise_std": 0.05,
+            "seed": 7,
+            "prompt_hash": prompt_hash("p"),
+            "wrapped": inner.provenance,
+        }
+        assert noisy.prompt == "p" and noisy.in_keys == inner.in_keys
+
+    def test_concurrent_calls_consume_disjoint_draws(self):
+        # each call draws its block under the lock: threaded results are a permutation of a
+        # sequential run with the same seed
+        clips = make_clips(64, 2)
+        sequential = NoisyScorer(OracleScorer(), flip_prob=0.5, seed=5)
+        expected = sorted(tuple(sequential.score(clips).tolist()) for _ in range(40))
+        threaded = NoisyScorer(OracleScorer(), flip_prob=0.5, seed=5)
+        results = []
+        lock = threading.Lock()
+
+        def work():
+            for _ in range(10):
+                r = tuple(threaded.score(clips).tolist())
+                with lock:
+                    results.append(r)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == expected
+
+
+# ---------------------------------------------------------------------------- registry
+class TestMakeScorer:
+    def test_oracle_minigrid(self):
+        scorer = make_scorer("oracle:minigrid")
+        assert isinstance(scorer, OracleScorer)
+        assert scorer.events_key == ("next", "progress_event")
+        assert make_scorer("oracle:minigrid", events_key=("next", "success")).events_key == ("next", "success")
+
+    def test_unknown_oracle(self):
+        with pytest.raises(ValueError, match=r"Unknown oracle scorer 'oracle:atari'. Valid forms: 'oracle:minigrid'"):
+            make_scorer("oracle:atari")
+
+    def test_python_function(self, tiny_clips):
+        scorer = make_scorer(f"python:{__name__}:mean_pixel_score", prompt="bright?")
+        assert isinstance(scorer, CallableScorer)
+        assert scorer.prompt == "bright?"
+        torch.testing.assert_close(scorer.score(tiny_clips), mean_pixel_score(tiny_clips))
+
+    def test_python_factory_class_and_instance(self):
+        factory = make_scorer(f"python:{__name__}:mean_pixel_factory", prompt="from kwargs")
+        assert isinstance(factory, CallableScorer) and factory.name == "from_factory"
+        assert factory.prompt == "from kwargs"
+        cls = make_scorer(f"python:{__name__}:HalfScorer", value=0.75)
+        assert isinstance(cls, HalfScorer) and cls.value == 0.75
+        assert make_scorer(f"python:{__name__}:HALF_SCORER") is HALF_SCORER
+        nested = make_scorer("python:vlmrb_torchrl.scorers:OracleScorer", events_key="success")
+        assert isinstance(nested, OracleScorer) and nested.events_key == "success"
+
+    def test_python_dotted_attribute(self):
+        scorer = make_scorer(f"python:{__name__}:TestMakeScorer.static_score")
+        assert isinstance(scorer, CallableScorer)
+
+    @staticmethod
+    def static_score(clips):
+        return torch.zeros(clips.batch_size[0])
+
+    @pytest.mark.parametrize(
+        "spec, error, match",
+        [
+            ("python:no_such_module_xyz:fn", ImportError, "cannot import module 'no_such_module_xyz'"),
+            ("python:math:no_such_fn", ValueError, "module 'math' has no attribute 'no_such_fn'"),
+            ("python:math", ValueError, r"is 'python:<module>:<callable>'"),
+            ("python:math:pi", TypeError, "'pi' is a float, not a callable"),
+            ("python:vlmrb_torchrl.scorers:registered_scorer_forms", TypeError, "returned a list, not a Scorer"),
+        ],
+    )
+    def test_python_errors(self, spec, error, match):
+        with pytest.raises(error, match=match):
+            make_scorer(spec)
+
+    def test_python_instance_rejects_kwargs(self):
+        with pytest.raises(TypeError, match="takes no kwargs"):
+            make_scorer(f"python:{__name__}:HALF_SCORER", prompt="x")
+
+    @pytest.mark.parametrize("spec", ["hf:facebook/Perception-LM-1B", "minigrid", "", "unknown:thing"])
+    def test_unknown_spec_lists_forms(self, spec):
+        with pytest.raises(ValueError) as info:
+            make_scorer(spec)
+        msg = str(info.value)
+        assert msg.startswith(f"Unknown scorer spec {spec!r}. Valid forms:")
+        assert "'oracle:minigrid'" in msg and "'python:<module>:<callable>'" in msg
+
+    def test_non_string_spec(self):
+        with pytest.raises(TypeError, match="spec string"):
+            make_scorer(3)
+
+    def test_register_scorer(self, clean_registry, tiny_clips):
+        seen = {}
+
+        def factory(rest, **kwargs):
+            seen["rest"], seen["kwargs"] = rest, kwargs
+            return HalfScorer(float(rest))
+
+        register_scorer("half", factory, form="half:<value>")
+        assert "half:<value>" in registered_scorer_forms()
+        scorer = make_scorer("half:0.125", extra=1)
+        assert seen == {"rest": "0.125", "kwargs": {"extra": 1}}
+        assert scorer.score(tiny_clips).tolist() == [0.125] * B
+        with pytest.raises(ValueError, match="'half:<value>'"):
+            make_scorer("halves:1")
+        with pytest.raises(ValueError, match="already registered for 'half'"):
+            register_scorer("half", factory)
+        register_scorer("half", lambda rest, **kw: HalfScorer(0.0), overwrite=True)
+        assert make_scorer("half:0.9").value == 0.0
+
+    def test_register_scorer_errors(self, clean_registry):
+        with pytest.raises(ValueError, match="prefix must be a non-empty name"):
+            register_scorer("bad prefix", lambda rest: None)
+        with pytest.raises(ValueError, match="prefix must be a non-empty name"):
+            register_scorer("", lambda rest: None)
+        with pytest.raises(TypeError, match="factory must be callable"):
+            register_scorer("x", 3)
+        register_scorer("notascorer", lambda rest, **kw: object())
+        with pytest.raises(TypeError, match=r"make_scorer\('notascorer:1'\) built a object, which is not a Scorer"):
+            make_scorer("notascorer:1")
+
+
+def test_imports_do_not_load_gymnasium_or_minigrid():
+    # the scorers and the env module import lazily: building an env is what needs the extra
+    import subprocess
+    from pathlib import Path
+
+    code = "import sys, vlmrb_torchrl.scorers, vlmrb_torchrl.envs; print(' '.join(sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
+    )
+    top_level = {name.split(".")[0] for name in out.stdout.split()}
+    assert "vlmrb_torchrl" in top_level
+    assert not top_level & {"gymnasium", "minigrid"}
+
+
+if __name__ == "__main__":
+    pytest.main([__file__, "-q"])

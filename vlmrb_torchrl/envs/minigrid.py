@@ -1,0 +1,539 @@
+"""MiniGrid environments for VLM-RB: symbolic observations for the agent, frames for the VLM.
+
+The agent sees MiniGrid's partial egocentric view as a one-hot vector; the scorer sees a
+low-resolution RGB rendering of the *full* grid. Privileged progress events (first key
+pickup, first door opening, goal reached) are exposed for the oracle scorer used in
+ablations.
+
+gymnasium and minigrid are optional dependencies, imported when an env is built:
+``pip install 'vlmrb-torchrl[minigrid]'``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+__all__ = ["MiniGridEnv", "make_minigrid_env", "MINIGRID_EVENT_KEYS"]
+
+_has_minigrid = (
+    importlib.util.find_spec("minigrid") is not None
+    and importlib.util.find_spec("gymnasium") is not None
+)
+
+MISSING_MINIGRID = (
+    "MiniGrid environments need gymnasium and minigrid, which are not installed: "
+    "pip install 'vlmrb-torchrl[minigrid]'"
+)
+
+#: Boolean per-step event entries written by :class:`MiniGridEnv` (``("next", key)`` in
+#: collector data). ``"progress_event"`` is the OR of the others.
+MINIGRID_EVENT_KEYS = (
+    "key_picked_up",
+    "door_opened",
+    "goal_reached",
+    "success",
+    "progress_event",
+)
+_FLAG_KEYS = (*MINIGRID_EVENT_KEYS, "terminated", "truncated", "done")
+
+
+def _import_minigrid():
+    if not _has_minigrid:
+        raise ImportError(MISSING_MINIGRID)
+    import gymnasium
+    import minigrid  # noqa: F401  (registers the MiniGrid-* ids)
+    from minigrid.core import constants
+
+    return gymnasium, constants
+
+
+class _OneHotEncoder:
+    """Vectorised one-hot encoding of MiniGrid's ``[V, V, 3]`` symbolic view + direction."""
+
+    def __init__(self, view_size: int, n_objects: int, n_colors: int, n_states: int) -> None:
+        self.n_channels = n_objects + n_colors + n_states
+        self.n_cells = view_size * view_size
+        self.dim = self.n_cells * self.n_channels + 4
+        # flat index of the "1" of each of the 3 channels of each cell
+        self._offsets = (
+            np.arange(self.n_cells, dtype=np.int64)[:, None] * self.n_channels
+            + np.array([0, n_objects, n_objects + n_colors], dtype=np.int64)
+        )
+        self._dir_offset = self.n_cells * self.n_channels
+
+    def __call__(self, image: np.ndarray, direction: int) -> np.ndarray:
+        out = np.zeros(self.dim, dtype=np.float32)
+        out[self._offsets + image.reshape(self.n_cells, 3)] = 1.0
+        out[self._dir_offset + direction] = 1.0
+        return out
+
+
+class _FastPartialView:
+    """Drop-in for ``MiniGridEnv.gen_obs`` that returns the identical observation dict, faster.
+
+    MiniGrid builds the egocentric view by slicing the grid into a new ``Grid`` (allocating
+    ``Wall`` objects), rotating it ``agent_dir + 1`` times and running ``process_vis`` on numpy
+    scalars. This computes the same ``[V, V, 3]`` encoding from precomputed per-direction index
+    maps and a list-based copy of ``process_vis``. It is installed on the raw env instance
+    only when the env class does not override the view code; tests check it against
+    ``MiniGridEnv.gen_obs`` on random rollouts.
+    """
+
+    def __init__(self, menv) -> None:
+        from minigrid.core.world_object import Wall
+
+        self._menv = menv
+        v = menv.agent_view_size
+        self._v = v
+        self._agent_cell = (v // 2) * v + (v - 1)  # view (v//2, v-1), flattened i * v + j
+        self._oob = Wall()
+        self._oob_code = self._oob.encode()
+        si0, sj0 = np.meshgrid(np.arange(v), np.arange(v), indexing="ij")
+        # top-left corner of the sliced window relative to the agent (MiniGrid's get_view_exts)
+        tops = {0: (0, -(v // 2)), 1: (-(v // 2), 0), 2: (-v + 1, -(v // 2)), 3: (-(v // 2), -v + 1)}
+        self._offsets = []
+        for d in range(4):
+            si, sj = si0, sj0
+            for _ in range(d + 1):  # Grid.rotate_left: new[a, b] = old[v - 1 - b, a]
+                si, sj = si[::-1, :].T, sj[::-1, :].T
+            self._offsets.append(((si + tops[d][0]).ravel(), (sj + tops[d][1]).ravel()))
+
+    def __call__(self) -> dict:
+        menv = self._menv
+        v = self._v
+        grid = menv.grid
+        w, h = grid.width, grid.height
+        ax, ay = int(menv.agent_pos[0]), int(menv.agent_pos[1])
+        d = int(menv.agent_dir)
+        offx, offy = self._offsets[d]
+        xs = offx + ax
+        ys = offy + ay
+        inside = ((xs >= 0) & (xs < w) & (ys >= 0) & (ys < h)).tolist()
+        flat = (ys * w + xs).tolist()
+        cells = grid.grid
+        oob = self._oob
+        objs = [cells[k] if ok else oob for k, ok in zip(flat, inside)]
+        if menv.see_through_walls:
+            visible = [True] * (v * v)
+        else:
+            see = [o is None or o.see_behind() for o in objs]
+            visible = _process_vis(see, v)
+        carrying = menv.carrying
+        objs[self._agent_cell] = carrying if carrying else None
+        image = np.array(
+            [(o.encode() if o is not None else (1, 0, 0)) if vis else (0, 0, 0) for o, vis in zip(objs, visible)],
+            dtype=np.uint8,
+        ).reshape(v, v, 3)
+        return {"image": image, "direction": menv.agent_dir, "mission": menv.mission}
+
+
+def _process_vis(see: list[bool], v: int) -> list[bool]:
+    """List-based ``Grid.process_vis`` on a flattened ``[v, v]`` view (index ``i * v + j``)."""
+    mask = [False] * (v * v)
+    mask[(v // 2) * v + v - 1] = True
+    for j in range(v - 1, -1, -1):
+        for i in range(v - 1):
+            k = i * v + j
+            if not mask[k] or not see[k]:
+                continue
+            mask[k + v] = True
+            if j > 0:
+                mask[k + v - 1] = True
+                mask[k - 1] = True
+        for i in range(v - 1, 0, -1):
+            k = i * v + j
+            if not mask[k] or not see[k]:
+                continue
+            mask[k - v] = True
+            if j > 0:
+                mask[k - v - 1] = True
+                mask[k - 1] = True
+    return mask
+
+
+def _uses_stock_view(menv) -> bool:
+    from minigrid.minigrid_env import MiniGridEnv as _Raw
+
+    cls = type(menv)
+    return all(getattr(cls, name) is getattr(_Raw, name) for name in ("gen_obs", "gen_obs_grid", "get_view_exts"))
+
+
+class _FullGridRenderer:
+    """Renders the whole grid like ``get_frame(highlight=False)``, without the python pixel loop.
+
+    Tiles come from MiniGrid's own tile renderer (and cache); they are gathered into an atlas
+    and assembled with one numpy fancy-index per frame. Output is pixel-identical to
+    ``env.unwrapped.get_frame(highlight=False, tile_size=tile_size)``.
+    """
+
+    def __init__(self, tile_size: int) -> None:
+        from minigrid.core.grid import Grid
+
+        self._grid_cls = Grid
+        self.tile_size = tile_size
+        self._index: dict[Any, int] = {}
+        self._tiles: list[np.ndarray] = []
+        self._atlas = np.zeros((0, tile_size, tile_size, 3), dtype=np.uint8)
+        self._agent_tiles: dict[Any, np.ndarray] = {}
+
+    def _render_tile(self, obj, agent_dir: int | None) -> np.ndarray:
+        tile = self._grid_cls.render_tile(obj, agent_dir=agent_dir, highlight=False, tile_size=self.tile_size)
+        # MiniGrid's tiles are float (supersampled means); Grid.render casts them on assignment
+        return tile.astype(np.uint8)
+
+    def _tile_index(self, obj) -> int:
+        key = None if obj is None else obj.encode()
+        idx = self._index.get(key)
+        if idx is None:
+            idx = len(self._tiles)
+            self._tiles.append(self._render_tile(obj, None))
+            self._index[key] = idx
+            self._atlas = np.stack(self._tiles)
+        return idx
+
+    def __call__(self, env) -> np.ndarray:
+        grid = env.grid
+        w, h, t = grid.width, grid.height, self.tile_size
+        index = self._index
+        idx = []
+        for obj in grid.grid:  # row-major: j * width + i
+            i = index.get(None if obj is None else obj.encode())
+            idx.append(self._tile_index(obj) if i is None else i)
+        frame = (
+            self._atlas[np.asarray(idx, dtype=np.int64)]
+            .reshape(h, w, t, t, 3)
+            .transpose(0, 2, 1, 3, 4)
+            .reshape(h * t, w * t, 3)
+        )
+        ax, ay = int(env.agent_pos[0]), int(env.agent_pos[1])
+        cell = grid.get(ax, ay)
+        key = (None if cell is None else cell.encode(), int(env.agent_dir))
+        agent_tile = self._agent_tiles.get(key)
+        if agent_tile is None:
+            agent_tile = self._agent_tiles[key] = self._render_tile(cell, int(env.agent_dir))
+        frame[ay * t : (ay + 1) * t, ax * t : (ax + 1) * t] = agent_tile
+        return frame
+
+
+class MiniGridEnv(EnvBase):
+    """TorchRL environment for any MiniGrid task, with rendered frames and progress events.
+
+    The agent observes MiniGrid's partial egocentric ``V x V`` symbolic view (``V`` = the env's
+    ``agent_view_size``, 7 by default), one-hot encoded per cell, plus a one-hot of the agent's
+    direction. A low-resolution RGB frame of the *full* grid (what a VLM scorer sees) is
+    rendered every step when ``render=True``. The env steps the raw MiniGrid env directly (no
+    gymnasium wrapper stack), so it works with any ``MiniGrid-*`` or ``BabyAI-*`` id.
+
+    Args:
+        env_id (str): a registered MiniGrid id. Defaults to ``"MiniGrid-DoorKey-5x5-v0"``.
+
+    Keyword Args:
+        seed (int, optional): seed of the first reset (see :meth:`set_seed`). Defaults to ``None``.
+        render (bool, optional): write ``"pixels"`` every step. Defaults to ``True``.
+        frame_size (int, optional): target frame width/height in pixels. Tiles are
+            ``max(4, frame_size // max(grid_width, grid_height))`` px, so a frame is
+            ``[grid_height * tile, grid_width * tile, 3]`` (DoorKey-5x5: 60x60, 8x8 and 16x16:
+            64x64). Defaults to ``64``.
+        max_episode_steps (int, optional): truncate episodes after this many steps, on top of
+            MiniGrid's own ``max_steps`` (e.g. ``10 * size**2`` for DoorKey), which also
+            truncates and sets the success-reward scale. Defaults to ``None``.
+        device (torch.device, optional): device of the specs and outputs. Defaults to ``"cpu"``.
+        env_kwargs (dict, optional): extra keyword arguments for ``gymnasium.make`` (e.g.
+            ``{"max_steps": 100}`` or ``{"agent_view_size": 5}``). Defaults to ``None``.
+        fast_obs (bool, optional): compute MiniGrid's partial view with an equivalent
+            re-implementation of ``gen_obs`` (~30 us instead of 80-140 us per step; identical
+            output, checked in the tests). Envs that override the view code always use their
+            own. Defaults to ``True``.
+
+    Entries written (all with ``batch_size=[]``; under ``"next"`` after a step):
+
+    - ``"observation"``: float32 ``[V * V * C + 4]``, ``C = len(OBJECT_TO_IDX) +
+      len(COLOR_TO_IDX) + len(STATE_TO_IDX) = 11 + 6 + 3 = 20``: cells in the order of
+      MiniGrid's ``image[i, j]`` (``i`` outer), each ``[object | colour | state]``, then the
+      direction one-hot. 984 inputs for a 7x7 view.
+    - ``"pixels"`` (only if ``render=True``): uint8 ``[H, W, 3]`` full-grid RGB frame
+      (``get_frame(highlight=False)``, without the agent's view highlight).
+    - ``"key_picked_up"``, ``"door_opened"``, ``"goal_reached"``, ``"success"``,
+      ``"progress_event"``: bool ``[1]``, privileged progress events (all ``False`` on reset).
+      ``key_picked_up`` fires on the step a key becomes carried, ``door_opened`` on the step a
+      door's ``is_open`` flips to ``True``, each only the *first* time per episode for a given
+      key/door object (drop + re-pickup, close + reopen do not fire again; envs with several
+      doors fire once per door). ``goal_reached``: the agent stepped onto a goal tile.
+      ``success``: the episode terminated with a positive reward (the task was solved).
+      ``progress_event`` is their OR. Envs without keys or doors never fire those events.
+    - ``"reward"`` float32 ``[1]`` (MiniGrid's ``1 - 0.9 * step_count / max_steps`` on
+      success, else 0), ``"done"``, ``"terminated"``, ``"truncated"`` bool ``[1]``; time limits
+      are reported as ``truncated`` (not ``terminated``).
+
+    The action is categorical (int64 scalar, ``Categorical(n=7)``): MiniGrid's full action set
+    ``left, right, forward, pickup, drop, toggle, done`` (see :attr:`action_names`), usable as
+    is by :class:`~torchrl.modules.QValueActor` and :class:`~torchrl.objectives.DQNLoss`.
+    Unused actions (``drop``, ``done`` in DoorKey) are kept so every MiniGrid id has the same
+    interface.
+
+    The mission string is not written to the TensorDict; read it from :attr:`mission` (it can
+    change at every reset in some envs, e.g. GoToDoor). Batched envs: ``SerialEnv.mission`` is
+    a list; on a ``ParallelEnv`` use ``list(env.mission)``.
+
+    .. note:: The one-hot uses MiniGrid's own table sizes (3 door states), so a 7x7 view gives
+        984 inputs, not the 1033 (= 49 * 21 + 4, 4 states) of some DoorKey baselines; the
+        extra state channel would always be zero. Read the size from
+        ``env.observation_spec["observation"].shape``.
+
+    .. note:: The event flags are observation entries, so ``step_mdp`` also carries them to
+        the root of the next step (the previous step's flags). Use the ``("next", key)`` entries.
+
+    Examples:
+        >>> env = MiniGridEnv("MiniGrid-DoorKey-5x5-v0", seed=0)
+        >>> td = env.reset()
+        >>> td["observation"].shape, td["pixels"].shape, td["pixels"].dtype
+        (torch.Size([984]), torch.Size([60, 60, 3]), torch.uint8)
+        >>> env.mission
+        'use the key to open the door and then get to the goal'
+        >>> td = env.rand_step(td)
+        >>> td["next", "progress_event"]
+        tensor([False])
+    """
+
+    def __init__(
+        self,
+        env_id: str = "MiniGrid-DoorKey-5x5-v0",
+        *,
+        seed: int | None = None,
+        render: bool = True,
+        frame_size: int = 64,
+        max_episode_steps: int | None = None,
+        device: torch.device | str | None = "cpu",
+        env_kwargs: dict | None = None,
+        fast_obs: bool = True,
+    ) -> None:
+        gymnasium, constants = _import_minigrid()
+        if not isinstance(frame_size, int) or frame_size < 1:
+            raise ValueError(f"MiniGridEnv.frame_size must be an int >= 1, got frame_size={frame_size!r}.")
+        if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps < 1):
+            raise ValueError(
+                "MiniGridEnv.max_episode_steps must be None or an int >= 1, "
+                f"got max_episode_steps={max_episode_steps!r}."
+            )
+        super().__init__(device=device, batch_size=torch.Size([]))
+        self.env_id = env_id
+        self.from_pixels = render
+        self.frame_size = frame_size
+        self.max_episode_steps = max_episode_steps
+        self._env_kwargs = dict(env_kwargs or {})
+        try:
+            self._gym_env = gymnasium.make(env_id, **self._env_kwargs)
+        except gymnasium.error.Error as err:
+            raise ValueError(
+                f"MiniGridEnv could not make env_id={env_id!r}: {err}. Pass a registered "
+                "MiniGrid id such as 'MiniGrid-DoorKey-5x5-v0'."
+            ) from err
+        menv = self._gym_env.unwrapped
+        from minigrid.minigrid_env import MiniGridEnv as _RawMiniGridEnv
+
+        if not isinstance(menv, _RawMiniGridEnv):
+            raise ValueError(f"MiniGridEnv needs a MiniGrid env id, got env_id={env_id!r} ({type(menv).__name__}).")
+        self._menv = menv
+        # MiniGrid's step()/reset() call self.gen_obs(): swap in the identical, faster version
+        self.fast_obs = bool(fast_obs) and _uses_stock_view(menv)
+        if self.fast_obs:
+            menv.gen_obs = _FastPartialView(menv)
+        self._encoder = _OneHotEncoder(
+            menv.agent_view_size,
+            len(constants.OBJECT_TO_IDX),
+            len(constants.COLOR_TO_IDX),
+            len(constants.STATE_TO_IDX),
+        )
+        self.tile_size = max(4, frame_size // max(menv.width, menv.height))
+        self._renderer = _FullGridRenderer(self.tile_size) if render else None
+        self._pending_seed: int | None = None
+        self._elapsed = 0
+        self._doors: list = []
+        self._door_was_open: list[bool] = []
+        self._opened_doors: set[int] = set()
+        self._picked_keys: set[int] = set()
+        self._goal_reached = False
+        self._make_specs(menv)
+        if seed is not None:
+            self.set_seed(seed)
+
+    # ------------------------------------------------------------------ specs
+    def _make_specs(self, menv) -> None:
+        flag = Categorical(n=2, shape=(1,), dtype=torch.bool, device=self.device)
+        obs = {
+            "observation": Bounded(0.0, 1.0, shape=(self._encoder.dim,), dtype=torch.float32, device=self.device),
+        }
+        if self.from_pixels:
+            t = self.tile_size
+            obs["pixels"] = Bounded(
+                0, 255, shape=(menv.height * t, menv.width * t, 3), dtype=torch.uint8, device=self.device
+            )
+        for key in MINIGRID_EVENT_KEYS:
+            obs[key] = flag.clone()
+        self.observation_spec = Composite(obs, shape=(), device=self.device)
+        self.action_spec = Categorical(n=int(menv.action_space.n), shape=(), dtype=torch.int64, device=self.device)
+        self.reward_spec = Unbounded(shape=(1,), dtype=torch.float32, device=self.device)
+        self.done_spec = Composite(
+            done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=(), device=self.device
+        )
+
+    # ------------------------------------------------------------ attributes
+    @property
+    def mission(self) -> str:
+        """The current mission string of the underlying MiniGrid env (set at each reset)."""
+        return self._menv.mission
+
+    @property
+    def action_names(self) -> list[str]:
+        """Names of the categorical actions, by index."""
+        return [a.name for a in self._menv.actions]
+
+    @property
+    def unwrapped(self):
+        """The raw ``minigrid.minigrid_env.MiniGridEnv`` (grid, agent position, carried object)."""
+        return self._menv
+
+    # ------------------------------------------------------------------ core
+    def _set_seed(self, seed: int | None) -> None:
+        # applied at the next reset: reset(seed=s) reproduces gymnasium's reset(seed=s) layout,
+        # later resets continue the seeded RNG stream deterministically.
+        self._pending_seed = None if seed is None else int(seed)
+
+    def _obs(self, obs: dict) -> np.ndarray:
+        return self._encoder(obs["image"], int(obs["direction"]))
+
+    def _scan_doors(self) -> None:
+        self._doors = [o for o in self._menv.grid.grid if o is not None and o.type == "door"]
+        self._door_was_open = [bool(d.is_open) for d in self._doors]
+        self._opened_doors = set()
+        self._picked_keys = set()
+        self._goal_reached = False
+
+    def _output(self, obs: dict, flags: list[bool], reward: float) -> TensorDictBase:
+        # flags: the MINIGRID_EVENT_KEYS values, then terminated, truncated, done
+        flags_t = torch.tensor(flags, dtype=torch.bool).unsqueeze(-1)
+        out = {"observation": torch.from_numpy(self._obs(obs))}
+        if self._renderer is not None:
+            out["pixels"] = torch.from_numpy(self._renderer(self._menv))
+        out.update(zip(_FLAG_KEYS, flags_t.unbind(0)))
+        if reward is not None:
+            out["reward"] = torch.tensor([reward], dtype=torch.float32)
+        td = TensorDict(out, batch_size=torch.Size([]))
+        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        seed, self._pending_seed = self._pending_seed, None
+        obs, _ = self._menv.reset(seed=seed)
+        self._elapsed = 0
+        self._scan_doors()
+        return self._output(obs, [False] * len(_FLAG_KEYS), None)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        menv = self._menv
+        action = int(tensordict.get("action"))
+        carried_before = menv.carrying
+        obs, reward, terminated, truncated, _ = menv.step(action)
+        terminated, truncated = bool(terminated), bool(truncated)
+        self._elapsed += 1
+        if self.max_episode_steps is not None and self._elapsed >= self.max_episode_steps:
+            truncated = True
+
+        # privileged events: each key / door fires only the first time in the episode
+        key_picked = False
+        carrying = menv.carrying
+        if carrying is not None and carrying is not carried_before and carrying.type == "key":
+            if id(carrying) not in self._picked_keys:
+                self._picked_keys.add(id(carrying))
+                key_picked = True
+        door_opened = False
+        for i, door in enumerate(self._doors):
+            is_open = bool(door.is_open)
+            if is_open and not self._door_was_open[i] and i not in self._opened_doors:
+                self._opened_doors.add(i)
+                door_opened = True
+            self._door_was_open[i] = is_open
+        goal = False
+        if not self._goal_reached:
+            cell = menv.grid.get(*menv.agent_pos)
+            if cell is not None and cell.type == "goal":
+                goal = self._goal_reached = True
+        success = terminated and reward > 0
+        progress = key_picked or door_opened or goal or success
+        flags = [key_picked, door_opened, goal, success, progress, terminated, truncated, terminated or truncated]
+        return self._output(obs, flags, float(reward))
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        gym_env = self.__dict__.get("_gym_env")
+        if gym_env is not None:
+            gym_env.close()
+        super().close(raise_if_closed=raise_if_closed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(env_id={self.env_id!r}, render={self.from_pixels}, device={self.device})"
+
+
+def make_minigrid_env(
+    env_id: str = "MiniGrid-DoorKey-5x5-v0",
+    *,
+    seed: int | None = None,
+    render: bool = True,
+    frame_size: int = 64,
+    max_episode_steps: int | None = None,
+    device: torch.device | str | None = "cpu",
+    env_kwargs: dict | None = None,
+    fast_obs: bool = True,
+) -> MiniGridEnv:
+    """Builds a :class:`MiniGridEnv`: symbolic one-hot observations, frames, progress events.
+
+    A module-level function, so ``functools.partial(make_minigrid_env, env_id, seed=...)`` is
+    a picklable factory for :class:`~torchrl.envs.ParallelEnv` and
+    :class:`~torchrl.collectors.Collector`. No transforms are added; compose
+    ``StepCounter``/``RewardSum``/``InitTracker`` yourself when a recipe needs them.
+
+    Args:
+        env_id (str): a registered MiniGrid id. Defaults to ``"MiniGrid-DoorKey-5x5-v0"``.
+
+    Keyword Args:
+        seed (int, optional): seed of the first reset. Defaults to ``None``.
+        render (bool, optional): write ``"pixels"`` (full-grid RGB uint8) every step.
+            Defaults to ``True``.
+        frame_size (int, optional): target frame size in pixels. Defaults to ``64``.
+        max_episode_steps (int, optional): extra time limit (reported as ``truncated``).
+            Defaults to ``None`` (MiniGrid's own ``max_steps`` only).
+        device (torch.device, optional): device of the outputs. Defaults to ``"cpu"``.
+        env_kwargs (dict, optional): extra ``gymnasium.make`` keyword arguments.
+        fast_obs (bool, optional): use the faster, identical partial-view code. Defaults to
+            ``True``.
+
+    Returns:
+        MiniGridEnv: see its docstring for the entries written.
+
+    Raises:
+        ImportError: gymnasium/minigrid missing (``pip install 'vlmrb-torchrl[minigrid]'``).
+        ValueError: unknown ``env_id`` or bad ``frame_size``/``max_episode_steps``.
+
+    Examples:
+        >>> from functools import partial
+        >>> from torchrl.envs import SerialEnv
+        >>> env = SerialEnv(2, partial(make_minigrid_env, "MiniGrid-Empty-5x5-v0", render=False))
+        >>> _ = env.set_seed(0)  # returns the next seed
+        >>> env.rollout(3)["next", "observation"].shape
+        torch.Size([2, 3, 984])
+    """
+    return MiniGridEnv(
+        env_id,
+        seed=seed,
+        render=render,
+        frame_size=frame_size,
+        max_episode_steps=max_episode_steps,
+        device=device,
+        env_kwargs=env_kwargs,
+        fast_obs=fast_obs,
+    )

@@ -1,0 +1,467 @@
+"""The :class:`Scorer` protocol, score validation, :class:`CallableScorer` and :func:`make_scorer`.
+
+A scorer maps a batch of clips (a TensorDict with batch ``[B, T]``) to one float32 score per
+clip in ``[0, 1]``; higher means more task progress. Scores become replay priorities.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+
+__all__ = [
+    "Scorer",
+    "CallableScorer",
+    "make_scorer",
+    "register_scorer",
+    "registered_scorer_forms",
+    "prompt_hash",
+    "validate_scores",
+    "check_clips",
+]
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Protocol every scorer follows: ``score(clips) -> Tensor[B]`` plus three attributes.
+
+    ``clips`` is a :class:`~tensordict.TensorDictBase` with batch size ``[B, T]`` holding:
+
+    - the frame entry the scorer reads, e.g. ``"pixels"``: uint8 ``[B, T, H, W, 3]``;
+    - ``"mask"``: bool ``[B, T]``, ``False`` on padded steps (clips near an episode end are
+      padded by repeating the last frame);
+    - any other per-step entries the scorer lists in :attr:`in_keys`.
+
+    Attributes:
+        prompt (str): the task prompt (may be empty for scorers that do not use one).
+        in_keys (list of NestedKey): clip entries read by :meth:`score`.
+        provenance (dict): what produced the scores: ``backend``, model id, revision,
+            ``prompt_hash``, dtype, ... Saved with the sampler state so that a resumed run
+            knows where its scores came from.
+
+    :meth:`score` returns a float32 tensor of shape ``[B]`` with values in ``[0, 1]``. It must
+    be safe to call from a worker thread (the ``AsyncScorer`` calls it off the main thread).
+    Any class with these members is a scorer; subclassing is not needed.
+
+    Examples:
+        >>> import torch
+        >>> class ConstantScorer:
+        ...     prompt = ""
+        ...     in_keys = ["pixels"]
+        ...     provenance = {"backend": "constant"}
+        ...     def score(self, clips):
+        ...         return torch.full(clips.batch_size[:1], 0.5)
+        >>> isinstance(ConstantScorer(), Scorer)
+        True
+    """
+
+    prompt: str
+    in_keys: list[NestedKey]
+    provenance: dict
+
+    def score(self, clips: TensorDictBase) -> torch.Tensor:
+        """Scores ``clips`` (batch ``[B, T]``): float32 ``[B]`` in ``[0, 1]``."""
+        ...
+
+
+def prompt_hash(prompt: str) -> str:
+    """Short, stable hash of a prompt (first 16 hex digits of its SHA-256), for provenance.
+
+    Examples:
+        >>> prompt_hash("Does this clip show the agent opening the door?")
+        '...'
+        >>> len(prompt_hash("")), prompt_hash("a") == prompt_hash("a")
+        (16, True)
+    """
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt_hash expects a str prompt, got {type(prompt).__name__}.")
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
+
+
+def _scorer_name(scorer: Any) -> str:
+    if isinstance(scorer, str):
+        return scorer
+    name = getattr(scorer, "name", None)
+    return name if isinstance(name, str) and name else type(scorer).__name__
+
+
+def check_clips(clips: Any, in_keys: Sequence[NestedKey], *, scorer: Any = "scorer") -> int:
+    """Checks that ``clips`` is a ``[B, T]`` TensorDict holding ``in_keys``; returns ``B``.
+
+    Args:
+        clips (TensorDictBase): the clips passed to ``score``.
+        in_keys (sequence of NestedKey): entries the scorer needs.
+
+    Keyword Args:
+        scorer (str or Scorer): the scorer (or its name), for the error messages.
+
+    Raises:
+        TypeError: ``clips`` is not a TensorDict.
+        ValueError: ``clips`` does not have 2 batch dimensions.
+        KeyError: an entry of ``in_keys`` is missing.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> clips = TensorDict(mask=torch.ones(3, 4, dtype=torch.bool), batch_size=[3, 4])
+        >>> check_clips(clips, ["mask"])
+        3
+    """
+    name = _scorer_name(scorer)
+    if not isinstance(clips, TensorDictBase):
+        raise TypeError(f"{name}.score expects clips as a TensorDict with batch [B, T], got {type(clips).__name__}.")
+    if clips.batch_dims != 2:
+        raise ValueError(
+            f"{name}.score expects clips with batch size [B, T], got batch_size={list(clips.batch_size)}. "
+            "Pack per-step data into clips first (vlmrb_torchrl.ClipStream)."
+        )
+    missing = [key for key in in_keys if clips.get(key, None) is None]
+    if missing:
+        found = sorted(clips.keys(include_nested=True, leaves_only=True), key=str)
+        raise KeyError(f"{name} needs {missing} in its clips; found {found}.")
+    return clips.batch_size[0]
+
+
+def validate_scores(scores: Any, batch: int | TensorDictBase, *, scorer: Any = "scorer") -> torch.Tensor:
+    """Checks a scorer's output and returns it as a detached float32 tensor of shape ``[B]``.
+
+    Every scorer calls this on what it returns, so bad scores fail where they are produced, with
+    the scorer's name in the message, instead of corrupting replay priorities later.
+
+    Args:
+        scores (Tensor, array or sequence): the raw scores. Bool and integer values are cast.
+        batch (int or TensorDictBase): the expected number of clips ``B``, or the clips.
+
+    Keyword Args:
+        scorer (str or Scorer): the scorer (or its name), for the error messages.
+
+    Returns:
+        torch.Tensor: float32 ``[B]`` with values in ``[0, 1]``, on the device of ``scores``.
+
+    Raises:
+        TypeError: ``scores`` is not numeric.
+        ValueError: wrong shape, non-finite values or values outside ``[0, 1]``.
+
+    Examples:
+        >>> validate_scores([0, 1, 0.5], 3)
+        tensor([0.0000, 1.0000, 0.5000])
+        >>> validate_scores(torch.tensor([1.5]), 1, scorer="my_vlm")
+        Traceback (most recent call last):
+        ...
+        ValueError: my_vlm returned scores outside [0, 1] (min=1.5, max=1.5); ...
+    """
+    name = _scorer_name(scorer)
+    expected = batch.batch_size[0] if isinstance(batch, TensorDictBase) else int(batch)
+    if not isinstance(scores, torch.Tensor):
+        try:
+            scores = torch.as_tensor(scores)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(
+                f"{name} must return a float tensor of shape [B]={[expected]}, got {type(scores).__name__}."
+            ) from err
+    if scores.is_complex():
+        raise TypeError(f"{name} must return real-valued scores, got dtype={scores.dtype}.")
+    if scores.shape != (expected,):
+        raise ValueError(
+            f"{name} returned scores of shape {list(scores.shape)}; expected one score per clip, "
+            f"shape [B]={[expected]}."
+        )
+    scores = scores.detach().to(torch.float32)
+    finite = torch.isfinite(scores)
+    if not bool(finite.all()):
+        bad = (~finite).nonzero().flatten()[:5].tolist()
+        raise ValueError(
+            f"{name} returned non-finite scores (NaN or inf) at clip indices {bad}; scores must be finite in [0, 1]."
+        )
+    if scores.numel() and bool(((scores < 0) | (scores > 1)).any()):
+        raise ValueError(
+            f"{name} returned scores outside [0, 1] (min={scores.min().item():.4g}, "
+            f"max={scores.max().item():.4g}); map them to [0, 1] (e.g. a sigmoid or a threshold)."
+        )
+    return scores
+
+
+def _callable_name(fn: Callable) -> str:
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}.{qualname}"
+
+
+class CallableScorer:
+    """Wraps a user function ``fn(clips) -> Tensor[B]`` as a :class:`Scorer`, validating its outputs.
+
+    Args:
+        fn (Callable[[TensorDictBase], Tensor]): maps clips (batch ``[B, T]``) to ``B`` scores in
+            ``[0, 1]`` (a tensor, array or sequence; bool/int values are cast to float32).
+
+    Keyword Args:
+        prompt (str, optional): the task prompt, recorded in the provenance. Defaults to ``""``.
+        in_keys (sequence of NestedKey, optional): clip entries ``fn`` reads; they are checked
+            before ``fn`` is called. Defaults to ``("pixels",)``.
+        name (str, optional): name used in error messages and provenance. Defaults to the
+            function's qualified name.
+
+    Raises:
+        TypeError: ``fn`` is not callable (at construction); ``fn`` returned something that is
+            not numeric (at scoring).
+        ValueError: ``fn`` returned a wrong shape, non-finite values or values outside
+            ``[0, 1]``; the message names the scorer.
+        KeyError: the clips lack an entry of ``in_keys``.
+
+    .. note:: ``fn`` is called as is: make it thread-safe if it keeps state, since scoring may
+        run in a worker thread.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> def brightness(clips):
+        ...     return clips["pixels"].float().mean(dim=(1, 2, 3, 4)) / 255
+        >>> scorer = CallableScorer(brightness, prompt="is it bright?")
+        >>> clips = TensorDict(
+        ...     pixels=torch.full((2, 4, 8, 8, 3), 255, dtype=torch.uint8),
+        ...     mask=torch.ones(2, 4, dtype=torch.bool), batch_size=[2, 4])
+        >>> scorer.score(clips)
+        tensor([1., 1.])
+        >>> scorer.provenance["backend"], scorer.provenance["callable"]
+        ('python', '...brightness')
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[TensorDictBase], torch.Tensor],
+        *,
+        prompt: str = "",
+        in_keys: Sequence[NestedKey] = ("pixels",),
+        name: str | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"CallableScorer needs a callable fn(clips) -> Tensor[B], got {type(fn).__name__}.")
+        if not isinstance(prompt, str):
+            raise TypeError(f"CallableScorer.prompt must be a str, got {type(prompt).__name__}.")
+        if isinstance(in_keys, str):
+            in_keys = (in_keys,)
+        self.fn = fn
+        self.prompt = prompt
+        self.in_keys = list(in_keys)
+        self.name = name if name is not None else f"CallableScorer({getattr(fn, '__qualname__', type(fn).__name__)})"
+        self.provenance = {
+            "backend": "python",
+            "callable": _callable_name(fn),
+            "name": self.name,
+            "prompt_hash": prompt_hash(prompt),
+        }
+
+    def score(self, clips: TensorDictBase) -> torch.Tensor:
+        """Scores ``clips`` with ``fn``: float32 ``[B]`` in ``[0, 1]``."""
+        batch = check_clips(clips, self.in_keys, scorer=self)
+        return validate_scores(self.fn(clips), batch, scorer=self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(fn={self.provenance['callable']}, in_keys={self.in_keys})"
+
+
+# ---------------------------------------------------------------------------------------------
+# registry
+_REGISTRY: dict[str, tuple[Callable[..., Scorer], str]] = {}
+_REGISTRY_LOCK = threading.Lock()
+#: backends living in optional modules, imported on first use: prefix -> module name.
+_LAZY_BACKENDS: dict[str, str] = {"oracle": "vlmrb_torchrl.scorers.oracle"}
+
+
+def register_scorer(
+    prefix: str,
+    factory: Callable[..., Scorer],
+    *,
+    form: str | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Registers a scorer backend for :func:`make_scorer` under ``"<prefix>:<rest>"`` specs.
+
+    Backends (``"hf:"``, ``"clip:"``, ``"openai:"``, user ones) call this from their own module,
+    so the core never imports their heavy dependencies.
+
+    Args:
+        prefix (str): the backend name before the first ``:`` (letters, digits, ``_``, ``-``,
+            ``.``).
+        factory (Callable): ``factory(rest: str, **kwargs) -> Scorer``; ``rest`` is the text
+            after ``"<prefix>:"`` and ``kwargs`` are those given to :func:`make_scorer`.
+
+    Keyword Args:
+        form (str, optional): how the spec is written, shown in the unknown-spec error.
+            Defaults to ``"<prefix>:<...>"``.
+        overwrite (bool, optional): replace an existing backend with the same prefix. Defaults
+            to ``False``.
+
+    Raises:
+        ValueError: bad prefix, or prefix already registered without ``overwrite=True``.
+        TypeError: ``factory`` is not callable.
+
+    Examples:
+        >>> import torch
+        >>> def make_constant(rest, **kwargs):
+        ...     value = float(rest)
+        ...     return CallableScorer(lambda clips: torch.full(clips.batch_size[:1], value),
+        ...                           in_keys=["mask"], name="constant")
+        >>> register_scorer("constant", make_constant, form="constant:<value>", overwrite=True)
+        >>> make_scorer("constant:0.25").name
+        'constant'
+    """
+    if not isinstance(prefix, str) or not prefix or not all(c.isalnum() or c in "_-." for c in prefix):
+        raise ValueError(
+            f"register_scorer: prefix must be a non-empty name of letters, digits, '_', '-' or '.', got {prefix!r}."
+        )
+    if not callable(factory):
+        raise TypeError(f"register_scorer: factory must be callable, got {type(factory).__name__}.")
+    with _REGISTRY_LOCK:
+        if prefix in _REGISTRY and not overwrite:
+            raise ValueError(
+                f"register_scorer: a scorer backend is already registered for {prefix!r}; pass overwrite=True "
+                "to replace it."
+            )
+        _REGISTRY[prefix] = (factory, form or f"{prefix}:<...>")
+
+
+def registered_scorer_forms() -> list[str]:
+    """The spec forms :func:`make_scorer` accepts now (built-in and registered backends).
+
+    Examples:
+        >>> forms = registered_scorer_forms()
+        >>> "oracle:minigrid" in forms, "python:<module>:<callable>" in forms
+        (True, True)
+    """
+    _load_lazy_backends()
+    with _REGISTRY_LOCK:
+        return [form for _, form in _REGISTRY.values()]
+
+
+def _load_lazy_backends(prefix: str | None = None) -> None:
+    names = [prefix] if prefix is not None else list(_LAZY_BACKENDS)
+    for name in names:
+        module = _LAZY_BACKENDS.get(name)
+        if module is not None and name not in _REGISTRY:
+            importlib.import_module(module)
+
+
+def make_scorer(spec: str, **kwargs: Any) -> Scorer:
+    """Builds a scorer from a spec string ``"<backend>:<rest>"``.
+
+    Built-in forms:
+
+    - ``"oracle:minigrid"``: :class:`~vlmrb_torchrl.scorers.OracleScorer` on MiniGrid's
+      privileged ``("next", "progress_event")`` flags (ablations; needs no model).
+    - ``"python:<module>:<callable>"``: imports ``<callable>`` (a dotted path inside
+      ``<module>``). A class is instantiated with ``kwargs``; a scorer instance is used as is; a
+      function with no required positional argument is a factory, called with ``kwargs``; any
+      other function is a score function ``fn(clips) -> Tensor[B]``, wrapped in
+      :class:`CallableScorer` (``kwargs``: ``prompt``, ``in_keys``, ``name``).
+
+    Other backends plug in with :func:`register_scorer`.
+
+    Args:
+        spec (str): the backend spec.
+        **kwargs: passed to the backend factory (e.g. ``prompt=``, ``in_keys=``).
+
+    Returns:
+        Scorer: the scorer.
+
+    Raises:
+        ValueError: unknown or malformed spec; the message lists the valid forms.
+        ImportError: the module of a ``python:`` spec cannot be imported.
+        TypeError: a ``python:`` target does not produce a :class:`Scorer`.
+
+    Examples:
+        >>> scorer = make_scorer("oracle:minigrid")
+        >>> scorer.in_keys
+        [('next', 'progress_event'), 'mask']
+        >>> make_scorer("python:vlmrb_torchrl.scorers:OracleScorer", events_key="success")
+        OracleScorer(events_key='success')
+        >>> make_scorer("python:math:sqrt").provenance["callable"]  # a function: CallableScorer
+        'math.sqrt'
+        >>> make_scorer("nope:x")
+        Traceback (most recent call last):
+        ...
+        ValueError: Unknown scorer spec 'nope:x'. Valid forms: ...
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"make_scorer expects a spec string such as 'oracle:minigrid', got {type(spec).__name__}.")
+    prefix, sep, rest = spec.partition(":")
+    if sep:
+        _load_lazy_backends(prefix)
+    entry = _REGISTRY.get(prefix) if sep else None
+    if entry is None:
+        raise ValueError(
+            f"Unknown scorer spec {spec!r}. Valid forms: "
+            + ", ".join(repr(f) for f in registered_scorer_forms())
+            + ". Register more backends with vlmrb_torchrl.scorers.register_scorer(prefix, factory)."
+        )
+    factory, _ = entry
+    scorer = factory(rest, **kwargs)
+    if not isinstance(scorer, Scorer):
+        raise TypeError(
+            f"make_scorer({spec!r}) built a {type(scorer).__name__}, which is not a Scorer "
+            "(needs score(clips), prompt, in_keys and provenance)."
+        )
+    return scorer
+
+
+def _required_positional(fn: Callable) -> int | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return sum(
+        1
+        for p in sig.parameters.values()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
+
+
+def _make_python_scorer(rest: str, **kwargs: Any) -> Scorer:
+    module_name, sep, attr_path = rest.rpartition(":")
+    if not sep or not module_name or not attr_path:
+        raise ValueError(
+            f"A python scorer spec is 'python:<module>:<callable>' (e.g. 'python:my_pkg.scoring:score_fn'), "
+            f"got 'python:{rest}'."
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ImportError(f"make_scorer('python:{rest}'): cannot import module {module_name!r}: {err}") from err
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as err:
+            raise ValueError(
+                f"make_scorer('python:{rest}'): module {module_name!r} has no attribute {attr_path!r}."
+            ) from err
+    if isinstance(obj, Scorer) and not inspect.isclass(obj):
+        if kwargs:
+            raise TypeError(f"make_scorer('python:{rest}') names a scorer instance; it takes no kwargs, got {kwargs}.")
+        return obj
+    if inspect.isclass(obj):
+        scorer = obj(**kwargs)
+    elif callable(obj):
+        if _required_positional(obj) == 0:
+            scorer = obj(**kwargs)
+        else:
+            scorer = CallableScorer(obj, **kwargs)
+    else:
+        raise TypeError(f"make_scorer('python:{rest}'): {attr_path!r} is a {type(obj).__name__}, not a callable.")
+    if not isinstance(scorer, Scorer):
+        raise TypeError(
+            f"make_scorer('python:{rest}'): {attr_path!r} returned a {type(scorer).__name__}, not a Scorer "
+            "(needs score(clips), prompt, in_keys and provenance)."
+        )
+    return scorer
+
+
+register_scorer("python", _make_python_scorer, form="python:<module>:<callable>")
