@@ -234,9 +234,9 @@ class TestClipBatch:
     def test_len_fields_unpack_replace(self):
         cb = tiny_clip_batch(4, [0, 1, 1, 3])
         assert len(cb) == 4 and cb.num_clips == 4 and cb.num_targets == 4
-        clips, target_clip, index, generation, reduce = cb
-        assert clips is cb.clips and reduce == "replace"
-        assert ClipBatch._fields == ("clips", "target_clip", "index", "generation", "reduce")
+        clips, target_clip, index, generation, reduce, frames = cb
+        assert clips is cb.clips and reduce == "replace" and frames is None
+        assert ClipBatch._fields == ("clips", "target_clip", "index", "generation", "reduce", "frames")
         replaced = cb._replace(reduce="max")
         assert isinstance(replaced, ClipBatch) and replaced.reduce == "max" and len(replaced) == 4
         # the process backend of the async worker pickles clip batches
@@ -244,7 +244,7 @@ class TestClipBatch:
         assert isinstance(restored, ClipBatch) and len(restored) == 4
         assert torch.equal(restored.clips["pixels"], cb.clips["pixels"])
         assert torch.equal(restored.target_clip, cb.target_clip)
-        with pytest.raises(TypeError, match="ClipBatch takes 5 fields"):
+        with pytest.raises(TypeError, match="ClipBatch takes 6 fields"):
             ClipBatch._make([clips, target_clip])
 
     def test_scores_for_targets(self):

@@ -165,3 +165,29 @@ def test_as_replay_buffer_transform_over_slices():
     assert (per_slice["vlm_score"] == per_slice["vlm_score"][:, :1]).all()
     expected = per_slice["pixels"][:, -1, 0, 0, 0].float() / 100
     assert torch.allclose(per_slice["vlm_score"][:, 0], expected)
+
+
+@pytest.mark.parametrize("frames", [None, 3])
+def test_frame_pool_scores_equal_inline(frames):
+    """A stream with pool_frames=True scores exactly like one that copies frames per clip."""
+    from vlmrb_torchrl import ClipStream
+    from vlmrb_torchrl.worker import _split
+
+    n = 40
+    batch = TensorDict({"pixels": step_frames(n), ("collector", "traj_ids"): torch.arange(n) // 13,
+                        ("next", "done"): torch.zeros(n, dtype=torch.bool)}, batch_size=[n])
+    spec = ClipSpec(clip_len=6, frames=frames)
+    inline = ClipStream(spec).push(batch, torch.arange(n))
+    pooled = ClipStream(spec, pool_frames=True).push(batch, torch.arange(n))
+    assert "pixels" not in pooled.clips.keys() and pooled.frames.shape[0] <= n
+    assert (pooled.materialize()["pixels"] == inline.clips["pixels"]).all()
+    t = VLMScoreTransform(RecordingScorer(), clip_len=6, frames=frames)
+    expected = t.score_clips(inline.clips)
+    assert torch.equal(t.score_clips(pooled.clips, frames=pooled.frames), expected)
+    # split and re-concatenated (what the worker does) still scores the same
+    from vlmrb_torchrl import ClipBatch
+
+    head, rest = _split(pooled, 5)
+    again = ClipBatch.cat([rest, head])
+    got = t.score_clips(again.clips, frames=again.frames)
+    assert torch.equal(got, torch.cat([expected[5:], expected[:5]]))

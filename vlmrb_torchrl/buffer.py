@@ -178,7 +178,7 @@ def make_vlm_replay_buffer(
     )
     clip_stream = ClipStream(
         clip_spec, frame_key=frame_key if needs_frames else None, traj_key=traj_key,
-        extra_keys=transform.score_key_list(),
+        extra_keys=transform.score_key_list(), pool_frames=True,
     )
     async_scorer = AsyncScorer(transform, sampler, backend=backend, max_pending=max_pending,
                                batch_size=scorer_batch_size, on_full=on_full)

@@ -32,6 +32,7 @@ _ASSIGN_MODES = ("start", "cover_max")
 _REDUCE_OF_ASSIGN = {"start": "replace", "cover_max": "max"}
 _MASK_KEY = "mask"
 _INDEX_KEY = ("clip", "index")
+_FRAME_ROW_KEY = ("clip", "frame_row")
 # Output entries ClipStream writes itself; a frame or extra key must not shadow them.
 _RESERVED_ROOTS = ("mask", "clip")
 
@@ -170,6 +171,7 @@ class _ClipBatchFields(NamedTuple):
     index: Tensor
     generation: Tensor
     reduce: str
+    frames: TensorDictBase | None = None
 
 
 class ClipBatch(_ClipBatchFields):
@@ -189,6 +191,11 @@ class ClipBatch(_ClipBatchFields):
       :meth:`ClipStream.push` for that transition, for stale-write checks.
     - ``reduce`` (str): ``"replace"`` (``assign="start"``: each transition has one target) or
       ``"max"`` (``assign="cover_max"``: keep the max over the clips covering a transition).
+    - ``frames`` (TensorDict ``[P]`` or ``None``): the frame pool of a stream built with
+      ``pool_frames=True``. Each distinct frame is then stored once here instead of once per
+      clip that shows it (``clip_len`` times with stride 1), and ``clips`` holds
+      ``("clip", "frame_row")`` (``[B, L]`` rows of the pool) instead of the frame key.
+      :meth:`materialize` rebuilds the inline layout.
 
     ``len(clip_batch)`` is the number of clips ``B``, not the number of fields.
 
@@ -213,6 +220,8 @@ class ClipBatch(_ClipBatchFields):
     @classmethod
     def _make(cls, iterable) -> ClipBatch:
         result = tuple.__new__(cls, iterable)
+        if tuple.__len__(result) == len(cls._fields) - 1:  # no frame pool
+            result = tuple.__new__(cls, (*result, None))
         if tuple.__len__(result) != len(cls._fields):
             raise TypeError(
                 f"ClipBatch takes {len(cls._fields)} fields {list(cls._fields)}, "
@@ -246,6 +255,23 @@ class ClipBatch(_ClipBatchFields):
                 f"[{self.num_clips}], got clip_scores.shape={list(clip_scores.shape)}."
             )
         return clip_scores[self.target_clip.to(clip_scores.device)]
+
+    def materialize(self, positions: Tensor | None = None) -> TensorDictBase:
+        """The clips with frames inline, optionally only at ``positions`` along the clip.
+
+        Without a frame pool this returns :attr:`clips` (sliced at ``positions``). With one,
+        it gathers just the frames asked for, so scoring ``F`` of ``L`` frames costs
+        ``B * F`` frame copies.
+        """
+        clips = self.clips if positions is None else self.clips[:, positions]
+        if self.frames is None:
+            return clips
+        clips = clips.copy()
+        rows = clips.pop(_FRAME_ROW_KEY)
+        flat = rows.reshape(-1)
+        for key, pool in self.frames.items(include_nested=True, leaves_only=True):
+            clips.set(key, torch.index_select(pool, 0, flat.to(pool.device)).reshape(*rows.shape, *pool.shape[1:]))
+        return clips
 
     @classmethod
     def cat(cls, batches: Sequence[ClipBatch]) -> ClipBatch:
@@ -286,12 +312,22 @@ class ClipBatch(_ClipBatchFields):
             ) from err
         offsets = itertools.accumulate([len(b) for b in batches[:-1]], initial=0)
         target_clip = torch.cat([b.target_clip + off for b, off in zip(batches, offsets)])
+        frames = None
+        if any(b.frames is not None for b in batches):
+            if any(b.frames is None for b in batches):
+                raise ValueError("ClipBatch.cat cannot mix clips with and without a frame pool.")
+            # pools are concatenated, each batch's rows shifted past the pools before it
+            pool_offsets = itertools.accumulate([b.frames.shape[0] for b in batches[:-1]], initial=0)
+            clips.set(_FRAME_ROW_KEY, torch.cat(
+                [b.clips[_FRAME_ROW_KEY] + off for b, off in zip(batches, pool_offsets)]))
+            frames = torch.cat([b.frames for b in batches])
         return cls(
             clips,
             target_clip,
             torch.cat([b.index for b in batches]),
             torch.cat([b.generation for b in batches]),
             batches[0].reduce,
+            frames,
         )
 
 
@@ -384,6 +420,10 @@ class ClipStream:
             clips (``[B, L, ...]``, padded like the frames), e.g. ``[("next", "reward")]``.
             A lone str is wrapped in a list; a nested key must be inside a list.
             Defaults to ``()``.
+        pool_frames (bool, optional): emit each frame once in :attr:`ClipBatch.frames` with
+            per-clip row indices, instead of copying it into every clip that shows it
+            (``clip_len`` copies with stride 1). Use it for image scorers; the scoring
+            transform gathers only the frames it sends. Defaults to ``False``.
 
     .. note::
         A trajectory that stops appearing without a ``done`` (a collector recreated on resume,
@@ -428,6 +468,7 @@ class ClipStream:
         traj_key: NestedKey = ("collector", "traj_ids"),
         done_key: NestedKey | None = ("next", "done"),
         extra_keys: Sequence[NestedKey] = (),
+        pool_frames: bool = False,
     ) -> None:
         if not isinstance(spec, ClipSpec):
             raise TypeError(
@@ -450,6 +491,7 @@ class ClipStream:
                 f"extra_keys={list(extra_keys)!r}; list each entry once."
             )
         self.extra_keys = extras
+        self.pool_frames = bool(pool_frames)
         self._data_keys = data_keys
         self._trajs: dict[int, _Trajectory] = {}
         # (feature shape, dtype) per data key, so a mid-trajectory change fails clearly.
@@ -814,6 +856,13 @@ class ClipStream:
             rows = torch.cat([p.rows + off for p, off in zip(pieces, row_offsets)])
         flat_rows = rows.reshape(-1)
         clips = TensorDict(batch_size=[total, self.spec.clip_len], device=self._device)
+        frames = None
+        if self.pool_frames and self.frame_key is not None:
+            # frames stay one copy each; clips point at their rows (see ClipBatch.frames)
+            pool = source[self.frame_key]
+            frames = TensorDict({self.frame_key: pool}, batch_size=[pool.shape[0]], device=self._device)
+            clips.set(_FRAME_ROW_KEY, rows)
+            source = {k: v for k, v in source.items() if k != self.frame_key}
         for key, value in source.items():
             if isinstance(value, Tensor):
                 # index_select is about twice as fast as advanced indexing for image rows.
@@ -830,4 +879,5 @@ class ClipStream:
             torch.cat([p.index for p in pieces]),
             torch.cat([p.generation for p in pieces]),
             self.spec.reduce,
+            frames,
         )

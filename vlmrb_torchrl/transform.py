@@ -17,6 +17,7 @@ from vlmrb_torchrl.clips import ClipSpec
 __all__ = ["VLMScoreTransform", "pack_frames"]
 
 _MASK_KEY = "mask"
+_FRAME_ROW_KEY = ("clip", "frame_row")
 
 
 def _resize(frames: Tensor, size: tuple[int, int]) -> Tensor:
@@ -46,12 +47,15 @@ def pack_frames(
     frame_keys: Sequence[NestedKey],
     frame_size: tuple[int, int] | None = None,
     grid: bool = False,
+    frame_pool: TensorDictBase | None = None,
 ) -> TensorDictBase:
     """Packs ``[B, L]`` clips into what a scorer receives: ``[B, F]`` (or ``[B, 1]`` with ``grid``).
 
     Frame keys are subsampled at ``positions`` (and resized / tiled); boolean per-step keys
     are OR-reduced over the steps each kept position stands for, so an event between two
-    subsampled frames is not lost; other per-step keys are taken at ``positions``.
+    subsampled frames is not lost; other per-step keys are taken at ``positions``. With a
+    ``frame_pool`` (see :attr:`vlmrb_torchrl.ClipBatch.frames`) the frames are gathered from
+    it through ``("clip", "frame_row")``, only at ``positions``.
 
     Examples:
         >>> import torch
@@ -71,7 +75,7 @@ def pack_frames(
     segment_start = torch.cat([positions.new_full((1,), -1), positions[:-1]])
     out = {}
     for key, value in clips.items(include_nested=True, leaves_only=True):
-        if key in frame_keys or (isinstance(key, tuple) and len(key) == 1 and key[0] in frame_keys):
+        if key in frame_keys or key == _FRAME_ROW_KEY:
             continue
         if value.dtype == torch.bool:
             cum = torch.cat([value.new_zeros(b, 1, *value.shape[2:], dtype=torch.long),
@@ -84,13 +88,18 @@ def pack_frames(
         out[key] = value
     mask = out[_MASK_KEY]
     for key in frame_keys:
-        frames = clips.get(key)
+        if frame_pool is not None:
+            rows = clips.get(_FRAME_ROW_KEY)[:, positions]
+            pool = frame_pool.get(key)
+            frames = torch.index_select(pool, 0, rows.reshape(-1).to(pool.device))
+            frames = frames.reshape(*rows.shape, *pool.shape[1:])
+        else:
+            frames = clips.get(key)[:, positions]
         if frames.ndim != 5 or frames.shape[-1] not in (1, 3, 4) or frames.dtype != torch.uint8:
             raise ValueError(
                 f"VLMScoreTransform expects {key!r} as uint8 frames [B, T, H, W, C] with C in "
                 f"(1, 3, 4); got dtype {frames.dtype} and shape {tuple(frames.shape)}."
             )
-        frames = frames[:, positions]
         if frame_size is not None:
             flat = _resize(frames.reshape(-1, *frames.shape[2:]), frame_size)
             frames = flat.reshape(b, len(positions), *flat.shape[1:])
@@ -197,21 +206,30 @@ class VLMScoreTransform(Transform):
         frame_keys = set(self.in_keys)
         return [k for k in getattr(self.scorer, "in_keys", []) if k not in frame_keys and k != _MASK_KEY]
 
-    def score_clips(self, clips: TensorDictBase) -> Tensor:
-        """Scores ``[B, clip_len]`` clips; returns float32 ``[B]`` in [0, 1]."""
+    def score_clips(self, clips: TensorDictBase, frames: TensorDictBase | None = None) -> Tensor:
+        """Scores ``[B, clip_len]`` clips; returns float32 ``[B]`` in [0, 1].
+
+        ``frames`` is the frame pool of a :class:`~vlmrb_torchrl.ClipBatch` built with
+        ``pool_frames=True``: only the frames sent to the scorer are gathered from it.
+        """
         if clips.batch_dims < 2 or clips.batch_size[1] != self.spec.clip_len:
             raise ValueError(
                 f"score_clips expects clips with batch [B, {self.spec.clip_len}]; got {tuple(clips.batch_size)}."
             )
         needed = list(self.in_keys) + self.score_key_list()
         present = set(clips.keys(include_nested=True, leaves_only=True))
+        if frames is not None:
+            present |= set(frames.keys(include_nested=True, leaves_only=True))
+            needed_in_clips = [k for k in needed if k not in self.in_keys] + [_FRAME_ROW_KEY]
+        else:
+            needed_in_clips = needed
         missing = [k for k in needed if k not in present and (k,) not in present]
         if missing:
             raise KeyError(
                 f"VLMScoreTransform needs {missing} in its input; found {sorted(map(str, present))}. "
                 "Render frames at collection time (e.g. make_minigrid_env(render=True)) or pass in_keys=."
             )
-        selected = clips.select(*needed)
+        selected = clips.select(*needed_in_clips)
         if _MASK_KEY not in present:
             selected[_MASK_KEY] = torch.ones(clips.batch_size[:2], dtype=torch.bool, device=clips.device)
         else:
@@ -219,7 +237,7 @@ class VLMScoreTransform(Transform):
         if clips.batch_dims > 2:
             raise ValueError(f"clips must have batch [B, T]; got {tuple(clips.batch_size)}.")
         packed = pack_frames(selected, positions=self.positions, frame_keys=self.in_keys,
-                             frame_size=self.frame_size, grid=self.grid)
+                             frame_size=self.frame_size, grid=self.grid, frame_pool=frames)
         scores = torch.as_tensor(self.scorer.score(packed))
         if scores.shape != (clips.batch_size[0],):
             raise ValueError(

@@ -28,18 +28,19 @@ def _init_child(transform) -> None:
     _CHILD_TRANSFORM = transform
 
 
-def _score_in_child(clips: TensorDictBase) -> torch.Tensor:
-    return _CHILD_TRANSFORM.score_clips(clips)
+def _score_in_child(clips: TensorDictBase, frames: TensorDictBase | None) -> torch.Tensor:
+    return _CHILD_TRANSFORM.score_clips(clips, frames=frames)
 
 
 def _split(batch: ClipBatch, n: int) -> tuple[ClipBatch, ClipBatch]:
     """The first ``n`` clips of ``batch`` (with their targets) and the rest."""
     head = batch.target_clip < n
     tail = ~head
+    # both halves share the frame pool (no copy); cat() offsets rows when they meet again
     first = ClipBatch(batch.clips[:n], batch.target_clip[head], batch.index[head],
-                      batch.generation[head], batch.reduce)
+                      batch.generation[head], batch.reduce, batch.frames)
     rest = ClipBatch(batch.clips[n:], batch.target_clip[tail] - n, batch.index[tail],
-                     batch.generation[tail], batch.reduce)
+                     batch.generation[tail], batch.reduce, batch.frames)
     return first, rest
 
 
@@ -277,9 +278,9 @@ class AsyncScorer:
                 batch = ClipBatch.cat([b for b, _ in taken])
                 t0 = time.perf_counter()
                 if self._executor is None:
-                    scores = self.transform.score_clips(batch.clips)
+                    scores = self.transform.score_clips(batch.clips, frames=batch.frames)
                 else:
-                    scores = self._executor.submit(_score_in_child, batch.clips).result()
+                    scores = self._executor.submit(_score_in_child, batch.clips, batch.frames).result()
                 elapsed = time.perf_counter() - t0
                 self.sampler.update_scores(batch.index, batch.scores_for_targets(scores),
                                            batch.generation, reduce=batch.reduce)
