@@ -18,7 +18,7 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml
 install: $(VENV)/.installed-$(EXTRAS)
 
 run: install  ## the main job
-	$(VENV)/bin/python examples/sampler_in_torchrl_loop.py --total-frames 20000
+	$(VENV)/bin/vlmrb train dqn --quick
 
 test: install  ## fast tests + doctests (slow ones excluded)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q

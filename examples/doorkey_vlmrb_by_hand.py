@@ -70,7 +70,8 @@ def main(env_id: str = "MiniGrid-DoorKey-5x5-v0", scorer_spec: str = "oracle:min
     transform = VLMScoreTransform(scorer, clip_len=clip_len, in_keys=frame_keys)
     stream = ClipStream(spec, frame_key="pixels" if needs_frames else None, extra_keys=transform.score_key_list())
 
-    collector = Collector(env, explore, frames_per_batch=frames_per_batch, total_frames=total_frames)
+    collector = Collector(env, explore, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                          auto_register_policy_transforms=False)
     successes, start, frames = [], time.perf_counter(), 0
     with AsyncScorer(transform, sampler, batch_size=64) as scoring:
         for i, batch in enumerate(collector):

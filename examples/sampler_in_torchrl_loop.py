@@ -63,7 +63,7 @@ def main(total_frames: int = 20_000, seed: int = 0, frames_per_batch: int = 100,
                                 generator=torch.Generator().manual_seed(seed))
 
     collector = Collector(env, explore, frames_per_batch=frames_per_batch, total_frames=total_frames,
-                          init_random_frames=1_000)
+                          init_random_frames=1_000, auto_register_policy_transforms=False)
     returns, start = [], time.perf_counter()
     for i, batch in enumerate(collector):
         batch = batch.reshape(-1)

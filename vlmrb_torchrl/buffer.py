@@ -49,11 +49,28 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
     def scorer(self):
         return self.scoring_transform.scorer
 
-    def extend(self, tensordict: TensorDictBase, *, update_priority: bool | None = None) -> torch.Tensor:
+    def extend(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        update_priority: bool | None = None,
+        clips_from: TensorDictBase | None = None,
+    ) -> torch.Tensor:
+        """Stores a (collector) batch and queues its clips for scoring.
+
+        Args:
+            tensordict (TensorDictBase): ``[N]`` or ``[E, T]`` data, stored flattened.
+
+        Keyword Args:
+            update_priority (bool, optional): as in TorchRL.
+            clips_from (TensorDictBase, optional): the batch to cut clips from when the stored
+                data was rewritten (e.g. n-step returns replace ``("next", ...)`` entries with
+                those ``n`` steps ahead): same layout and order as ``tensordict``.
+        """
         flat = tensordict.reshape(-1) if tensordict.ndim > 1 else tensordict
         stored = flat if self._store_frames else flat.exclude(*self._frame_keys)
         index = super().extend(stored, update_priority=update_priority)
-        self.score_batch(flat, index)
+        self.score_batch(flat if clips_from is None else clips_from, index)
         return index
 
     def score_batch(self, batch: TensorDictBase, index: torch.Tensor) -> None:

@@ -1,0 +1,102 @@
+"""The ``vlmrb`` command: ``vlmrb train dqn key=value ...``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from vlmrb_torchrl.recipes.config import (
+    QUICK_PRESETS,
+    ConfigError,
+    DQNConfig,
+    apply_overrides,
+    config_help,
+    load_config_file,
+)
+
+RECIPES = {"dqn": DQNConfig}
+
+_DESCRIPTION = """VLM-guided experience replay (VLM-RB) for TorchRL.
+
+Commands:
+  vlmrb train dqn [--config FILE] [--quick] [key=value ...]   train double DQN (MiniGrid, Atari)
+
+Run `vlmrb train dqn --help` for every key."""
+
+
+def _recipe_main(name: str):
+    if name == "dqn":
+        from vlmrb_torchrl.recipes.dqn import main
+
+        return main
+    raise KeyError(name)
+
+
+def _train_parser(name: str) -> argparse.ArgumentParser:
+    cls = RECIPES[name]
+    parser = argparse.ArgumentParser(
+        prog=f"vlmrb train {name}",
+        description=f"{cls.__doc__}\n\nOverrides are key=value pairs, applied after --config and --quick.\n"
+                    f"Example: vlmrb train {name} env=MiniGrid-DoorKey-6x6-v0 replay=vlm scorer=oracle:minigrid "
+                    "seed=1 total_frames=300000 output_dir=runs/x",
+        epilog="keys (default, help, type):\n" + config_help(cls),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="YAML/JSON file of key: value pairs")
+    parser.add_argument("--quick", action="store_true",
+                        help="a complete small run (a few minutes on 2 CPU cores): " + json.dumps(QUICK_PRESETS[name]))
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    return parser
+
+
+def build_config(name: str, args: argparse.Namespace):
+    """Defaults <- resumed run's config <- --quick <- --config <- key=value overrides."""
+    cls = RECIPES[name]
+    cfg = cls()
+    overrides = list(args.overrides)
+    resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
+    if resume:
+        run_dir = Path(resume)
+        run_dir = run_dir if (run_dir / "config.json").exists() else run_dir.parent.parent
+        saved = json.loads((run_dir / "config.json").read_text())
+        cfg = apply_overrides(cfg, {k: v for k, v in saved.items() if k != "resume"})
+    if args.quick:
+        cfg = apply_overrides(cfg, QUICK_PRESETS[name])
+    if args.config:
+        cfg = apply_overrides(cfg, {k: (str(v) if not isinstance(v, (int, float, bool)) or v is None else v)
+                                    for k, v in load_config_file(args.config).items()})
+    cfg = apply_overrides(cfg, overrides)
+    return cfg.validate()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_DESCRIPTION)
+        return 0
+    if argv[0] != "train" or len(argv) < 2 or argv[1] not in RECIPES:
+        if argv[0] == "train" and len(argv) >= 2 and argv[1] not in ("-h", "--help"):
+            print(f"vlmrb: unknown recipe {argv[1]!r}; choose one of {sorted(RECIPES)}.", file=sys.stderr)
+        else:
+            print(_DESCRIPTION, file=sys.stderr if argv[0] != "train" else sys.stdout)
+        return 2 if argv[0] != "train" or len(argv) >= 2 else 0
+    name = argv[1]
+    args = _train_parser(name).parse_args(argv[2:])
+    try:
+        cfg = build_config(name, args)
+    except ConfigError as err:
+        print(f"vlmrb train {name}: {err}", file=sys.stderr)
+        return 2
+    summary = _recipe_main(name)(cfg)
+    success = summary.get("eval_success")
+    print(f"\nfinished {summary['env_steps']} frames; eval success {success:.2f}, eval return "
+          f"{summary.get('eval_return', float('nan')):.2f}" if success is not None else "")
+    print(f"outputs: {summary['run_dir']} (metrics.csv, tensorboard/, checkpoints/, gallery/, config.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Training recipes (``vlmrb train dqn|sac``): readable top to bottom, sharing `common`."""

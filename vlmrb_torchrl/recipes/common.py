@@ -1,0 +1,309 @@
+"""What the recipes share: run directory and logging, envs, replay, evaluation, checkpoints, gallery."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import (
+    LazyTensorStorage,
+    PrioritizedSampler,
+    RandomSampler,
+    TensorDictReplayBuffer,
+)
+
+from vlmrb_torchrl.buffer import make_vlm_replay_buffer
+from vlmrb_torchrl.clips import ClipSpec, ClipStream
+from vlmrb_torchrl.transform import VLMScoreTransform
+
+METRIC_COLUMNS = [
+    "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda",
+    "fraction_scored", "positive_fraction", "stale_drops", "scorer_clips_per_s", "scorer_backlog",
+    "scorer_dropped", "env_steps_per_s", "time_s",
+]
+
+
+# ---------------------------------------------------------------------------------- run setup
+def seed_everything(seed: int) -> torch.Generator:
+    """Seeds Python, NumPy and torch; returns the replay buffer's generator."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class Run:
+    """A run directory: resolved config, ``metrics.csv``, TensorBoard events, progress bar.
+
+    ``log(metrics)`` appends one CSV row (missing columns are left empty) and the same
+    scalars to TensorBoard under ``<group>/<name>``.
+    """
+
+    def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0) -> None:
+        if cfg.output_dir is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            env = cfg.env.replace("/", "-")
+            cfg.output_dir = f"runs/{recipe}__{env}__{cfg.replay}__seed{cfg.seed}__{stamp}"
+        self.dir = Path(cfg.output_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "checkpoints").mkdir(exist_ok=True)
+        (self.dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+        self.csv_path = self.dir / "metrics.csv"
+        new_file = not self.csv_path.exists() or resumed_from == 0
+        self._csv_file = open(self.csv_path, "w" if new_file else "a", newline="")
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
+        if new_file:
+            self._csv.writeheader()
+        self._tb = None
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # pragma: no cover - tensorboard is part of the recipe extras
+                SummaryWriter = None
+            if SummaryWriter is not None:
+                self._tb = SummaryWriter(log_dir=str(self.dir / "tensorboard"), purge_step=resumed_from or None)
+                self._tb.add_text("config", "\n".join(f"    {k}: {v}" for k, v in dataclasses.asdict(cfg).items()))
+        self._pbar = None
+        if cfg.progress:
+            from tqdm.auto import tqdm
+
+            self._pbar = tqdm(total=total, initial=resumed_from, unit="frames", dynamic_ncols=True,
+                              desc=f"{recipe} {cfg.env} {cfg.replay}")
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        row = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in metrics.items() if v is not None}
+        self._csv.writerow(row)
+        self._csv_file.flush()
+        if self._tb is not None:
+            step = int(metrics["env_steps"])
+            for key, value in metrics.items():
+                if key != "env_steps" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(_tb_tag(key), value, step)
+
+    def progress(self, frames: int, **postfix: Any) -> None:
+        if self._pbar is not None:
+            self._pbar.update(frames)
+            self._pbar.set_postfix({k: v for k, v in postfix.items() if v is not None}, refresh=False)
+
+    def close(self) -> None:
+        self._csv_file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._pbar is not None:
+            self._pbar.close()
+
+
+def _tb_tag(key: str) -> str:
+    if key.startswith("eval_"):
+        return f"eval/{key[5:]}"
+    if key.startswith("scorer_"):
+        return f"scorer/{key[7:]}"
+    if key in ("lambda", "fraction_scored", "positive_fraction", "stale_drops"):
+        return f"replay/{key}"
+    if key in ("env_steps_per_s", "time_s"):
+        return f"time/{key}"
+    return f"train/{key}"
+
+
+# ---------------------------------------------------------------------------------- envs
+def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any):
+    """A picklable zero-argument env constructor for MiniGrid (``MiniGrid-*``, ``BabyAI-*``) or ALE ids."""
+    if env_id.startswith(("MiniGrid-", "BabyAI-")):
+        from vlmrb_torchrl.envs.minigrid import make_minigrid_env
+
+        return functools.partial(make_minigrid_env, env_id, render=render, **kwargs)
+    if env_id.startswith("ALE/"):
+        from vlmrb_torchrl.envs.atari import make_atari_env
+
+        return functools.partial(make_atari_env, env_id, train=train, render=render, **kwargs)
+    raise ValueError(
+        f"env={env_id!r} is not supported: use a MiniGrid id (e.g. MiniGrid-DoorKey-6x6-v0) "
+        "or an Atari id (e.g. ALE/Pong-v5)."
+    )
+
+
+def default_scorer_for(env_id: str) -> str | None:
+    return "oracle:minigrid" if env_id.startswith(("MiniGrid-", "BabyAI-")) else None
+
+
+# ---------------------------------------------------------------------------------- replay
+def make_scorer_from_config(cfg: Any):
+    from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
+
+    kwargs = {"prompt": cfg.prompt} if cfg.prompt is not None else {}
+    scorer = make_scorer(cfg.scorer, **kwargs)
+    if cfg.label_noise > 0:
+        scorer = NoisyScorer(scorer, flip_prob=cfg.label_noise, seed=cfg.seed)
+    return scorer
+
+
+def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=None) -> TensorDictReplayBuffer:
+    """The replay buffer for ``cfg.replay``; everything but the sampler is identical across modes."""
+    storage = LazyTensorStorage(cfg.buffer_size)  # CPU: TorchRL's PyPI wheel has no CUDA trees
+    if cfg.replay == "uniform":
+        return TensorDictReplayBuffer(storage=storage, sampler=RandomSampler(), batch_size=cfg.batch_size,
+                                      generator=generator)
+    if cfg.replay == "per":
+        sampler = PrioritizedSampler(cfg.buffer_size, alpha=cfg.per_alpha, beta=cfg.per_beta)
+        return TensorDictReplayBuffer(storage=storage, sampler=sampler, batch_size=cfg.batch_size,
+                                      generator=generator)
+    default = cfg.default_priority if cfg.default_priority in ("mean", "max") else float(cfg.default_priority)
+    warmup = cfg.vlm_warmup if cfg.vlm_warmup is not None else max(1, updates // 2)
+    return make_vlm_replay_buffer(
+        cfg.buffer_size, scorer,
+        clip_spec=ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames,
+                           assign=cfg.clip_assign),
+        storage=storage, batch_size=cfg.batch_size, generator=generator,
+        sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": cfg.threshold,
+                        "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "default_priority": default,
+                        "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},
+    )
+
+
+def replay_stats(rb: TensorDictReplayBuffer) -> dict[str, Any]:
+    """Replay columns of the metrics row (empty for uniform/PER)."""
+    if not hasattr(rb, "vlm_stats"):
+        return {}
+    stats = rb.vlm_stats()
+    return {"lambda": stats["lambda"], "fraction_scored": stats["fraction_scored"],
+            "positive_fraction": stats["positive_fraction"], "stale_drops": stats["stale_drops"],
+            "scorer_clips_per_s": stats["scorer/clips_per_s"], "scorer_backlog": stats["scorer/backlog"],
+            "scorer_dropped": stats["scorer/dropped"]}
+
+
+# ---------------------------------------------------------------------------------- evaluation
+@torch.no_grad()
+def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100_000) -> dict[str, float]:
+    """Runs ``episodes`` full episodes of ``policy`` (already at its evaluation epsilon).
+
+    Returns the success rate (NaN when the env reports no ``success``) and the mean return
+    (``raw_reward`` when the env provides it, e.g. unclipped Atari scores).
+    """
+    env = make_env()
+    env.set_seed(seed)
+    successes, returns = [], []
+    for _ in range(episodes):
+        rollout = env.rollout(max_steps, policy, break_when_any_done=True)
+        nxt = rollout["next"]
+        reward_key = "raw_reward" if "raw_reward" in nxt.keys() else "reward"
+        returns.append(float(nxt[reward_key].sum()))
+        if "success" in nxt.keys():
+            successes.append(float(nxt["success"].any()))
+    env.close()
+    return {"eval_success": float(np.mean(successes)) if successes else float("nan"),
+            "eval_return": float(np.mean(returns))}
+
+
+# ---------------------------------------------------------------------------------- checkpoints
+def save_checkpoint(path: Path, *, modules: dict[str, Any], rb: TensorDictReplayBuffer,
+                    counters: dict[str, Any]) -> None:
+    """Model/optimizer states, counters, RNG states and the replay buffer (storage + sampler)."""
+    path.mkdir(parents=True, exist_ok=True)
+    state = {name: obj.state_dict() for name, obj in modules.items()}
+    state["counters"] = counters
+    state["rng"] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    torch.save(state, path / "state.pt")
+    rb.dumps(path / "replay")
+    (path / "DONE").write_text(json.dumps(counters))  # written last: the checkpoint is complete
+
+
+def truncate_metrics(path: Path, env_steps: int) -> None:
+    """Drops the metric rows logged after the checkpoint a run resumes from."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = lines[:1] + [ln for ln in lines[1:] if int(float(ln.split(",", 1)[0])) <= env_steps]
+    path.write_text("".join(kept))
+
+
+def latest_checkpoint(resume: str) -> Path:
+    path = Path(resume)
+    if (path / "DONE").exists():
+        return path
+    candidates = sorted((p for p in (path / "checkpoints").glob("step_*") if (p / "DONE").exists()),
+                        key=lambda p: int(p.name.split("_")[1]))
+    if not candidates:
+        raise FileNotFoundError(f"resume={resume!r}: no complete checkpoint found (looked for {path}/checkpoints/step_*).")
+    return candidates[-1]
+
+
+def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: TensorDictReplayBuffer) -> dict[str, Any]:
+    state = torch.load(path / "state.pt", weights_only=False)
+    for name, obj in modules.items():
+        obj.load_state_dict(state[name])
+    rb.loads(path / "replay")
+    torch.set_rng_state(state["rng"]["torch"])
+    np.random.set_state(state["rng"]["numpy"])
+    random.setstate(state["rng"]["python"])
+    return state["counters"]
+
+
+# ---------------------------------------------------------------------------------- gallery
+@torch.no_grad()
+def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clips: int, seed: int,
+                 episodes: int = 6, max_steps: int = 1_000) -> list[Path]:
+    """Scores clips from a few rendered episodes and saves the top/bottom ``clips`` as GIFs.
+
+    Each GIF carries its score and the scorer's prompt in the frame's caption strip.
+    """
+    from PIL import Image, ImageDraw
+
+    env = make_env()
+    env.set_seed(seed)
+    stream = ClipStream(ClipSpec(clip_len=clip_len), frame_key="pixels",
+                        extra_keys=VLMScoreTransform(scorer, clip_len=clip_len).score_key_list())
+    batches = []
+    offset = 0
+    for episode in range(episodes):
+        rollout = env.rollout(max_steps, policy, break_when_any_done=True)
+        rollout["collector", "traj_ids"] = torch.full(rollout.shape, episode, dtype=torch.long)
+        index = torch.arange(offset, offset + rollout.numel())
+        offset += rollout.numel()
+        for out in (stream.push(rollout, index), stream.flush()):
+            if out is not None:
+                batches.append(out)
+    env.close()
+    if not batches:
+        return []
+    from vlmrb_torchrl.clips import ClipBatch
+
+    batch = ClipBatch.cat(batches)
+    transform = VLMScoreTransform(scorer, clip_len=clip_len)
+    scores = torch.cat([transform.score_clips(c) for c in batch.clips.split(64)])
+    order = torch.argsort(scores, descending=True, stable=True)
+    picks = [("top", i) for i in order[:clips].tolist()] + [("bottom", i) for i in order.flip(0)[:clips].tolist()]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    prompt = getattr(scorer, "prompt", "") or ""
+    for rank, (kind, i) in enumerate(picks):
+        frames = batch.clips["pixels"][i][batch.clips["mask"][i]]
+        images = []
+        for frame in frames.numpy():
+            img = Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3), Image.NEAREST)
+            canvas = Image.new("RGB", (img.width, img.height + 28), "black")
+            canvas.paste(img, (0, 28))
+            draw = ImageDraw.Draw(canvas)
+            draw.text((2, 1), f"score {scores[i]:.2f}", fill="white")
+            draw.text((2, 14), prompt[:60], fill="gray")
+            images.append(canvas)
+        path = out_dir / f"{kind}_{rank % clips if clips else rank}_score{scores[i]:.2f}.gif"
+        images[0].save(path, save_all=True, append_images=images[1:], duration=150, loop=0)
+        paths.append(path)
+    (out_dir / "prompt.txt").write_text(prompt)
+    return paths
