@@ -493,7 +493,7 @@ class TestMakeScorer:
         with pytest.raises(TypeError, match="takes no kwargs"):
             make_scorer(f"python:{__name__}:HALF_SCORER", prompt="x")
 
-    @pytest.mark.parametrize("spec", ["hf:facebook/Perception-LM-1B", "minigrid", "", "unknown:thing"])
+    @pytest.mark.parametrize("spec", ["vlm:facebook/Perception-LM-1B", "minigrid", "", "unknown:thing"])
     def test_unknown_spec_lists_forms(self, spec):
         with pytest.raises(ValueError) as info:
             make_scorer(spec)

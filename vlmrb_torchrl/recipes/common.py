@@ -31,6 +31,10 @@ METRIC_COLUMNS = [
     "fraction_scored", "positive_fraction", "stale_drops", "scorer_clips_per_s", "scorer_backlog",
     "scorer_dropped", "env_steps_per_s", "time_s",
 ]
+#: SAC's metrics: the entropy temperature and policy entropy instead of epsilon.
+SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon"]
+SAC_METRIC_COLUMNS[SAC_METRIC_COLUMNS.index("loss") + 1:SAC_METRIC_COLUMNS.index("loss") + 1] = [
+    "loss_actor", "loss_qvalue", "alpha", "entropy"]
 
 
 # ---------------------------------------------------------------------------------- run setup
@@ -55,7 +59,8 @@ class Run:
     scalars to TensorBoard under ``<group>/<name>``.
     """
 
-    def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0) -> None:
+    def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
+                 columns: list[str] | None = None) -> None:
         if cfg.output_dir is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             env = cfg.env.replace("/", "-")
@@ -67,7 +72,7 @@ class Run:
         self.csv_path = self.dir / "metrics.csv"
         new_file = not self.csv_path.exists() or resumed_from == 0
         self._csv_file = open(self.csv_path, "w" if new_file else "a", newline="")
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=columns or METRIC_COLUMNS, extrasaction="ignore")
         if new_file:
             self._csv.writeheader()
         self._tb = None
@@ -116,14 +121,19 @@ def _tb_tag(key: str) -> str:
         return f"scorer/{key[7:]}"
     if key in ("lambda", "fraction_scored", "positive_fraction", "stale_drops"):
         return f"replay/{key}"
-    if key in ("env_steps_per_s", "time_s"):
+    if key in ("env_steps_per_s", "time_s", "render_per_step"):
         return f"time/{key}"
     return f"train/{key}"
 
 
 # ---------------------------------------------------------------------------------- envs
 def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any):
-    """A picklable zero-argument env constructor for MiniGrid (``MiniGrid-*``, ``BabyAI-*``) or ALE ids."""
+    """A picklable zero-argument env constructor for MiniGrid (``MiniGrid-*``, ``BabyAI-*``), ALE or
+    robosuite (``robosuite/<Task>``) ids."""
+    if env_id.startswith("robosuite/"):
+        from vlmrb_torchrl.envs.robosuite import make_robosuite_env
+
+        return functools.partial(make_robosuite_env, env_id, render=render, **kwargs)
     if env_id.startswith(("MiniGrid-", "BabyAI-")):
         from vlmrb_torchrl.envs.minigrid import make_minigrid_env
 
@@ -134,12 +144,9 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         return functools.partial(make_atari_env, env_id, train=train, render=render, **kwargs)
     raise ValueError(
         f"env={env_id!r} is not supported: use a MiniGrid id (e.g. MiniGrid-DoorKey-6x6-v0) "
-        "or an Atari id (e.g. ALE/Pong-v5)."
+        "an Atari id (e.g. ALE/Pong-v5) or robosuite/<Task> (e.g. robosuite/Lift)."
     )
 
-
-def default_scorer_for(env_id: str) -> str | None:
-    return "oracle:minigrid" if env_id.startswith(("MiniGrid-", "BabyAI-")) else None
 
 
 # ---------------------------------------------------------------------------------- replay

@@ -1,9 +1,11 @@
 """Scorers: map clips (TensorDict ``[B, T]``) to per-clip task-progress scores in ``[0, 1]``.
 
-Build one from a spec string with :func:`make_scorer` (``"oracle:minigrid"``,
-``"python:<module>:<callable>"``, or any backend added with :func:`register_scorer`), wrap a
-function with :class:`CallableScorer`, or write any class following the :class:`Scorer`
-protocol.
+Build one from a spec string with :func:`make_scorer` (``"hf:<hub id or local dir>"``,
+``"clip:<hub id or local dir>"``, ``"openai:<base_url>#<model>"``, ``"oracle:minigrid"``,
+``"python:<module>:<callable>"``, a bare local model directory, or any backend added with
+:func:`register_scorer`), wrap a function with :class:`CallableScorer`, or write any class
+following the :class:`Scorer` protocol. The VLM backends import transformers / Pillow only when
+a scorer is built (``pip install 'vlmrb-torchrl[vlm]'``).
 """
 
 from __future__ import annotations
@@ -18,19 +20,33 @@ from vlmrb_torchrl.scorers.base import (
     registered_scorer_forms,
     validate_scores,
 )
+from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
+from vlmrb_torchrl.scorers.generative import HFGenerativeScorer, answer_token_ids
+from vlmrb_torchrl.scorers.openai import OpenAIScorer, OpenAIScorerError
 from vlmrb_torchrl.scorers.oracle import ORACLE_EVENT_KEYS, OracleScorer
-from vlmrb_torchrl.scorers.wrappers import NoisyScorer
+from vlmrb_torchrl.scorers.prompts import ENV_FAMILIES, contrastive_prompts, default_prompt
+from vlmrb_torchrl.scorers.wrappers import CachedScorer, NoisyScorer, ThresholdScorer
 
 __all__ = [
     "Scorer",
     "CallableScorer",
+    "HFGenerativeScorer",
+    "HFContrastiveScorer",
+    "OpenAIScorer",
+    "OpenAIScorerError",
     "OracleScorer",
+    "CachedScorer",
     "NoisyScorer",
+    "ThresholdScorer",
     "make_scorer",
     "register_scorer",
     "registered_scorer_forms",
     "prompt_hash",
     "validate_scores",
     "check_clips",
+    "answer_token_ids",
+    "default_prompt",
+    "contrastive_prompts",
+    "ENV_FAMILIES",
     "ORACLE_EVENT_KEYS",
 ]

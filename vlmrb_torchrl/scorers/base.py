@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -273,7 +274,12 @@ class CallableScorer:
 _REGISTRY: dict[str, tuple[Callable[..., Scorer], str]] = {}
 _REGISTRY_LOCK = threading.Lock()
 #: backends living in optional modules, imported on first use: prefix -> module name.
-_LAZY_BACKENDS: dict[str, str] = {"oracle": "vlmrb_torchrl.scorers.oracle"}
+_LAZY_BACKENDS: dict[str, str] = {
+    "oracle": "vlmrb_torchrl.scorers.oracle",
+    "hf": "vlmrb_torchrl.scorers.generative",
+    "clip": "vlmrb_torchrl.scorers.contrastive",
+    "openai": "vlmrb_torchrl.scorers.openai",
+}
 
 
 def register_scorer(
@@ -355,6 +361,15 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
 
     Built-in forms:
 
+    - ``"hf:<hub id or local dir>"``: :class:`~vlmrb_torchrl.scorers.HFGenerativeScorer`, a
+      generative VLM's P(yes) (``kwargs``: ``prompt``, ``env_family``, ``task``, ``input_mode``,
+      ``max_frames``, ``device``, ``dtype``, ...).
+    - ``"clip:<hub id or local dir>"``: :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer`,
+      CLIP / SigLIP similarity to a goal text.
+    - ``"openai:<base_url>#<model>"``: :class:`~vlmrb_torchrl.scorers.OpenAIScorer`, a vLLM /
+      SGLang / OpenAI-compatible server, e.g. ``"openai:http://localhost:8000/v1#Qwen/Qwen2.5-VL-3B-Instruct"``.
+    - a local model directory (no prefix): ``"clip:"`` if its ``config.json`` is a CLIP/SigLIP
+      model, else ``"hf:"``.
     - ``"oracle:minigrid"``: :class:`~vlmrb_torchrl.scorers.OracleScorer` on MiniGrid's
       privileged ``("next", "progress_event")`` flags (ablations; needs no model).
     - ``"python:<module>:<callable>"``: imports ``<callable>`` (a dotted path inside
@@ -396,6 +411,8 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
     if sep:
         _load_lazy_backends(prefix)
     entry = _REGISTRY.get(prefix) if sep else None
+    if entry is None and spec and os.path.isdir(os.path.expanduser(spec)):
+        return _make_local_dir_scorer(spec, **kwargs)
     if entry is None:
         raise ValueError(
             f"Unknown scorer spec {spec!r}. Valid forms: "
@@ -410,6 +427,18 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
             "(needs score(clips), prompt, in_keys and provenance)."
         )
     return scorer
+
+
+def _make_local_dir_scorer(path: str, **kwargs: Any) -> Scorer:
+    """A bare local directory: the contrastive backend for CLIP/SigLIP configs, else generative."""
+    from vlmrb_torchrl.scorers._hf import detect_backend, read_config
+
+    if not read_config(os.path.expanduser(path)):
+        raise ValueError(
+            f"make_scorer({path!r}): the directory has no readable config.json, so it is not a model saved with "
+            "save_pretrained. Valid forms: " + ", ".join(repr(f) for f in registered_scorer_forms()) + "."
+        )
+    return make_scorer(f"{detect_backend(os.path.expanduser(path))}:{path}", **kwargs)
 
 
 def _required_positional(fn: Callable) -> int | None:

@@ -14,6 +14,7 @@ __all__ = ["OracleScorer", "ORACLE_EVENT_KEYS"]
 
 #: Event keys of the environments shipped with vlmrb_torchrl, by ``"oracle:<name>"`` spec.
 ORACLE_EVENT_KEYS: dict[str, NestedKey] = {"minigrid": ("next", "progress_event")}
+ORACLE_EVENT_KEYS["robosuite"] = ("next", "progress_event")  # envs.robosuite: grasping | lifted | success
 
 DEFAULT_ORACLE_PROMPT = "privileged oracle: does any step of the clip have a progress event?"
 

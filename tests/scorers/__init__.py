@@ -1,0 +1,1 @@
+"""Tests of the scorer backends (HF generative, contrastive, OpenAI-compatible) and wrappers."""

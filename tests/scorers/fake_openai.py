@@ -1,0 +1,155 @@
+"""A fake OpenAI chat-completions server on 127.0.0.1, for tests and the scorer benchmark.
+
+It is deterministic: it decodes the first image of each request (the PNGs OpenAIScorer sends)
+and answers with ``top_logprobs`` whose yes/no split is ``p = 0.05 + 0.8 * pixel / 255``
+(``+ 0.1`` when the prompt mentions "bright"), where ``pixel`` is the image's mean value. It can
+be scripted to fail (HTTP statuses) or stall (sleeps) on the next requests, and records every
+request it receives. It listens on the loopback interface only.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import math
+import struct
+import threading
+import time
+import zlib
+
+import numpy as np
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """Decodes the 8-bit RGB, filter-0 PNGs that encode_png writes."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        tag, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if tag == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+        elif tag == b"IDAT":
+            idat += body
+        pos += 12 + length
+    rows = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(height, 1 + width * 3)
+    assert (rows[:, 0] == 0).all()
+    return rows[:, 1:].reshape(height, width, 3)
+
+
+def expected_p(pixel: float, prompt: str) -> float:
+    return 0.05 + 0.8 * pixel / 255 + (0.1 if "bright" in prompt else 0.0)
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # a client that timed out and hung up is expected (retry tests); anything else is reported
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
+class FakeServer:
+    """A chat-completions server on 127.0.0.1 with scripted failures; records every request."""
+
+    def __init__(self, models=("tiny-vlm",)):
+        self.models = list(models)
+        self.requests: list[dict] = []
+        self.script: list = []  # per request, in order: int status, ("sleep", s), ("status", code, body)
+        self.delay = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.reply = "logprobs"  # or "no_answer"
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def _send(self, code, payload, headers=()):
+                body = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for key, value in headers:
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):  # noqa: N802
+                if self.path == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server._lock:
+                    server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    step = server.script.pop(0) if server.script else None
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if isinstance(step, tuple) and step[0] == "sleep":
+                        time.sleep(step[1])
+                    elif isinstance(step, int):
+                        headers = [("Retry-After", "0")] if step == 429 else []
+                        return self._send(step, {"error": {"message": f"scripted {step}"}}, headers)
+                    elif isinstance(step, tuple) and step[0] == "status":
+                        return self._send(step[1], step[2])
+                    if server.delay:
+                        time.sleep(server.delay)
+                    if self.path != "/v1/chat/completions":
+                        return self._send(404, {"error": {"message": "not found"}})
+                    self._send(200, server.completion(body))
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def completion(self, body: dict) -> dict:
+        content = body["messages"][-1]["content"]
+        prompt = content[-1]["text"]
+        first = content[0]["image_url"]["url"]
+        image = decode_png(base64.b64decode(first.split(",", 1)[1]))
+        p = expected_p(float(image.mean()), prompt)
+        if self.reply == "no_answer":
+            top = [{"token": "Maybe", "logprob": 0.0}]
+        else:
+            top = [
+                {"token": "Yes", "logprob": math.log(0.9 * p * 0.7)},
+                {"token": " yes", "logprob": math.log(0.9 * p * 0.3)},
+                {"token": "No", "logprob": math.log(0.9 * (1 - p))},
+                {"token": "Maybe", "logprob": math.log(0.1)},
+            ]
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": top[0]["token"]},
+                    "logprobs": {
+                        "content": [{"token": top[0]["token"], "logprob": top[0]["logprob"], "top_logprobs": top}]
+                    },
+                    "finish_reason": "length",
+                }
+            ],
+        }
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

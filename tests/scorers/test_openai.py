@@ -1,0 +1,279 @@
+"""OpenAIScorer against a real HTTP server on 127.0.0.1 that fakes an OpenAI chat-completions endpoint
+(``fake_openai.FakeServer``: deterministic logprobs computed from the images and prompt it receives)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import pickle
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from vlmrb_torchrl.scorers import OpenAIScorer, OpenAIScorerError, make_scorer, prompt_hash
+from vlmrb_torchrl.scorers.openai import answer_probability, encode_png
+from vlmrb_torchrl.scorers.prompts import default_prompt
+
+from ._shared import ScorerContract, make_clips
+from .fake_openai import FakeServer, decode_png, expected_p
+
+SECRET = "sk-test-not-a-real-key-1234"
+
+
+@pytest.fixture
+def server():
+    srv = FakeServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(scope="module")
+def shared_server():
+    srv = FakeServer()
+    yield srv
+    srv.close()
+
+
+def brightness(clips) -> torch.Tensor:
+    """The pixel value the fake sees in each clip's first frame (make_clips: clip b is all b * 10)."""
+    return clips["pixels"][:, 0].float().mean((1, 2, 3))
+
+
+# ------------------------------------------------------------------------------ contract
+class TestOpenAIContract(ScorerContract):
+    @pytest.fixture(autouse=True)
+    def _server(self, shared_server):
+        self.server = shared_server
+
+    def make_scorer(self):
+        return OpenAIScorer(self.server.url, "tiny-vlm", backoff=0.0)
+
+
+# ------------------------------------------------------------------------------ behaviour
+class TestOpenAIScorer:
+    def test_request_format(self, server, monkeypatch):
+        monkeypatch.setenv("VLMRB_TEST_API_KEY", SECRET)
+        clips = make_clips(2, 3)
+        clips["mask"][1, 2] = False
+        scorer = OpenAIScorer(server.url, "tiny-vlm", api_key_env="VLMRB_TEST_API_KEY", top_logprobs=5)
+        scorer.score(clips)
+        assert len(server.requests) == 2
+        by_pixel = sorted(server.requests, key=lambda r: r["body"]["messages"][0]["content"][0]["image_url"]["url"])
+        for request in server.requests:
+            assert request["path"] == "/v1/chat/completions"
+            assert request["headers"]["Authorization"] == f"Bearer {SECRET}"
+            body = request["body"]
+            assert body["model"] == "tiny-vlm" and body["max_tokens"] == 1 and body["temperature"] == 0.0
+            assert body["logprobs"] is True and body["top_logprobs"] == 5
+            content = body["messages"][0]["content"]
+            assert body["messages"][0]["role"] == "user"
+            assert content[-1] == {"type": "text", "text": default_prompt()}
+            for part in content[:-1]:
+                assert part["type"] == "image_url" and part["image_url"]["url"].startswith("data:image/png;base64,")
+        n_images = sorted(len(r["body"]["messages"][0]["content"]) - 1 for r in by_pixel)
+        assert n_images == [2, 3]  # the padded step of clip 1 is not sent
+        # the frames arrive intact
+        sent = [
+            decode_png(base64.b64decode(p["image_url"]["url"].split(",")[1]))
+            for r in server.requests
+            for p in r["body"]["messages"][0]["content"][:-1]
+        ]
+        assert all(img.shape == (6, 6, 3) for img in sent)
+        assert sorted({int(img[0, 0, 0]) for img in sent}) == [0, 10]
+
+    def test_scores(self, server):
+        clips = make_clips(5, 2)
+        scorer = OpenAIScorer(server.url, "tiny-vlm")
+        scores = scorer.score(clips)
+        want = torch.tensor([expected_p(v, scorer.prompt) for v in brightness(clips).tolist()])
+        torch.testing.assert_close(scores, want, atol=1e-6, rtol=0)
+        assert torch.equal(scores, scorer.score(clips))  # deterministic
+        single = torch.cat([scorer.score(clips[i : i + 1]) for i in range(5)])
+        torch.testing.assert_close(single, scores, atol=1e-7, rtol=0)
+        bright = OpenAIScorer(server.url, "tiny-vlm", prompt="Is it bright ? Answer yes or no.")
+        torch.testing.assert_close(bright.score(clips), want + 0.1, atol=1e-6, rtol=0)
+        assert scorer.stats() == {"requests": 15, "retries": 0, "unparsed": 0}
+
+    def test_concurrent_requests(self, server):
+        server.delay = 0.05
+        clips = make_clips(16, 1)
+        scorer = OpenAIScorer(server.url, "tiny-vlm", max_concurrency=4)
+        scorer.score(clips)
+        assert 1 < server.max_in_flight <= 4
+        scorer.close()
+        scorer.close()  # idempotent; a later call starts a new pool
+        assert scorer.score(clips[:2]).shape == (2,)
+
+    def test_grid_and_max_frames(self, server):
+        clips = make_clips(1, 5)
+        OpenAIScorer(server.url, "tiny-vlm", input_mode="grid").score(clips)
+        OpenAIScorer(server.url, "tiny-vlm", max_frames=2).score(clips)
+        grid, sub = (r["body"]["messages"][0]["content"] for r in server.requests)
+        assert len(grid) == 2 and len(sub) == 3
+        image = decode_png(base64.b64decode(grid[0]["image_url"]["url"].split(",")[1]))
+        assert image.shape == (18, 12, 3)  # 5 frames of 6x6 tiled 3 rows x 2 columns
+
+    def test_system_prompt_and_extra_body(self, server):
+        scorer = OpenAIScorer(server.url, "tiny-vlm", system_prompt="You judge clips.", extra_body={"top_k": -1})
+        scorer.score(make_clips(1, 1))
+        body = server.requests[0]["body"]
+        assert body["messages"][0] == {"role": "system", "content": "You judge clips."}
+        assert body["top_k"] == -1
+        assert scorer.provenance["system_prompt_hash"] == prompt_hash("You judge clips.")
+
+    def test_retries_on_500_and_429(self, server):
+        server.script = [500, 503, 429]
+        scorer = OpenAIScorer(server.url, "tiny-vlm", backoff=0.01)
+        scores = scorer.score(make_clips(1, 1))
+        assert scores.shape == (1,)
+        assert len(server.requests) == 4 and scorer.stats()["retries"] == 3
+
+    def test_retries_exhausted(self, server):
+        server.script = [500] * 10
+        scorer = OpenAIScorer(server.url, "tiny-vlm", max_retries=2, backoff=0.0)
+        with pytest.raises(OpenAIScorerError, match=r"failed after 3 attempts .* last error: HTTP 500: scripted 500"):
+            scorer.score(make_clips(1, 1))
+        assert len(server.requests) == 3
+
+    def test_retries_on_timeout(self, server):
+        server.script = [("sleep", 1.0)]
+        scorer = OpenAIScorer(server.url, "tiny-vlm", timeout=0.2, backoff=0.0)
+        start = time.monotonic()
+        assert scorer.score(make_clips(1, 1)).shape == (1,)
+        assert time.monotonic() - start < 1.0
+        assert scorer.stats()["retries"] == 1 and len(server.requests) == 2
+
+    def test_unreachable_server(self):
+        scorer = OpenAIScorer("http://127.0.0.1:9/v1", "m", max_retries=1, backoff=0.0, timeout=1.0)
+        with pytest.raises(OpenAIScorerError, match="failed after 2 attempts"):
+            scorer.score(make_clips(1, 1))
+
+    @pytest.mark.parametrize(
+        "status, match",
+        [
+            (400, r"rejected with HTTP 400: top_logprobs too large"),
+            (401, r"rejected with HTTP 401: .*Check the API key in \$VLMRB_TEST_API_KEY"),
+            (404, r"rejected with HTTP 404: .*should end with /v1"),
+        ],
+    )
+    def test_client_errors_fail_at_once(self, server, monkeypatch, status, match):
+        monkeypatch.setenv("VLMRB_TEST_API_KEY", SECRET)
+        message = "top_logprobs too large" if status == 400 else "nope"
+        server.script = [("status", status, {"error": {"message": message}})]
+        scorer = OpenAIScorer(server.url, "tiny-vlm", api_key_env="VLMRB_TEST_API_KEY", backoff=0.0)
+        with pytest.raises(OpenAIScorerError, match=match) as info:
+            scorer.score(make_clips(1, 1))
+        assert len(server.requests) == 1  # no retry
+        assert SECRET not in str(info.value) and SECRET not in repr(info.value.__cause__)
+
+    def test_api_key_never_shown(self, server, monkeypatch):
+        monkeypatch.setenv("VLMRB_TEST_API_KEY", SECRET)
+        scorer = OpenAIScorer(server.url, "tiny-vlm", api_key_env="VLMRB_TEST_API_KEY")
+        assert SECRET not in repr(scorer) and SECRET not in json.dumps(scorer.provenance)
+        assert SECRET not in str(vars(scorer).get("provenance"))
+        monkeypatch.delenv("VLMRB_TEST_API_KEY")
+        OpenAIScorer(server.url, "tiny-vlm", api_key_env="VLMRB_TEST_API_KEY").score(make_clips(1, 1))
+        assert "Authorization" not in server.requests[-1]["headers"]
+
+    def test_pickle(self, server, monkeypatch):
+        monkeypatch.setenv("VLMRB_TEST_API_KEY", SECRET)
+        scorer = OpenAIScorer(server.url, "tiny-vlm", api_key_env="VLMRB_TEST_API_KEY")
+        scorer.score(make_clips(3, 1))  # starts the thread pool
+        blob = pickle.dumps(scorer)
+        assert SECRET.encode() not in blob  # the key is re-read from the environment
+        clone = pickle.loads(blob)
+        assert clone.provenance == scorer.provenance
+        assert torch.equal(clone.score(make_clips(3, 1)), scorer.score(make_clips(3, 1)))
+        assert server.requests[-1]["headers"]["Authorization"] == f"Bearer {SECRET}"
+
+    def test_unparsed_answer(self, server):
+        server.reply = "no_answer"
+        scorer = OpenAIScorer(server.url, "tiny-vlm")
+        with pytest.warns(RuntimeWarning, match="neither 'yes' nor 'no' is among the server's top_logprobs"):
+            scores = scorer.score(make_clips(3, 1))
+        assert scores.tolist() == [0.0, 0.0, 0.0] and scorer.stats()["unparsed"] == 3
+
+    def test_model_discovery(self, server):
+        assert OpenAIScorer(server.url).model == "tiny-vlm"
+        assert make_scorer(f"openai:{server.url}").model == "tiny-vlm"
+        server.models = ["a", "b"]
+        with pytest.raises(ValueError, match=r"serving exactly one model; .* lists \['a', 'b'\]"):
+            OpenAIScorer(server.url)
+
+    def test_make_scorer(self, server):
+        scorer = make_scorer(f"openai:{server.url}#tiny-vlm", env_family="minigrid", task="open the door")
+        assert isinstance(scorer, OpenAIScorer) and scorer.model == "tiny-vlm" and scorer.base_url == server.url
+        assert scorer.prompt == default_prompt("minigrid", task="open the door")
+        assert scorer.provenance == {
+            "backend": "openai",
+            "base_url": server.url,
+            "model": "tiny-vlm",
+            "prompt": scorer.prompt,
+            "prompt_hash": prompt_hash(scorer.prompt),
+            "system_prompt_hash": None,
+            "input_mode": "images",
+            "max_frames": None,
+            "top_logprobs": 20,
+            "answers": ["yes", "no"],
+            "dtype": None,
+        }
+        assert scorer.score(make_clips(2, 2)).shape == (2,)
+
+    @pytest.mark.parametrize(
+        "args, kwargs, error, match",
+        [
+            (("localhost:8000/v1", "m"), {}, ValueError, "base_url must be an http"),
+            (("http://x/v1", "m"), {"input_mode": "video"}, ValueError, "input_mode must be 'images' or 'grid'"),
+            (("http://x/v1", "m"), {"max_retries": -1}, ValueError, "max_retries must be an int >= 0"),
+            (("http://x/v1", "m"), {"max_concurrency": 0}, ValueError, "max_concurrency must be an int >= 1"),
+            (("http://x/v1", "m"), {"top_logprobs": 0}, ValueError, "top_logprobs must be an int >= 1"),
+            (("http://x/v1", "m"), {"timeout": 0}, ValueError, "timeout must be > 0"),
+            (("http://x/v1", "m"), {"backoff": -1.0}, ValueError, "backoff must be a finite float >= 0"),
+            (("http://x/v1", "m"), {"max_frames": 0}, ValueError, "max_frames must be an int >= 1 or None"),
+            (("http://x/v1", "m"), {"answers": ("yes",)}, ValueError, "answers must be a pair"),
+            (("http://x/v1", "m"), {"extra_body": [1]}, TypeError, "extra_body must be a dict"),
+            (("http://x/v1", ""), {}, ValueError, "model must be a non-empty str"),
+        ],
+    )
+    def test_construction_errors(self, args, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            OpenAIScorer(*args, **kwargs)
+
+    def test_bad_spec(self):
+        with pytest.raises(ValueError, match="spec is 'openai:<base_url>#<model>'"):
+            make_scorer("openai:#model")
+
+
+class TestHelpers:
+    def test_encode_png_roundtrip(self):
+        image = np.random.default_rng(0).integers(0, 256, (7, 5, 3), dtype=np.uint8)
+        assert np.array_equal(decode_png(encode_png(image)), image)
+        with pytest.raises(ValueError, match="RGB uint8"):
+            encode_png(np.zeros((4, 4), dtype=np.uint8))
+
+    def test_encode_png_is_a_valid_png(self):
+        pil = pytest.importorskip("PIL.Image")
+        import io
+
+        image = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
+        decoded = np.asarray(pil.open(io.BytesIO(encode_png(image))).convert("RGB"))
+        assert np.array_equal(decoded, image)
+
+    @pytest.mark.parametrize(
+        "tokens, expected",
+        [
+            ([("Yes", 0.3), ("No", 0.1)], 0.75),
+            ([("Ġyes", 0.2), ("▁Yes", 0.2), (" NO", 0.4)], 0.5),
+            ([("yes.", 0.5), ("Maybe", 0.5)], 1.0),
+            ([("no", 0.5)], 0.0),
+            ([("Maybe", 1.0)], None),
+            ([], None),
+        ],
+    )
+    def test_answer_probability(self, tokens, expected):
+        top = [{"token": t, "logprob": math.log(p)} for t, p in tokens]
+        got = answer_probability(top)
+        assert got == pytest.approx(expected) if expected is not None else got is None

@@ -1,0 +1,80 @@
+"""Prompt templates: per-family defaults, task insertion, overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlmrb_torchrl.scorers import ENV_FAMILIES, OpenAIScorer, contrastive_prompts, default_prompt
+from vlmrb_torchrl.scorers.prompts import GOAL_QUESTION, format_prompt
+
+
+class TestDefaultPrompt:
+    @pytest.mark.parametrize("family", ENV_FAMILIES)
+    def test_every_family_asks_the_paper_question(self, family):
+        prompt = default_prompt(family)
+        assert GOAL_QUESTION in prompt and prompt.endswith("Answer yes or no.")
+        assert "{" not in prompt
+
+    @pytest.mark.parametrize("family", ENV_FAMILIES)
+    def test_task_is_inserted(self, family):
+        prompt = default_prompt(family, task="get to the green goal square.")
+        assert "get to the green goal square." in prompt and ".." not in prompt
+        assert prompt.index("get to the green goal square") < prompt.index(GOAL_QUESTION)
+        assert default_prompt(family, task="  ") == default_prompt(family)  # empty task: no task sentence
+
+    def test_families_differ_and_case_is_ignored(self):
+        assert len({default_prompt(f) for f in ENV_FAMILIES}) == len(ENV_FAMILIES)
+        assert default_prompt("MiniGrid") == default_prompt("minigrid")
+        assert "red triangle" in default_prompt("minigrid")
+        assert "contact followed by displacement" in default_prompt("robosuite")
+
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"env_family": "doom"}, ValueError, r"Unknown env_family='doom'; valid values: \['generic', 'minigrid'"),
+            ({"env_family": 3}, TypeError, "env_family must be a str"),
+            ({"task": 3}, TypeError, "task must be a str"),
+        ],
+    )
+    def test_errors(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            default_prompt(**kwargs)
+
+
+class TestContrastivePrompts:
+    @pytest.mark.parametrize("family", ENV_FAMILIES)
+    def test_positive_and_negatives(self, family):
+        positive, negatives = contrastive_prompts(family)
+        assert positive and negatives and positive not in negatives
+        with_task, same_negatives = contrastive_prompts(family, task="opens the door")
+        assert "opens the door" in with_task and same_negatives == negatives
+
+
+class TestFormatPrompt:
+    def test_override_with_task(self):
+        assert format_prompt("Did the agent {task}?", "pick up the key") == "Did the agent pick up the key?"
+        assert format_prompt("Reply {answer: yes}", None) == "Reply {answer: yes}"  # other braces stay
+        assert format_prompt("{task} or {task}?", "lift") == "lift or lift?"
+
+    @pytest.mark.parametrize(
+        "template, task, error, match",
+        [
+            ("Did it {task}?", None, ValueError, "contains {task} but no task was given"),
+            (3, None, TypeError, "prompt must be a str"),
+        ],
+    )
+    def test_errors(self, template, task, error, match):
+        with pytest.raises(error, match=match):
+            format_prompt(template, task)
+
+
+def test_scorers_use_the_templates():
+    # OpenAIScorer with an explicit model contacts nothing at construction
+    default = OpenAIScorer("http://127.0.0.1:9/v1", "m")
+    assert default.prompt == default_prompt()
+    family = OpenAIScorer("http://127.0.0.1:9/v1", "m", env_family="minigrid", task="open the door")
+    assert family.prompt == default_prompt("minigrid", task="open the door")
+    custom = OpenAIScorer(
+        "http://127.0.0.1:9/v1", "m", prompt="Does the agent {task}? Answer yes or no.", task="open it"
+    )
+    assert custom.prompt == "Does the agent open it? Answer yes or no."

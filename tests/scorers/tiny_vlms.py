@@ -1,0 +1,307 @@
+"""Tiny, randomly initialised VLMs built offline from configs, for tests and benchmarks.
+
+Every builder writes a model *and* its processor (a locally built tokenizer, the family's image /
+video processor, a chat template) with ``save_pretrained`` into a directory, so tests load them
+back through ``AutoProcessor`` / ``AutoModel*`` ``.from_pretrained(dir)``: the path users take
+with real weights. Models have 2 layers and hidden size 32 (well under a million parameters) and
+run in milliseconds on a CPU. Nothing is downloaded.
+
+Families:
+
+- ``"clip"``, ``"siglip"``: contrastive (``HFContrastiveScorer``).
+- ``"idefics3"``: image-only generative (the SmolVLM architecture without its video processor).
+- ``"llava"``: single-image generative (``input_mode="auto"`` tiles clips into a grid).
+- ``"qwen2_vl"``: video-capable generative; its video processor needs torchvision.
+
+The tokenizer is a word-level tokenizer over a fixed vocabulary (byte-level ``Ġ`` space markers,
+like GPT-2/Qwen) in which ``yes``/``Yes``/`` yes``/`` Yes`` and ``no``/``No``/`` no``/`` No`` are
+single tokens and ``YES``/``NO`` are not (they map to ``<unk>``), so yes/no discovery has a
+known answer: :data:`YES_TOKENS`, :data:`NO_TOKENS`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+_has_transformers = importlib.util.find_spec("transformers") is not None and importlib.util.find_spec("PIL") is not None
+_has_torchvision = importlib.util.find_spec("torchvision") is not None
+
+FAMILIES = ("clip", "siglip", "idefics3", "llava", "qwen2_vl")
+GENERATIVE_FAMILIES = ("idefics3", "llava", "qwen2_vl")
+CONTRASTIVE_FAMILIES = ("clip", "siglip")
+#: families whose processor needs torchvision (transformers builds video processors with it)
+NEEDS_TORCHVISION = frozenset({"qwen2_vl"})
+
+YES_TOKENS = ("yes", "Yes", "Ġyes", "ĠYes")
+NO_TOKENS = ("no", "No", "Ġno", "ĠNo")
+
+_WORDS = """
+Does this clip contain a clear instance of goal satisfaction anywhere in it ? Answer yes or no .
+The images are consecutive frames of an agent acting in environment ; the is red triangle top - down
+grid world : task mission Picking up key opening door and reaching green square all count , use to open
+then get achieving its doing nothing useful that robot arm lifting object off table next objects on
+Is bright dark user assistant system User Assistant
+""".split()
+
+SPECIALS = [
+    "<unk>",
+    "<pad>",
+    "<|endoftext|>",
+    "<|startoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<image>",
+    "<fake_token_around_image>",
+    "<global-img>",
+    "<end_of_utterance>",
+]
+
+
+def _vocab() -> dict[str, int]:
+    tokens = list(SPECIALS)
+    for word in _WORDS:
+        for token in (word, "Ġ" + word):
+            if token not in tokens:
+                tokens.append(token)
+    for token in (*YES_TOKENS, *NO_TOKENS, "Ċ", "ĊĊ", "Ġ", ":", "Ġ:", "\u0120\u010a"):
+        if token not in tokens:
+            tokens.append(token)
+    return {token: i for i, token in enumerate(tokens)}
+
+
+def build_tokenizer(*, model_max_length: int = 512, **special_tokens):
+    """A fast tokenizer over :func:`_vocab` (word level, byte-level pre-tokenizer)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel(vocab=_vocab(), unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.add_special_tokens(SPECIALS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw, unk_token="<unk>", model_max_length=model_max_length, **special_tokens
+    )
+
+
+def build_metaspace_tokenizer():
+    """A SentencePiece-style (``▁`` marker) word-level tokenizer, for answer-discovery tests."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<pad>", "▁yes", "▁Yes", "▁YES", "yes", "▁no", "▁No", "▁Does", "▁it", "▁?"]
+    raw = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    raw.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>", pad_token="<pad>")
+
+
+_TINY_TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+_TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+
+# chat templates in each family's style (the real checkpoints ship theirs)
+_QWEN_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for c in message['content'] %}"
+    "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif c['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+_IDEFICS3_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
+    "{% if message['content'][0]['type'] == 'image' %}{{ ':' }}{% else %}{{ ': ' }}{% endif %}"
+    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{ line['text'] }}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+_LLAVA_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] | upper }}: "
+    "{% for c in message['content'] %}{% if c['type'] == 'image' %}<image>\n{% else %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}\n{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+)
+
+
+def build(family: str, directory: str | Path, *, seed: int = 0) -> Path:
+    """Builds the tiny ``family`` model + processor and saves both into ``directory``."""
+    import torch
+    import transformers
+
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tiny family {family!r}; valid: {FAMILIES}")
+    directory = Path(directory)
+    torch.manual_seed(seed)
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # transformers' own default sub-configs warn while we override them
+    try:
+        if family in ("clip", "siglip"):
+            model, processor = _contrastive(family, transformers)
+        elif family == "idefics3":
+            model, processor = _idefics3(transformers)
+        elif family == "llava":
+            model, processor = _llava(transformers)
+        else:
+            model, processor = _qwen2_vl(transformers)
+        model.eval()
+        model.save_pretrained(directory)
+        processor.save_pretrained(directory)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    return directory
+
+
+def _contrastive(family, transformers):
+    import torch
+
+    tok = build_tokenizer(
+        model_max_length=32, bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<pad>"
+    )
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    text = dict(vocab_size=len(tok), max_position_embeddings=32, **_TINY_TEXT, **ids)
+    vision = dict(image_size=32, patch_size=8, **_TINY_VISION)
+    if family == "clip":
+        from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+        config = transformers.CLIPConfig(
+            text_config={**text, "projection_dim": 16},
+            vision_config={**vision, "projection_dim": 16},
+            projection_dim=16,
+        )
+        model = transformers.CLIPModel(config)
+        image_processor = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+        processor = transformers.CLIPProcessor(image_processor=image_processor, tokenizer=tok)
+    else:
+        from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+        config = transformers.SiglipConfig(text_config=text, vision_config=vision)
+        model = transformers.SiglipModel(config)
+        with torch.no_grad():  # random init leaves exp(logit_scale) = 1: make the softmax less flat
+            model.logit_scale.fill_(2.3)
+        image_processor = SiglipImageProcessorPil(size={"height": 32, "width": 32})
+        processor = transformers.SiglipProcessor(image_processor=image_processor, tokenizer=tok)
+    return model, processor
+
+
+def _lm(tok, **extra):
+    return dict(
+        model_type="llama",
+        vocab_size=len(tok),
+        max_position_embeddings=1024,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **_TINY_TEXT,
+        num_key_value_heads=2,
+        initializer_range=0.2,
+        **extra,
+    )
+
+
+def _idefics3(transformers):
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    tok = build_tokenizer(bos_token="<|im_start|>", eos_token="<end_of_utterance>", pad_token="<pad>")
+    config = transformers.Idefics3Config(
+        text_config=_lm(tok),
+        vision_config=dict(image_size=32, patch_size=8, **_TINY_VISION),
+        scale_factor=2,
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        pad_token_id=tok.pad_token_id,
+    )
+    model = transformers.Idefics3ForConditionalGeneration(config)
+    image_processor = Idefics3ImageProcessorPil(
+        size={"longest_edge": 32}, max_image_size={"longest_edge": 32}, do_image_splitting=False
+    )
+    # (32 / 8)^2 patches / scale_factor^2 = 4 image tokens per image
+    processor = transformers.Idefics3Processor(
+        image_processor=image_processor, tokenizer=tok, image_seq_len=4, chat_template=_IDEFICS3_TEMPLATE
+    )
+    return model, processor
+
+
+def _llava(transformers):
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    tok = build_tokenizer(bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<pad>")
+    config = transformers.LlavaConfig(
+        text_config=_lm(tok),
+        vision_config=dict(
+            model_type="clip_vision_model", image_size=32, patch_size=8, projection_dim=16, **_TINY_VISION
+        ),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        image_seq_length=16,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+        pad_token_id=tok.pad_token_id,
+    )
+    model = transformers.LlavaForConditionalGeneration(config)
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    processor = transformers.LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tok,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=_LLAVA_TEMPLATE,
+    )
+    return model, processor
+
+
+def _qwen2_vl(transformers):
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor  # needs torchvision
+
+    tok = build_tokenizer(eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {
+        t: tok.convert_tokens_to_ids(t)
+        for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+    }
+    config = transformers.Qwen2VLConfig(
+        text_config=dict(
+            vocab_size=len(tok),
+            max_position_embeddings=1024,
+            num_key_value_heads=2,
+            initializer_range=0.2,
+            **_TINY_TEXT,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]},
+            bos_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        ),
+        vision_config=dict(
+            depth=2,
+            embed_dim=32,
+            hidden_size=32,
+            num_heads=4,
+            mlp_ratio=2,
+            patch_size=8,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    model = transformers.Qwen2VLForConditionalGeneration(config)
+    size = {"shortest_edge": 16 * 16, "longest_edge": 32 * 32}
+    image_processor = Qwen2VLImageProcessorPil(size=size, patch_size=8, merge_size=2, temporal_patch_size=2)
+    video_processor = Qwen2VLVideoProcessor(size=size, patch_size=8, merge_size=2, temporal_patch_size=2)
+    processor = transformers.Qwen2VLProcessor(
+        image_processor=image_processor, tokenizer=tok, video_processor=video_processor, chat_template=_QWEN_TEMPLATE
+    )
+    return model, processor
+
+
+def noise_clips(batch: int = 4, steps: int = 3, size: int = 12, seed: int = 0):
+    """Clips of random RGB frames (TensorDict ``[batch, steps]`` with ``"pixels"`` and ``"mask"``)."""
+    import torch
+    from tensordict import TensorDict
+
+    g = torch.Generator().manual_seed(seed)
+    pixels = torch.randint(0, 256, (batch, steps, size, size, 3), generator=g, dtype=torch.uint8)
+    return TensorDict(pixels=pixels, mask=torch.ones(batch, steps, dtype=torch.bool), batch_size=[batch, steps])

@@ -1,0 +1,309 @@
+"""Helpers shared by the Hugging Face backends: lazy imports, model resolution, provenance, frames.
+
+Nothing here imports ``transformers`` or ``PIL`` at module import time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+VLM_EXTRA_HINT = "pip install 'vlmrb-torchrl[vlm]'"
+
+#: ``config.json`` model types loaded by the contrastive backend (``"clip:"``); every other model
+#: type is treated as a generative image-text-to-text model (``"hf:"``).
+CONTRASTIVE_MODEL_TYPES = frozenset({"clip", "siglip", "siglip2", "metaclip_2", "chinese_clip", "altclip"})
+
+_TRUE = {"1", "true", "yes", "on"}
+_IMPORT_LOCK = threading.Lock()
+
+
+def require(owner: str, *modules: str) -> None:
+    """Raises an ImportError naming the extra when a heavy optional dependency is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"{owner} needs {' and '.join(missing)}: {VLM_EXTRA_HINT}.")
+
+
+def import_transformers(owner: str):
+    """Imports transformers (once, under a lock: concurrent first imports can deadlock)."""
+    require(owner, "transformers")
+    with _IMPORT_LOCK:
+        import transformers
+
+    return transformers
+
+
+def is_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` forbid network access (read now)."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in _TRUE:
+            return True
+    try:  # huggingface_hub reads the variable at import time; honour a value set that way too
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    except ImportError:  # pragma: no cover - huggingface_hub ships with transformers
+        return False
+
+
+def _looks_like_path(model: str) -> bool:
+    return (
+        model.startswith(("/", "./", "../", "~", "\\"))
+        or model.count("/") > 1
+        or (len(model) > 1 and model[1] == ":")  # Windows drive
+    )
+
+
+def _local_hint(model: str) -> str:
+    name = model.rstrip("/").split("/")[-1] or "model"
+    return (
+        f"Pass the path of a local directory holding the weights instead (saved with save_pretrained, or "
+        f"downloaded on a machine with network by `hf download {model} --local-dir ./{name}`), e.g. "
+        f"make_scorer('hf:./{name}')."
+    )
+
+
+def resolve_model(
+    model: str,
+    *,
+    owner: str,
+    revision: str | None = None,
+    local_files_only: bool | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    hub_timeout: float = 5.0,
+) -> dict[str, Any]:
+    """Finds where ``model`` (a local directory or a Hub id) loads from, failing fast if it can't.
+
+    Returns a dict with ``source`` ("local" or "hub"), ``path`` (what to give ``from_pretrained``),
+    ``local_files_only`` and ``revision``. Raises :class:`FileNotFoundError` naming the model and
+    how to pass a local directory when the weights cannot be had: a path that does not exist, or a
+    Hub id that is neither cached nor downloadable (offline mode, Hub unreachable within
+    ``hub_timeout`` seconds, unknown repository). No download is attempted here.
+    """
+    if not isinstance(model, str) or not model.strip():
+        raise TypeError(f"{owner}: model must be a Hub id or a local directory path, got {model!r}.")
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{owner}: directory {str(path)!r} has no config.json; point it at a directory written by "
+                "save_pretrained (model and processor) or by `hf download <id> --local-dir DIR`."
+            )
+        return {"source": "local", "path": str(path.resolve()), "local_files_only": True, "revision": None}
+    if path.exists() or _looks_like_path(model):
+        raise FileNotFoundError(
+            f"{owner}: model {model!r} is not a directory. Pass a directory holding config.json and the weights "
+            "(written by save_pretrained or `hf download <id> --local-dir DIR`), or a Hub id such as "
+            "'HuggingFaceTB/SmolVLM-256M-Instruct'."
+        )
+    cached = _cached_snapshot(model, revision, cache_dir)
+    offline = is_offline()
+    if cached is not None:
+        return {
+            "source": "hub",
+            "path": model,
+            "local_files_only": True if local_files_only is None else bool(local_files_only),
+            "revision": cached.get("commit") or revision,
+        }
+    if offline or local_files_only:
+        why = "HF_HUB_OFFLINE=1 forbids downloading it" if offline else "local_files_only=True forbids downloading it"
+        raise FileNotFoundError(
+            f"{owner}: model {model!r} is not a local directory and not in the Hugging Face cache, and {why}. "
+            + _local_hint(model)
+        )
+    _probe_hub(model, revision=revision, owner=owner, timeout=hub_timeout)
+    return {"source": "hub", "path": model, "local_files_only": False, "revision": revision}
+
+
+def _cached_snapshot(repo_id: str, revision: str | None, cache_dir: str | os.PathLike | None = None) -> dict | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir, revision=revision)
+    except Exception:  # noqa: BLE001 - malformed ids etc.: not cached
+        return None
+    if not isinstance(found, str):
+        return None
+    snapshot = Path(found).parent
+    return {"path": str(snapshot), "commit": snapshot.name if snapshot.parent.name == "snapshots" else None}
+
+
+def _probe_hub(repo_id: str, *, revision: str | None, owner: str, timeout: float) -> None:
+    """One bounded request to the Hub, so a missing network fails in seconds, not after retries."""
+    try:
+        from huggingface_hub import HfApi, constants
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    except ImportError:  # pragma: no cover
+        return
+    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    try:
+        HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, timeout=timeout)
+    except GatedRepoError as err:
+        raise FileNotFoundError(
+            f"{owner}: model {repo_id!r} is gated on the Hub; accept its licence and set HF_TOKEN, or "
+            + _local_hint(repo_id)
+        ) from err
+    except (RepositoryNotFoundError, RevisionNotFoundError) as err:
+        raise FileNotFoundError(
+            f"{owner}: model {repo_id!r} (revision {revision or 'main'}) was not found on the Hub at {endpoint} "
+            "(or it is private: set HF_TOKEN). Check the id, or " + _local_hint(repo_id)
+        ) from err
+    except Exception as err:  # noqa: BLE001 - connection errors, timeouts, proxies...
+        raise FileNotFoundError(
+            f"{owner}: model {repo_id!r} is not in the local Hugging Face cache and the Hub at {endpoint} could not "
+            f"be reached within {timeout:g} s ({type(err).__name__}). "
+            + _local_hint(repo_id)
+            + " Set HF_HUB_OFFLINE=1 on machines without network."
+        ) from err
+
+
+def read_config(path: str | os.PathLike) -> dict:
+    """The ``config.json`` of a local model directory as a dict (empty if missing/unreadable)."""
+    try:
+        with open(Path(path) / "config.json", encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def detect_backend(path: str | os.PathLike) -> str:
+    """``"clip"`` for a local CLIP/SigLIP directory, ``"hf"`` for any other model with a config.json."""
+    model_type = read_config(path).get("model_type")
+    return "clip" if model_type in CONTRASTIVE_MODEL_TYPES else "hf"
+
+
+def weights_fingerprint(path: str | os.PathLike, *, full_hash_below: int = 64 << 20) -> str:
+    """A short, stable fingerprint of a local weights directory (16 hex digits).
+
+    Hashes every file's relative path and size; files under ``full_hash_below`` bytes (configs,
+    tokenizers, small weights) are hashed in full; larger ones by their safetensors header (tensor
+    names, shapes, dtypes, offsets) or, for other formats, their first and last MiB. Changing the
+    weights, config or tokenizer changes it; it costs milliseconds even for multi-GB checkpoints.
+    """
+    root = Path(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts):
+        rel = file.relative_to(root).as_posix()
+        size = file.stat().st_size
+        digest.update(f"{rel}\0{size}\0".encode())
+        with open(file, "rb") as f:
+            if size < full_hash_below:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+                continue
+            head = f.read(8)
+            header_len = int.from_bytes(head, "little") if len(head) == 8 else 0
+            if file.suffix == ".safetensors" and 0 < header_len < min(size, 100 << 20):
+                digest.update(f.read(header_len))
+            else:
+                digest.update(head + f.read(1 << 20))
+            f.seek(max(size - (1 << 20), 0))
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def default_device_dtype(device: Any, dtype: Any, *, owner: str) -> tuple[torch.device, torch.dtype]:
+    """``device=None`` → CUDA if available else CPU; ``dtype=None`` → bfloat16 on CUDA, float32 elsewhere."""
+    try:
+        device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{owner}: device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}.") from err
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    elif isinstance(dtype, str):
+        name = dtype.replace("torch.", "")
+        aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+        resolved = getattr(torch, aliases.get(name, name), None)
+        if not isinstance(resolved, torch.dtype):
+            raise ValueError(
+                f"{owner}: dtype must be a floating torch dtype or one of 'bfloat16', 'float16', 'float32', "
+                f"got {dtype!r}."
+            )
+        dtype = resolved
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{owner}: dtype must be a floating torch dtype (e.g. torch.bfloat16), got {dtype!r}.")
+    return device, dtype
+
+
+def rebuild(cls: type, kwargs: dict) -> Any:
+    """Unpickling helper: a scorer is pickled as its constructor arguments and rebuilt (reloaded)."""
+    return cls(**kwargs)
+
+
+def dtype_kwarg(transformers: Any, dtype: torch.dtype) -> dict:
+    """``{"dtype": dtype}`` for transformers >= 4.56, ``{"torch_dtype": dtype}`` before (renamed)."""
+    try:
+        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    except ValueError:
+        return {"dtype": dtype}
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def frames_to_numpy(frames: torch.Tensor) -> np.ndarray:
+    """uint8 ``[..., H, W, C]`` frames with C in (1, 3, 4) → contiguous RGB uint8 NumPy ``[..., H, W, 3]``."""
+    if frames.dtype != torch.uint8 or frames.ndim < 3 or frames.shape[-1] not in (1, 3, 4):
+        raise ValueError(
+            f"frames must be uint8 [..., H, W, C] with C in (1, 3, 4), got dtype {frames.dtype} and shape "
+            f"{tuple(frames.shape)}."
+        )
+    if frames.shape[-1] == 1:
+        frames = frames.expand(*frames.shape[:-1], 3)
+    elif frames.shape[-1] == 4:
+        frames = frames[..., :3]
+    return np.ascontiguousarray(frames.detach().cpu().numpy())
+
+
+def subsample(n: int, max_frames: int | None) -> list[int]:
+    """Evenly spaced indices of at most ``max_frames`` out of ``n`` (first and last kept)."""
+    if max_frames is None or n <= max_frames:
+        return list(range(n))
+    if max_frames == 1:
+        return [n - 1]
+    return [round(i * (n - 1) / (max_frames - 1)) for i in range(max_frames)]
+
+
+def grid_image(frames: np.ndarray) -> np.ndarray:
+    """Tiles ``[T, H, W, 3]`` frames row-major into one ``[rows*H, cols*W, 3]`` image (black filler)."""
+    t, h, w, c = frames.shape
+    rows = int(np.ceil(np.sqrt(t)))
+    cols = int(np.ceil(t / rows))
+    canvas = np.zeros((rows * cols, h, w, c), dtype=frames.dtype)
+    canvas[:t] = frames
+    return np.ascontiguousarray(
+        canvas.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
+    )
+
+
+def clip_frames(clips, frame_key, mask_key: str = "mask") -> list[np.ndarray]:
+    """Per clip, its real frames (``mask`` True; at least one) as RGB uint8 ``[T_b, H, W, 3]``."""
+    frames = clips.get(frame_key)
+    if frames.ndim != 5:
+        raise ValueError(f"expected {frame_key!r} as uint8 frames [B, T, H, W, C], got shape {tuple(frames.shape)}.")
+    array = frames_to_numpy(frames)
+    mask = clips.get(mask_key, None)
+    out = []
+    for b in range(array.shape[0]):
+        if mask is None:
+            keep = np.arange(array.shape[1])
+        else:
+            keep = torch.nonzero(mask[b].to(torch.bool).cpu()).flatten().numpy()
+            if keep.size == 0:  # a fully padded clip: show its last frame
+                keep = np.array([array.shape[1] - 1])
+        out.append(array[b, keep])
+    return out

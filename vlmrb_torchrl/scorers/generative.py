@@ -1,0 +1,425 @@
+"""Generative VLM scorer: P(yes) from any transformers image-text-to-text model.
+
+``make_scorer("hf:<hub id or local dir>")`` builds an :class:`HFGenerativeScorer`. transformers
+and Pillow are imported when a scorer is built, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import numbers
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+
+from vlmrb_torchrl.scorers import _hf
+from vlmrb_torchrl.scorers.base import check_clips, prompt_hash, register_scorer, validate_scores
+from vlmrb_torchrl.scorers.prompts import default_prompt, format_prompt
+
+__all__ = ["HFGenerativeScorer", "answer_token_ids", "INPUT_MODES"]
+
+#: How a clip is shown to a generative model; ``"auto"`` picks ``"video"`` when the processor has a
+#: video processor and its chat template a video entry, ``"grid"`` for known single-image
+#: families, else ``"images"``.
+INPUT_MODES = ("auto", "video", "images", "grid")
+
+#: Model types trained on one image per prompt: ``input_mode="auto"`` tiles the clip into a grid.
+SINGLE_IMAGE_MODEL_TYPES = frozenset({"llava", "llava_next", "paligemma", "mllama", "blip-2", "instructblip"})
+
+
+def answer_token_ids(tokenizer: Any, word: str) -> list[int]:
+    """Token ids of the single-token spellings of an answer word in a tokenizer's vocabulary.
+
+    Looks for ``word`` in lower, capitalized and upper case, with and without a leading space
+    (``"yes"``, ``" yes"``, ``"Yes"``, ``" Yes"``, ``"YES"``, ``" YES"``): each spelling the
+    tokenizer encodes as exactly one token, plus the vocabulary entries written with the
+    byte-level (``"Ġ"``) or SentencePiece (``"▁"``) space marker. Spellings that need several
+    tokens are skipped, so the probability of an answer is the sum over its one-token variants.
+
+    Args:
+        tokenizer: a transformers tokenizer (``encode``, ``convert_tokens_to_ids``).
+        word (str): the answer, e.g. ``"yes"``.
+
+    Returns:
+        list of int: sorted, de-duplicated ids (empty when no spelling is a single token).
+
+    Examples:
+        >>> from transformers import PreTrainedTokenizerFast  # doctest: +SKIP
+        >>> tok = PreTrainedTokenizerFast.from_pretrained("Qwen/Qwen2-VL-2B-Instruct")  # doctest: +SKIP
+        >>> [tok.decode([i]) for i in answer_token_ids(tok, "yes")]  # doctest: +SKIP
+        [' YES', ' Yes', ' yes', 'YES', 'Yes', 'yes']
+    """
+    if not isinstance(word, str) or not word.strip():
+        raise ValueError(f"answer words must be non-empty str, got {word!r}.")
+    word = word.strip()
+    spellings = {word, word.lower(), word.capitalize(), word.upper()}
+    ids: set[int] = set()
+    unk = getattr(tokenizer, "unk_token_id", None)
+    for spelling in spellings:
+        for text in (spelling, " " + spelling):
+            encoded = tokenizer.encode(text, add_special_tokens=False)
+            if len(encoded) == 1 and encoded[0] != unk:
+                ids.add(int(encoded[0]))
+        for token in (spelling, "Ġ" + spelling, "▁" + spelling):
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if isinstance(token_id, int) and token_id >= 0 and token_id != unk:
+                ids.add(token_id)
+    return sorted(ids)
+
+
+class HFGenerativeScorer:
+    """Scores clips with a generative VLM: ``P(yes) / (P(yes) + P(no))`` for a yes/no question.
+
+    Works with any transformers image-text-to-text model loaded through ``AutoProcessor`` and
+    ``AutoModelForImageTextToText`` (Perception-LM, Qwen2/2.5/3-VL, SmolVLM / Idefics3,
+    LLaVA(-OneVision), Gemma 3, InternVL, ...), from the Hub or a local directory. Each clip's
+    real frames (``mask`` True) are shown to the model, according to ``input_mode``:
+
+    - ``"video"``: one video (needs a processor with a video processor and a chat template
+      with a video entry, e.g. Qwen2/2.5/3-VL, SmolVLM2, LLaVA-OneVision; transformers' video
+      processors need torchvision);
+    - ``"images"``: one image per frame, in order;
+    - ``"grid"``: the frames tiled row-major into one image, for single-image models;
+    - ``"auto"`` (default): ``"video"`` when possible, ``"grid"`` for single-image families
+      (:data:`SINGLE_IMAGE_MODEL_TYPES`), else ``"images"``.
+
+    The prompt goes through the model's own chat template with the generation prompt appended,
+    and one forward pass gives the next-token distribution. The score sums the probability of
+    every single-token spelling of each answer (:func:`answer_token_ids`: ``"Yes"``,
+    ``" yes"``, ``"YES"``, ...) and renormalises over the two answers, so it lies in ``[0, 1]``
+    whatever mass the model puts on other tokens. Clips are scored in micro-batches of
+    ``batch_size`` (right-padded; each row's logits are read at its last real token) under
+    :func:`torch.inference_mode`. Calls are serialised by a lock, so one scorer can be shared by
+    threads (e.g. :class:`~vlmrb_torchrl.AsyncScorer`'s worker).
+
+    Args:
+        model (str): a Hub id (``"HuggingFaceTB/SmolVLM-256M-Instruct"``) or a local directory
+            written by ``save_pretrained`` / ``hf download``.
+
+    Keyword Args:
+        prompt (str, optional): the question; ``{task}`` is filled from ``task``. Defaults to
+            :func:`~vlmrb_torchrl.scorers.prompts.default_prompt` for ``env_family``.
+        env_family (str, optional): picks the default prompt (``"generic"``, ``"minigrid"``,
+            ``"atari"``, ``"robosuite"``). Defaults to ``"generic"``.
+        task (str, optional): the env's mission / task text inserted into the prompt.
+        frame_key (NestedKey, optional): the frames entry, uint8 ``[B, T, H, W, C]``. Defaults to
+            ``"pixels"``.
+        mask_key (NestedKey, optional): the validity mask, bool ``[B, T]``. Defaults to ``"mask"``.
+        input_mode (str, optional): one of :data:`INPUT_MODES`. Defaults to ``"auto"``.
+        max_frames (int, optional): show at most this many evenly spaced real frames per clip;
+            ``None`` shows all. Defaults to ``None``.
+        batch_size (int, optional): clips per forward pass. Defaults to ``8``.
+        device (str or torch.device, optional): defaults to CUDA when available, else CPU.
+        dtype (torch.dtype or str, optional): defaults to bfloat16 on CUDA, float32 on CPU.
+        revision (str, optional): Hub revision (branch, tag or commit).
+        local_files_only (bool, optional): never download; ``None`` (default) loads from the
+            cache when the model is cached or ``HF_HUB_OFFLINE=1``, else downloads.
+        cache_dir (str, optional): the Hugging Face cache directory (default: ``HF_HUB_CACHE``).
+        answers (tuple of str, optional): the positive and negative answer words. Defaults to
+            ``("yes", "no")``.
+        system_prompt (str, optional): a system message put before the question.
+        chat_template (str, optional): a Jinja chat template replacing the processor's.
+        processor_kwargs (dict, optional): extra kwargs for every processor call, e.g.
+            ``{"do_image_splitting": False}`` for SmolVLM / Idefics3 (one tile per frame) or
+            ``{"size": {"longest_edge": 384}}``.
+        trust_remote_code (bool, optional): passed to ``from_pretrained``. Defaults to ``False``.
+        model_kwargs (dict, optional): extra ``from_pretrained`` kwargs for the model (e.g.
+            ``{"attn_implementation": "sdpa"}``).
+        hub_timeout (float, optional): seconds to wait for the Hub when a model is not cached
+            before failing. Defaults to ``5.0``.
+
+    Attributes:
+        prompt (str): the question asked.
+        in_keys (list): ``[frame_key, mask_key]``.
+        input_mode (str): the resolved mode (never ``"auto"``).
+        yes_token_ids, no_token_ids (list of int): the answer variants summed.
+        provenance (dict): ``backend="hf"``, ``model``, ``source`` (``"local"``/``"hub"``),
+            ``revision`` (Hub commit), ``weights_hash`` (local directories), ``model_type``,
+            ``prompt_hash``, ``dtype``, ``input_mode``, ``max_frames``, answer ids, versions.
+
+    Raises:
+        FileNotFoundError: the model is neither a local directory nor available from the Hub
+            cache / network (raised at construction, in about a second when offline).
+        ImportError: transformers / Pillow (or torchvision for video processors) are missing.
+        ValueError: a bad option, a model without a chat template, or a tokenizer with no
+            single-token spelling of an answer.
+
+    Examples:
+        >>> scorer = HFGenerativeScorer("HuggingFaceTB/SmolVLM-256M-Instruct",  # doctest: +SKIP
+        ...                             env_family="minigrid", task=env.mission, max_frames=8)
+        >>> scorer.score(clips)  # clips: TensorDict [B, T] with "pixels" and "mask"  # doctest: +SKIP
+        tensor([0.8123, 0.1042, ...])
+        >>> from vlmrb_torchrl.scorers import make_scorer
+        >>> make_scorer("hf:./my-local-qwen2-vl", dtype="bfloat16")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        prompt: str | None = None,
+        env_family: str = "generic",
+        task: str | None = None,
+        frame_key: NestedKey = "pixels",
+        mask_key: NestedKey = "mask",
+        input_mode: str = "auto",
+        max_frames: int | None = None,
+        batch_size: int = 8,
+        device: Any = None,
+        dtype: Any = None,
+        revision: str | None = None,
+        local_files_only: bool | None = None,
+        cache_dir: str | None = None,
+        answers: Sequence[str] = ("yes", "no"),
+        system_prompt: str | None = None,
+        chat_template: str | None = None,
+        processor_kwargs: dict | None = None,
+        trust_remote_code: bool = False,
+        model_kwargs: dict | None = None,
+        hub_timeout: float = 5.0,
+    ) -> None:
+        self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}  # for pickling: see __reduce__
+        owner = type(self).__name__
+        # cheap checks first: a typo fails before anything is loaded
+        self.prompt = default_prompt(env_family, task=task) if prompt is None else format_prompt(prompt, task)
+        if input_mode not in INPUT_MODES:
+            raise ValueError(f"{owner}.input_mode must be one of {list(INPUT_MODES)}, got input_mode={input_mode!r}.")
+        _check_positive_int(owner, "batch_size", batch_size)
+        if max_frames is not None:
+            _check_positive_int(owner, "max_frames", max_frames)
+        if isinstance(answers, str) or len(answers) != 2:
+            raise ValueError(f"{owner}.answers must be a pair (positive, negative) of words, got answers={answers!r}.")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise TypeError(f"{owner}.system_prompt must be a str or None, got {type(system_prompt).__name__}.")
+        for name, value in (("processor_kwargs", processor_kwargs), ("model_kwargs", model_kwargs)):
+            if value is not None and not isinstance(value, dict):
+                raise TypeError(f"{owner}.{name} must be a dict or None, got {type(value).__name__}.")
+        self.device, self.dtype = _hf.default_device_dtype(device, dtype, owner=owner)
+        _hf.require(owner, "transformers", "PIL")
+        where = _hf.resolve_model(
+            model,
+            owner=owner,
+            revision=revision,
+            local_files_only=local_files_only,
+            cache_dir=cache_dir,
+            hub_timeout=hub_timeout,
+        )
+        transformers = _hf.import_transformers(owner)
+
+        load = {
+            "revision": revision,
+            "local_files_only": where["local_files_only"],
+            "trust_remote_code": trust_remote_code,
+            "cache_dir": cache_dir,
+        }
+        config = transformers.AutoConfig.from_pretrained(where["path"], **load)
+        if getattr(config, "model_type", None) in _hf.CONTRASTIVE_MODEL_TYPES:
+            raise ValueError(
+                f"{owner}: {model!r} is a {config.model_type} model, not an image-text-to-text model. For "
+                f"CLIP/SigLIP use make_scorer('clip:{model}')."
+            )
+        self.processor = _load_processor(transformers, where["path"], load, owner=owner, model=model)
+        tokenizer = getattr(self.processor, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(f"{owner}: the processor of {model!r} has no tokenizer; it is not a text-generating VLM.")
+        if chat_template is not None:
+            self.processor.chat_template = chat_template
+        template = getattr(self.processor, "chat_template", None)
+        if not template:
+            raise ValueError(
+                f"{owner}: the processor of {model!r} has no chat template; pass chat_template='...' (Jinja)."
+            )
+        try:
+            self.model = transformers.AutoModelForImageTextToText.from_pretrained(
+                where["path"], **_hf.dtype_kwarg(transformers, self.dtype), **load, **(model_kwargs or {})
+            )
+        except ValueError as err:
+            if "Unrecognized configuration class" not in str(err):
+                raise
+            raise ValueError(
+                f"{owner}: {model!r} is not an image-text-to-text model (AutoModelForImageTextToText cannot load "
+                f"it). For CLIP/SigLIP use make_scorer('clip:{model}')."
+            ) from err
+        self.model.to(self.device).eval().requires_grad_(False)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+
+        tokenizer.padding_side = "right"  # each row's next-token logits are read at its last real token
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.tokenizer = tokenizer
+        self.answers = (str(answers[0]), str(answers[1]))
+        self.yes_token_ids = answer_token_ids(tokenizer, self.answers[0])
+        self.no_token_ids = answer_token_ids(tokenizer, self.answers[1])
+        for word, ids in zip(self.answers, (self.yes_token_ids, self.no_token_ids), strict=True):
+            if not ids:
+                raise ValueError(
+                    f"{owner}: the tokenizer of {model!r} has no single-token spelling of {word!r}; pass "
+                    "answers=(positive, negative) with words it encodes as one token."
+                )
+        if set(self.yes_token_ids) & set(self.no_token_ids):
+            raise ValueError(f"{owner}: answers {self.answers} share tokens; pick two distinct words.")
+
+        model_type = getattr(self.model.config, "model_type", None)
+        # a video needs a video processor *and* a chat template that can place one
+        has_video = getattr(self.processor, "video_processor", None) is not None and "video" in str(template)
+        if input_mode == "auto":
+            input_mode = "video" if has_video else ("grid" if model_type in SINGLE_IMAGE_MODEL_TYPES else "images")
+        elif input_mode == "video" and not has_video:
+            raise ValueError(
+                f"{owner}: input_mode='video' but the processor of {model!r} has no video processor (or its chat "
+                "template has no video entry); use input_mode='images' or 'grid'."
+            )
+        self.input_mode = input_mode
+        self.processor_kwargs = dict(processor_kwargs or {})
+        self.system_prompt = system_prompt
+        self.model_name = model
+        self.frame_key = frame_key
+        self.mask_key = mask_key
+        self.in_keys = [frame_key, mask_key]
+        self.max_frames = max_frames
+        self.batch_size = int(batch_size)
+        self.name = f"{owner}({model})"
+        self._texts: dict[int | str, str] = {}
+        self._lock = threading.RLock()
+        self._image_module = importlib.import_module("PIL.Image")
+        self.provenance = {
+            "backend": "hf",
+            "model": model,
+            "source": where["source"],
+            "path": where["path"] if where["source"] == "local" else None,
+            "revision": where["revision"] or getattr(self.model.config, "_commit_hash", None),
+            "weights_hash": _hf.weights_fingerprint(where["path"]) if where["source"] == "local" else None,
+            "model_type": model_type,
+            "prompt": self.prompt,
+            "prompt_hash": prompt_hash(self.prompt),
+            "system_prompt_hash": None if system_prompt is None else prompt_hash(system_prompt),
+            "dtype": _hf.dtype_name(self.dtype),
+            "input_mode": self.input_mode,
+            "max_frames": max_frames,
+            "processor_kwargs": dict(self.processor_kwargs),
+            "answers": list(self.answers),
+            "yes_token_ids": list(self.yes_token_ids),
+            "no_token_ids": list(self.no_token_ids),
+            "transformers": transformers.__version__,
+        }
+
+    # ----------------------------------------------------------------------------------- text
+    def _text(self, n_images: int | None) -> str:
+        """The chat-templated prompt for a clip shown as a video (``None``) or ``n_images`` images."""
+        key = "video" if n_images is None else n_images
+        text = self._texts.get(key)
+        if text is None:
+            visual = [{"type": "video"}] if n_images is None else [{"type": "image"}] * n_images
+            messages = [{"role": "user", "content": [*visual, {"type": "text", "text": self.prompt}]}]
+            if self.system_prompt:
+                messages.insert(0, {"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
+            text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            self._texts[key] = text
+        return text
+
+    def _inputs(self, frames: list) -> Any:
+        to_pil = self._image_module.fromarray
+        if self.input_mode == "video":
+            texts = [self._text(None)] * len(frames)
+            videos = [[to_pil(f) for f in clip] for clip in frames]
+            return self.processor(
+                text=texts,
+                videos=videos,
+                do_sample_frames=False,
+                return_tensors="pt",
+                padding=True,
+                **self.processor_kwargs,
+            )
+        if self.input_mode == "grid":
+            texts = [self._text(1)] * len(frames)
+            images = [[to_pil(_hf.grid_image(clip))] for clip in frames]
+        else:
+            texts = [self._text(len(clip)) for clip in frames]
+            images = [[to_pil(f) for f in clip] for clip in frames]
+        return self.processor(text=texts, images=images, return_tensors="pt", padding=True, **self.processor_kwargs)
+
+    # --------------------------------------------------------------------------------- scoring
+    def _score_batch(self, frames: list) -> torch.Tensor:
+        inputs = self._inputs(frames)
+        mask = inputs["attention_mask"]
+        last = mask.shape[1] - 1 - mask.flip(1).to(torch.long).argmax(1)  # last real token of every row
+        batch = {}
+        for key, value in inputs.items():
+            if isinstance(value, torch.Tensor):
+                value = value.to(self.device)
+                if value.is_floating_point():
+                    value = value.to(self.dtype)
+            batch[key] = value
+        keep = torch.unique(last)
+        if self._keeps_logits:
+            logits = self.model(**batch, logits_to_keep=keep.to(self.device)).logits
+            column = torch.searchsorted(keep, last)
+        else:
+            logits = self.model(**batch).logits
+            column = last
+        rows = torch.arange(len(frames), device=logits.device)
+        logits = logits[rows, column.to(logits.device)].float()
+        yes = torch.logsumexp(logits[:, self.yes_token_ids], dim=-1)
+        no = torch.logsumexp(logits[:, self.no_token_ids], dim=-1)
+        return torch.sigmoid(yes - no).cpu()
+
+    def score(self, clips: TensorDictBase) -> torch.Tensor:
+        """P(yes) per clip, renormalised over yes/no: float32 ``[B]`` in ``[0, 1]``."""
+        batch = check_clips(clips, self.in_keys, scorer=self)
+        frames = [
+            f[_hf.subsample(len(f), self.max_frames)] for f in _hf.clip_frames(clips, self.frame_key, self.mask_key)
+        ]
+        scores = []
+        with self._lock, torch.inference_mode():
+            for start in range(0, batch, self.batch_size):
+                scores.append(self._score_batch(frames[start : start + self.batch_size]))
+        out = torch.cat(scores) if scores else torch.zeros(0)
+        return validate_scores(out, batch, scorer=self)
+
+    def __reduce__(self):
+        # pickled as its arguments and reloaded from disk / the cache on unpickling (e.g. in
+        # AsyncScorer's "process" backend), instead of shipping the weights through a pipe
+        return (_hf.rebuild, (type(self), self._init_kwargs))
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(model={self.model_name!r}, input_mode={self.input_mode!r}, "
+            f"max_frames={self.max_frames}, dtype={_hf.dtype_name(self.dtype)}, device={str(self.device)!r})"
+        )
+
+
+def _check_positive_int(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{owner}.{name} must be an int >= 1, got {name}={value!r}.")
+
+
+def _load_processor(transformers: Any, path: str, load: dict, *, owner: str, model: str) -> Any:
+    try:
+        return transformers.AutoProcessor.from_pretrained(path, **load)
+    except (AttributeError, ImportError, ValueError) as err:
+        text = str(err)
+        if importlib.util.find_spec("torchvision") is None and (
+            "VIDEO_PROCESSOR" in text or "torchvision" in text.lower() or "BaseVideoProcessor" in text
+        ):
+            raise ImportError(
+                f"{owner}: the processor of {model!r} includes a video processor, which transformers builds with "
+                f"torchvision: pip install torchvision (a version matching torch {torch.__version__.split('+')[0]})."
+            ) from err
+        raise
+
+
+def _make_hf(rest: str, **kwargs: Any) -> HFGenerativeScorer:
+    if not rest:
+        raise ValueError(
+            "A generative scorer spec is 'hf:<hub id or local dir>', e.g. 'hf:HuggingFaceTB/SmolVLM-256M-Instruct'."
+        )
+    return HFGenerativeScorer(rest, **kwargs)
+
+
+register_scorer("hf", _make_hf, form="hf:<hub id or local dir>", overwrite=True)

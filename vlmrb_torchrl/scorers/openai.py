@@ -1,0 +1,497 @@
+"""Scorer for OpenAI-compatible chat-completions servers (vLLM, SGLang, ...): P(yes) from logprobs.
+
+``make_scorer("openai:<base_url>#<model>")`` builds an :class:`OpenAIScorer`. It needs only the
+standard library (HTTP via :mod:`urllib`, PNG encoding via :mod:`zlib`), no client package.
+
+Serving a model with vLLM on a GPU machine (see ``docs/scorers.md``)::
+
+    vllm serve Qwen/Qwen2.5-VL-3B-Instruct --port 8000 --dtype bfloat16 --max-model-len 8192 \\
+        --limit-mm-per-prompt '{"image": 8, "video": 0}' --max-logprobs 20
+
+then ``make_scorer("openai:http://<gpu-host>:8000/v1#Qwen/Qwen2.5-VL-3B-Instruct")``.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import http.client
+import json
+import math
+import numbers
+import os
+import struct
+import threading
+import time
+import urllib.error
+import urllib.request
+import warnings
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+
+from vlmrb_torchrl.scorers import _hf
+from vlmrb_torchrl.scorers.base import check_clips, prompt_hash, register_scorer, validate_scores
+from vlmrb_torchrl.scorers.prompts import default_prompt, format_prompt
+
+__all__ = ["OpenAIScorer", "OpenAIScorerError", "encode_png", "answer_probability"]
+
+#: HTTP statuses worth retrying (timeouts, rate limits, server errors); other 4xx fail at once.
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_MAX_BACKOFF = 30.0
+
+
+class OpenAIScorerError(RuntimeError):
+    """A request to the chat-completions server failed (after retries, or with a non-retryable 4xx)."""
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """Encodes an RGB uint8 ``[H, W, 3]`` array as PNG bytes (standard library only).
+
+    Examples:
+        >>> import numpy as np
+        >>> png = encode_png(np.zeros((2, 3, 3), dtype=np.uint8))
+        >>> png[:8], len(png) > 50
+        (b'\\x89PNG\\r\\n\\x1a\\n', True)
+    """
+    image = np.ascontiguousarray(image)
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
+        raise ValueError(f"encode_png expects RGB uint8 [H, W, 3], got dtype {image.dtype} and shape {image.shape}.")
+    height, width, _ = image.shape
+    raw = np.concatenate([np.zeros((height, 1), dtype=np.uint8), image.reshape(height, width * 3)], axis=1)
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw.tobytes(), 6))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _normalise_token(token: str) -> str:
+    return token.replace("Ġ", " ").replace("▁", " ").strip().strip(".!,:;\"'").lower()
+
+
+def answer_probability(top_logprobs: Sequence[dict], answers: Sequence[str] = ("yes", "no")) -> float | None:
+    """``P(yes) / (P(yes) + P(no))`` from a chat-completions ``top_logprobs`` list.
+
+    Every entry whose token is a spelling of an answer (``"Yes"``, ``" yes"``, ``"YES"``,
+    ``"Ġyes"``, ...) adds its probability to that answer. Returns ``None`` when neither answer
+    is among the entries.
+
+    Examples:
+        >>> import math
+        >>> top = [{"token": "Yes", "logprob": math.log(0.6)}, {"token": " yes", "logprob": math.log(0.1)},
+        ...        {"token": "No", "logprob": math.log(0.1)}, {"token": "Maybe", "logprob": math.log(0.2)}]
+        >>> round(answer_probability(top), 4)
+        0.875
+        >>> answer_probability([{"token": "Maybe", "logprob": 0.0}]) is None
+        True
+    """
+    positive, negative = (a.lower() for a in answers)
+    mass = {positive: [], negative: []}
+    for entry in top_logprobs:
+        token = _normalise_token(str(entry.get("token", "")))
+        if token in mass and entry.get("logprob") is not None:
+            mass[token].append(float(entry["logprob"]))
+    if not mass[positive] and not mass[negative]:
+        return None
+    if not mass[negative]:
+        return 1.0
+    if not mass[positive]:
+        return 0.0
+    yes = torch.logsumexp(torch.tensor(mass[positive], dtype=torch.float64), 0)
+    no = torch.logsumexp(torch.tensor(mass[negative], dtype=torch.float64), 0)
+    return float(torch.sigmoid(yes - no))
+
+
+class OpenAIScorer:
+    """Scores clips through an OpenAI-compatible chat-completions endpoint (vLLM, SGLang, ...).
+
+    Each clip becomes one request: its real frames as base64 PNG ``image_url`` data URLs (one per
+    frame, or one tiled grid with ``input_mode="grid"``) followed by the prompt, with
+    ``max_tokens=1``, ``temperature=0``, ``logprobs=true`` and ``top_logprobs``. The score is
+    ``P(yes) / (P(yes) + P(no))`` over the returned alternatives for the first token (every
+    spelling of each answer counts, see :func:`answer_probability`). When neither answer is among
+    them the generated token decides (1.0 for yes, else 0.0) and ``stats()["unparsed"]`` counts it.
+
+    Requests run concurrently on a thread pool of ``max_concurrency`` workers. Timeouts,
+    connection errors, 408/429 and 5xx responses are retried ``max_retries`` times with
+    exponential backoff (``backoff * 2**attempt`` seconds, or the server's ``Retry-After``);
+    other 4xx responses fail at once with the server's message. The API key is read from the
+    environment variable ``api_key_env`` and sent as a bearer token; it never appears in
+    ``repr``, provenance or error messages.
+
+    Args:
+        base_url (str): the server's OpenAI base URL, e.g. ``"http://localhost:8000/v1"``
+            (requests go to ``<base_url>/chat/completions``).
+        model (str, optional): the served model name. ``None`` asks ``<base_url>/models`` and
+            uses the only model served.
+
+    Keyword Args:
+        prompt, env_family, task: the yes/no question, as for
+            :class:`~vlmrb_torchrl.scorers.HFGenerativeScorer`.
+        frame_key, mask_key (NestedKey, optional): defaults ``"pixels"``, ``"mask"``.
+        input_mode (str, optional): ``"images"`` (default) or ``"grid"``.
+        max_frames (int, optional): send at most this many evenly spaced real frames per clip
+            (vLLM's ``--limit-mm-per-prompt`` must allow them). Defaults to ``None`` (all).
+        api_key_env (str, optional): environment variable holding the API key; unset or empty
+            sends no ``Authorization`` header. Defaults to ``"OPENAI_API_KEY"``.
+        timeout (float, optional): seconds per request. Defaults to ``60``.
+        max_retries (int, optional): retries after the first attempt. Defaults to ``3``.
+        backoff (float, optional): first retry delay in seconds. Defaults to ``0.5``.
+        max_concurrency (int, optional): concurrent requests. Defaults to ``8``.
+        top_logprobs (int, optional): alternatives requested (vLLM's default cap is 20).
+            Defaults to ``20``.
+        answers (tuple of str, optional): positive and negative answers. Defaults to
+            ``("yes", "no")``.
+        system_prompt (str, optional): a system message before the question.
+        extra_body (dict, optional): extra request fields (e.g. ``{"top_k": -1}`` or
+            ``{"mm_processor_kwargs": {...}}``); they override the defaults.
+
+    Attributes:
+        provenance (dict): ``backend="openai"``, ``base_url``, ``model``, ``prompt_hash``,
+            ``input_mode``, ``max_frames``, ``top_logprobs``, ``answers``, ``dtype`` (``None``:
+            decided by the server).
+
+    Raises:
+        ValueError: bad options; ``model=None`` and the server does not serve exactly one model.
+        OpenAIScorerError: at scoring, a request failed after retries or got a 4xx.
+
+    Examples:
+        >>> scorer = OpenAIScorer("http://localhost:8000/v1", "Qwen/Qwen2.5-VL-3B-Instruct",  # doctest: +SKIP
+        ...                       env_family="minigrid", max_frames=8, max_concurrency=16)
+        >>> scorer.score(clips)  # doctest: +SKIP
+        tensor([0.9241, 0.0311, ...])
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        prompt: str | None = None,
+        env_family: str = "generic",
+        task: str | None = None,
+        frame_key: NestedKey = "pixels",
+        mask_key: NestedKey = "mask",
+        input_mode: str = "images",
+        max_frames: int | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        max_concurrency: int = 8,
+        top_logprobs: int = 20,
+        answers: Sequence[str] = ("yes", "no"),
+        system_prompt: str | None = None,
+        extra_body: dict | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"{owner}.base_url must be an http(s) URL such as 'http://localhost:8000/v1', "
+                f"got base_url={base_url!r}."
+            )
+        self.prompt = default_prompt(env_family, task=task) if prompt is None else format_prompt(prompt, task)
+        if input_mode not in ("images", "grid"):
+            raise ValueError(f"{owner}.input_mode must be 'images' or 'grid', got input_mode={input_mode!r}.")
+        for name, value, low in (
+            ("max_retries", max_retries, 0),
+            ("max_concurrency", max_concurrency, 1),
+            ("top_logprobs", top_logprobs, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+                raise ValueError(f"{owner}.{name} must be an int >= {low}, got {name}={value!r}.")
+        if max_frames is not None and (
+            isinstance(max_frames, bool) or not isinstance(max_frames, numbers.Integral) or max_frames < 1
+        ):
+            raise ValueError(f"{owner}.max_frames must be an int >= 1 or None, got max_frames={max_frames!r}.")
+        for name, value in (("timeout", timeout), ("backoff", backoff)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{owner}.{name} must be a finite float >= 0, got {name}={value!r}.")
+        if timeout == 0:
+            raise ValueError(f"{owner}.timeout must be > 0 seconds, got timeout={timeout!r}.")
+        if isinstance(answers, str) or len(answers) != 2 or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise ValueError(f"{owner}.answers must be a pair (positive, negative) of words, got answers={answers!r}.")
+        if extra_body is not None and not isinstance(extra_body, dict):
+            raise TypeError(f"{owner}.extra_body must be a dict or None, got {type(extra_body).__name__}.")
+        if api_key_env is not None and not isinstance(api_key_env, str):
+            raise TypeError(f"{owner}.api_key_env must be the name of an environment variable, got {api_key_env!r}.")
+        self.base_url = base_url.rstrip("/")
+        self.api_key_env = api_key_env
+        self._api_key = os.environ.get(api_key_env, "") if api_key_env else ""
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.max_concurrency = int(max_concurrency)
+        self.top_logprobs = int(top_logprobs)
+        self.answers = (answers[0].strip(), answers[1].strip())
+        self.system_prompt = system_prompt
+        self.extra_body = dict(extra_body or {})
+        self.input_mode = input_mode
+        self.max_frames = max_frames
+        self.frame_key = frame_key
+        self.mask_key = mask_key
+        self.in_keys = [frame_key, mask_key]
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._stats = {"requests": 0, "retries": 0, "unparsed": 0}
+        self._warned_unparsed = False
+        self.model = model if model is not None else self._only_model()
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"{owner}.model must be a non-empty str (the served model name), got {model!r}.")
+        self.name = f"{owner}({self.model}@{self.base_url})"
+        self.provenance = {
+            "backend": "openai",
+            "base_url": self.base_url,
+            "model": self.model,
+            "prompt": self.prompt,
+            "prompt_hash": prompt_hash(self.prompt),
+            "system_prompt_hash": None if system_prompt is None else prompt_hash(system_prompt),
+            "input_mode": input_mode,
+            "max_frames": max_frames,
+            "top_logprobs": self.top_logprobs,
+            "answers": list(self.answers),
+            "dtype": None,
+        }
+
+    # --------------------------------------------------------------------------------- HTTP
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        """One JSON request with retries; returns the decoded response."""
+        url = f"{self.base_url}/{path}"
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        last_error = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                with self._lock:
+                    self._stats["retries"] += 1
+            delay = self.backoff * 2**attempt
+            try:
+                request = urllib.request.Request(url, data=data, headers=self._headers(), method=method)
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    payload = response.read()
+                try:
+                    return json.loads(payload)
+                except ValueError as err:
+                    raise OpenAIScorerError(
+                        f"{type(self).__name__}: {method} {url} returned invalid JSON: {payload[:200]!r}"
+                    ) from err
+            except urllib.error.HTTPError as err:
+                detail = _error_detail(err)
+                if err.code not in RETRY_STATUSES:
+                    raise OpenAIScorerError(
+                        f"{type(self).__name__}: {method} {url} was rejected with HTTP {err.code}: {detail}. "
+                        + _hint(err.code, self.api_key_env)
+                    ) from None
+                last_error = f"HTTP {err.code}: {detail}"
+                retry_after = _retry_after(err)
+                if retry_after is not None:
+                    delay = retry_after
+            except (
+                urllib.error.URLError,
+                TimeoutError,
+                ConnectionError,
+                http.client.HTTPException,
+            ) as err:
+                reason = getattr(err, "reason", err)
+                last_error = f"{type(reason).__name__}: {reason}"
+            if attempt < self.max_retries:
+                time.sleep(min(delay, _MAX_BACKOFF))
+        raise OpenAIScorerError(
+            f"{type(self).__name__}: {method} {url} failed after {self.max_retries + 1} attempts "
+            f"(timeout={self.timeout:g} s); last error: {last_error}."
+        )
+
+    def _only_model(self) -> str:
+        listing = self._request("GET", "models")
+        names = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+        if len(names) != 1:
+            raise ValueError(
+                f"{type(self).__name__}: model=None needs a server serving exactly one model; {self.base_url}/models "
+                f"lists {names}. Pass the model name (spec 'openai:<base_url>#<model>')."
+            )
+        return names[0]
+
+    # ------------------------------------------------------------------------------ payload
+    def _messages(self, frames: np.ndarray) -> list[dict]:
+        images = [_hf.grid_image(frames)] if self.input_mode == "grid" else list(frames)
+        content = [
+            {
+                "type": "image_url",
+                "image_url": {"url": "data:image/png;base64," + base64.b64encode(encode_png(im)).decode("ascii")},
+            }
+            for im in images
+        ]
+        content.append({"type": "text", "text": self.prompt})
+        messages = [{"role": "user", "content": content}]
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return messages
+
+    def request_body(self, frames: np.ndarray) -> dict:
+        """The chat-completions request for one clip's frames (RGB uint8 ``[T, H, W, 3]``)."""
+        body = {
+            "model": self.model,
+            "messages": self._messages(frames),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": True,
+            "top_logprobs": self.top_logprobs,
+        }
+        body.update(self.extra_body)
+        return body
+
+    def _score_one(self, frames: np.ndarray) -> float:
+        response = self._request("POST", "chat/completions", self.request_body(frames))
+        with self._lock:
+            self._stats["requests"] += 1
+        try:
+            choice = response["choices"][0]
+        except (KeyError, IndexError, TypeError) as err:
+            raise OpenAIScorerError(
+                f"{type(self).__name__}: unexpected response from {self.base_url}/chat/completions: "
+                f"{str(response)[:300]}"
+            ) from err
+        content = ((choice.get("logprobs") or {}).get("content")) or []
+        top = content[0].get("top_logprobs") or [] if content else []
+        if content and not top and "token" in content[0]:
+            top = [content[0]]
+        p = answer_probability(top, self.answers)
+        if p is not None:
+            return p
+        with self._lock:
+            self._stats["unparsed"] += 1
+            warn = not self._warned_unparsed
+            self._warned_unparsed = True
+        text = _normalise_token(str((choice.get("message") or {}).get("content") or ""))
+        if warn:
+            warnings.warn(
+                f"{type(self).__name__}: neither {self.answers[0]!r} nor {self.answers[1]!r} is among the server's "
+                f"top_logprobs (first token {text!r}); scoring from the generated token. Check that the server "
+                "returns logprobs and that the prompt asks for a yes/no answer.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return 1.0 if text == self.answers[0].lower() else 0.0
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self.max_concurrency, thread_name_prefix="vlmrb-openai"
+                )
+            return self._executor
+
+    def score(self, clips: TensorDictBase) -> torch.Tensor:
+        """P(yes) per clip from the server's logprobs: float32 ``[B]`` in ``[0, 1]``."""
+        batch = check_clips(clips, self.in_keys, scorer=self)
+        frames = [
+            f[_hf.subsample(len(f), self.max_frames)] for f in _hf.clip_frames(clips, self.frame_key, self.mask_key)
+        ]
+        if len(frames) <= 1:
+            scores = [self._score_one(f) for f in frames]
+        else:
+            scores = list(self._pool().map(self._score_one, frames))
+        return validate_scores(torch.tensor(scores, dtype=torch.float32), batch, scorer=self)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: successful ``requests``, ``retries`` made, ``unparsed`` answers."""
+        with self._lock:
+            return dict(self._stats)
+
+    def close(self) -> None:
+        """Shuts down the request thread pool (a later ``score`` starts a new one)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def __getstate__(self) -> dict:
+        # no lock, no thread pool and no API key in a pickle: the key is re-read from the
+        # environment when unpickled (e.g. in AsyncScorer's "process" backend)
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_executor", "_api_key")}
+        state["_stats"] = dict(self._stats)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._executor = None
+        self._api_key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+
+    def __enter__(self) -> OpenAIScorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, input_mode={self.input_mode!r}, "
+            f"max_frames={self.max_frames}, max_concurrency={self.max_concurrency})"
+        )
+
+
+def _error_detail(err: urllib.error.HTTPError) -> str:
+    try:
+        body = err.read().decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001
+        return err.reason or "no details"
+    try:
+        parsed = json.loads(body)
+        message = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+        if isinstance(message, dict):
+            message = message.get("message", message)
+        body = str(message)
+    except ValueError:
+        pass
+    return body.strip()[:500] or str(err.reason)
+
+
+def _retry_after(err: urllib.error.HTTPError) -> float | None:
+    value = err.headers.get("Retry-After") if err.headers else None
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _hint(code: int, api_key_env: str | None) -> str:
+    if code in (401, 403):
+        return (
+            f"Check the API key in ${api_key_env}."
+            if api_key_env
+            else "The server wants an API key: pass api_key_env=."
+        )
+    if code == 404:
+        return "Check base_url (it should end with /v1) and the model name (GET <base_url>/models lists them)."
+    return "Check the request options (model name, top_logprobs <= the server's --max-logprobs, image limits)."
+
+
+def _make_openai(rest: str, **kwargs: Any) -> OpenAIScorer:
+    base_url, _, model = rest.partition("#")
+    if not base_url:
+        raise ValueError(
+            "An OpenAI-compatible scorer spec is 'openai:<base_url>#<model>', e.g. "
+            f"'openai:http://localhost:8000/v1#Qwen/Qwen2.5-VL-3B-Instruct'; got 'openai:{rest}'."
+        )
+    return OpenAIScorer(base_url, model or kwargs.pop("model", None), **kwargs)
+
+
+register_scorer("openai", _make_openai, form="openai:<base_url>#<model>", overwrite=True)

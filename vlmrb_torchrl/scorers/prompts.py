@@ -1,0 +1,182 @@
+"""Prompt templates for the VLM scorers: paper-style defaults per env family, with the task inserted.
+
+A generative scorer asks one yes/no question per clip; a contrastive scorer compares the clip's
+frames against a positive text and one or more baseline (negative) texts. The defaults follow
+the VLM-RB paper's reported wording (Appendix C, reported second-hand): a task-agnostic
+*"Does this clip contain a clear instance of goal satisfaction anywhere in it?"*, preceded by a
+sentence describing the domain and, when the environment provides one, its mission / task text
+(MiniGrid's ``env.mission``, a robosuite task name, ...). Every scorer takes ``prompt=`` (and the
+contrastive one ``negatives=``) to override them per run; a ``{task}`` placeholder in an
+override is filled from ``task=``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ENV_FAMILIES",
+    "GOAL_QUESTION",
+    "default_prompt",
+    "contrastive_prompts",
+    "format_prompt",
+]
+
+#: The paper's reported yes/no question (MiniGrid DoorKey prompt, Appendix C).
+GOAL_QUESTION = "Does this clip contain a clear instance of goal satisfaction anywhere in it?"
+_ANSWER = "Answer yes or no."
+
+# family -> (domain sentence, task sentence with {task}, extra hint after the question)
+_GENERATIVE = {
+    "generic": (
+        "The images are consecutive frames of a clip of an agent acting in an environment.",
+        "The agent's task: {task}.",
+        "",
+    ),
+    "minigrid": (
+        "The images are consecutive frames of a top-down grid world; the agent is the red triangle.",
+        "The agent's mission: {task}.",
+        "Picking up a key, opening a door and reaching the green goal square all count.",
+    ),
+    "atari": (
+        "The images are consecutive frames of an Atari game played by an agent.",
+        "The agent's goal: {task}.",
+        "Scoring points, collecting an item or reaching a new area counts.",
+    ),
+    "robosuite": (
+        "The images are consecutive camera frames of a robot arm manipulating objects on a table.",
+        "The robot's task: {task}.",
+        "Look for contact followed by displacement: lifting, placing into a receptacle, opening or closing an "
+        "articulated object, or moving an object to a target zone.",
+    ),
+}
+
+# family -> (positive without a task, positive with {task}, negatives)
+_CONTRASTIVE = {
+    "generic": ("an agent achieving its goal", "an agent that {task}", ("an agent doing nothing useful",)),
+    "minigrid": (
+        "a red triangle agent reaching the green goal square in a grid world",
+        "a red triangle agent in a grid world: {task}",
+        ("a red triangle agent in an empty grid world",),
+    ),
+    "atari": (
+        "a player scoring points in an Atari game",
+        "an Atari game where the player {task}",
+        ("an Atari game screen",),
+    ),
+    "robosuite": (
+        "a robot arm lifting an object off the table",
+        "a robot arm that {task}",
+        ("a robot arm next to objects on a table",),
+    ),
+}
+
+#: Env families with default prompts; unknown families are an error (use ``"generic"``).
+ENV_FAMILIES: tuple[str, ...] = tuple(_GENERATIVE)
+
+
+def _check_family(env_family: str) -> str:
+    if not isinstance(env_family, str):
+        raise TypeError(f"env_family must be a str, one of {list(ENV_FAMILIES)}; got {type(env_family).__name__}.")
+    family = env_family.lower()
+    if family not in _GENERATIVE:
+        raise ValueError(f"Unknown env_family={env_family!r}; valid values: {list(ENV_FAMILIES)}.")
+    return family
+
+
+def _clean_task(task: str | None) -> str | None:
+    if task is None:
+        return None
+    if not isinstance(task, str):
+        raise TypeError(f"task must be a str (the env's mission / task text) or None, got {type(task).__name__}.")
+    task = task.strip().rstrip(".").strip()
+    return task or None
+
+
+def format_prompt(template: str, task: str | None = None) -> str:
+    """Fills the ``{task}`` placeholder of a user-supplied prompt.
+
+    Only the literal text ``{task}`` is replaced; any other braces are left as they are (prompts
+    may contain JSON or other braces). A template without ``{task}`` is returned unchanged and
+    ``task`` is then ignored.
+
+    Args:
+        template (str): the prompt, optionally containing ``{task}``.
+        task (str, optional): the env's mission / task text (a trailing period is dropped).
+
+    Raises:
+        TypeError: ``template`` or ``task`` is not a str.
+        ValueError: the template contains ``{task}`` but no task was given.
+
+    Examples:
+        >>> format_prompt("Does the agent {task}? Answer yes or no.", task="open the door.")
+        'Does the agent open the door? Answer yes or no.'
+        >>> format_prompt('Is the door open? Reply {"answer": "yes"} or {"answer": "no"}.', task="ignored")
+        'Is the door open? Reply {"answer": "yes"} or {"answer": "no"}.'
+    """
+    if not isinstance(template, str):
+        raise TypeError(f"prompt must be a str, got {type(template).__name__}.")
+    task = _clean_task(task)
+    if "{task}" not in template:
+        return template
+    if task is None:
+        raise ValueError(f"prompt {template!r} contains {{task}} but no task was given; pass task='...'.")
+    return template.replace("{task}", task)
+
+
+def default_prompt(env_family: str = "generic", *, task: str | None = None) -> str:
+    """The default yes/no question of a generative scorer for an env family.
+
+    Args:
+        env_family (str, optional): one of :data:`ENV_FAMILIES` (``"generic"``, ``"minigrid"``,
+            ``"atari"``, ``"robosuite"``). Defaults to ``"generic"``.
+
+    Keyword Args:
+        task (str, optional): the env's own mission / task text, inserted when given (e.g.
+            MiniGrid's ``env.mission``).
+
+    Raises:
+        ValueError: unknown ``env_family``.
+
+    Examples:
+        >>> print(default_prompt())
+        The images are consecutive frames of a clip of an agent acting in an environment.
+        Does this clip contain a clear instance of goal satisfaction anywhere in it? Answer yes or no.
+        >>> print(default_prompt("minigrid", task="use the key to open the door and then get to the goal"))
+        The images are consecutive frames of a top-down grid world; the agent is the red triangle.
+        The agent's mission: use the key to open the door and then get to the goal.
+        Does this clip contain a clear instance of goal satisfaction anywhere in it?
+        Picking up a key, opening a door and reaching the green goal square all count. Answer yes or no.
+    """
+    domain, task_sentence, hint = _GENERATIVE[_check_family(env_family)]
+    task = _clean_task(task)
+    parts = [domain, task_sentence.format(task=task) if task else "", GOAL_QUESTION, hint, _ANSWER]
+    return " ".join(p for p in parts if p)
+
+
+def contrastive_prompts(env_family: str = "generic", *, task: str | None = None) -> tuple[str, list[str]]:
+    """Default ``(positive, negatives)`` texts of a contrastive (CLIP/SigLIP) scorer.
+
+    The positive text describes the goal (the task when given); the negatives are baseline
+    descriptions of the same scene without progress, as in VLM-RM's goal/baseline prompts.
+
+    Examples:
+        >>> contrastive_prompts("minigrid")
+        ('a red triangle agent reaching the green goal square in a grid world',
+         ['a red triangle agent in an empty grid world'])
+        >>> contrastive_prompts("robosuite", task="lifts the red cube")[0]
+        'a robot arm that lifts the red cube'
+    """
+    plain, with_task, negatives = _CONTRASTIVE[_check_family(env_family)]
+    task = _clean_task(task)
+    return (with_task.format(task=task) if task else plain), list(negatives)
+
+
+def check_negatives(negatives: Sequence[str] | str, *, owner: str) -> list[str]:
+    """Validates a list of baseline prompts (a lone str is wrapped)."""
+    if isinstance(negatives, str):
+        negatives = [negatives]
+    negatives = list(negatives)
+    if not negatives or not all(isinstance(n, str) and n.strip() for n in negatives):
+        raise ValueError(f"{owner}: negatives must be a non-empty list of non-empty str, got {negatives!r}.")
+    return negatives
