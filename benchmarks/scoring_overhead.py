@@ -112,6 +112,7 @@ def main() -> None:
     for _ in range(args.repeats):  # interleave modes so machine noise hits all of them
         for mode in modes:
             results[mode].append(run(mode, args.frames, args.env, args.seed, args.clip_len))
+            print(f"  run {mode}: {results[mode][-1]['steps_per_s']:.0f} steps/s", flush=True)
     print(f"{args.env}, {args.frames} frames, clip_len {args.clip_len}, median of {args.repeats}")
     print(f"{'mode':<16} {'steps/s':>9} {'x uniform':>9} {'backlog':>8} {'dropped':>8} {'scored':>7}")
     base = sorted(r["steps_per_s"] for r in results[modes[0]])[len(results[modes[0]]) // 2]
