@@ -12,19 +12,21 @@ from vlmrb_torchrl.recipes.config import (
     QUICK_PRESETS,
     ConfigError,
     DQNConfig,
+    SACConfig,
     apply_overrides,
     config_help,
     load_config_file,
 )
 
-RECIPES = {"dqn": DQNConfig}
+RECIPES = {"dqn": DQNConfig, "sac": SACConfig}
 
 _DESCRIPTION = """VLM-guided experience replay (VLM-RB) for TorchRL.
 
 Commands:
   vlmrb train dqn [--config FILE] [--quick] [key=value ...]   train double DQN (MiniGrid, Atari)
+  vlmrb train sac [--config FILE] [--quick] [key=value ...]   train SAC (robosuite manipulation)
 
-Run `vlmrb train dqn --help` for every key."""
+Run `vlmrb train dqn --help` / `vlmrb train sac --help` for every key."""
 
 
 def _recipe_main(name: str):
@@ -32,7 +34,17 @@ def _recipe_main(name: str):
         from vlmrb_torchrl.recipes.dqn import main
 
         return main
+    if name == "sac":
+        from vlmrb_torchrl.recipes.sac import main
+
+        return main
     raise KeyError(name)
+
+
+_EXAMPLES = {
+    "dqn": "env=MiniGrid-DoorKey-6x6-v0 replay=vlm scorer=oracle:minigrid seed=1 total_frames=300000 output_dir=runs/x",
+    "sac": "env=robosuite/Lift replay=vlm_td scorer=oracle:robosuite seed=1 total_frames=200000 output_dir=runs/x",
+}
 
 
 def _train_parser(name: str) -> argparse.ArgumentParser:
@@ -40,8 +52,7 @@ def _train_parser(name: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"vlmrb train {name}",
         description=f"{cls.__doc__}\n\nOverrides are key=value pairs, applied after --config and --quick.\n"
-                    f"Example: vlmrb train {name} env=MiniGrid-DoorKey-6x6-v0 replay=vlm scorer=oracle:minigrid "
-                    "seed=1 total_frames=300000 output_dir=runs/x",
+                    f"Example: vlmrb train {name} " + _EXAMPLES[name],
         epilog="keys (default, help, type):\n" + config_help(cls),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,20 +2,26 @@
 
 Each backend imports its simulator lazily: importing this package needs neither gymnasium nor
 minigrid (``pip install 'vlmrb-torchrl[minigrid]'`` when building a MiniGrid env) nor ale-py
-(``pip install 'vlmrb-torchrl[atari]'`` when building an Atari env).
+(``pip install 'vlmrb-torchrl[atari]'`` when building an Atari env) nor robosuite
+(``pip install 'vlmrb-torchrl[robosuite]'``).
 """
 
 from __future__ import annotations
 
 from vlmrb_torchrl.envs.atari import ATARI_PROMPTS, AtariEnv, atari_prompt, make_atari_env
 from vlmrb_torchrl.envs.minigrid import MINIGRID_EVENT_KEYS, MiniGridEnv, make_minigrid_env
+from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS, ClipRenderSteps, RobosuiteEnv, make_robosuite_env
 
 __all__ = [
     "ATARI_PROMPTS",
     "AtariEnv",
+    "ClipRenderSteps",
     "MINIGRID_EVENT_KEYS",
     "MiniGridEnv",
+    "ROBOSUITE_EVENT_KEYS",
+    "RobosuiteEnv",
     "atari_prompt",
     "make_atari_env",
     "make_minigrid_env",
+    "make_robosuite_env",
 ]

@@ -148,6 +148,79 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
     )
 
 
+def default_scorer_for(env_id: str) -> str | None:
+    if env_id.startswith("robosuite/"):
+        return "oracle:robosuite"
+    return "oracle:minigrid" if env_id.startswith(("MiniGrid-", "BabyAI-")) else None
+
+
+def make_collector(env_fn, policy, *, num_envs: int, frames_per_batch: int, total_frames: int, seed: int,
+                   env_steps: int, parallel: bool = False, init_random_frames: int = 0):
+    """A ``Collector`` over ``num_envs`` copies of ``env_fn`` for the frames left after ``env_steps``.
+
+    Env seeds derive from ``(seed, env_steps)``, in the uninterrupted run too, so a run resumed
+    from a checkpoint re-creates exactly the collector the uninterrupted run re-created there.
+    ``parallel=True`` steps each env in its own process (``ParallelEnv``).
+    """
+    from torchrl.collectors import Collector
+    from torchrl.envs import ParallelEnv, SerialEnv
+
+    env = (ParallelEnv if parallel else SerialEnv)(num_envs, env_fn)
+    env.set_seed(seed * 1_000_003 + env_steps)
+    remaining = total_frames - env_steps
+    kwargs = {"init_random_frames": init_random_frames} if init_random_frames > 0 else {}
+    return Collector(env, policy, frames_per_batch=frames_per_batch,
+                     total_frames=-(-remaining // frames_per_batch) * frames_per_batch,
+                     device="cpu", auto_register_policy_transforms=False, **kwargs)
+
+
+def resume_counters(cfg: Any, checkpoint: Path | None, *, modules: dict[str, Any], rb) -> dict[str, Any]:
+    """Fresh counters, or those of ``checkpoint`` after loading its modules and replay into place."""
+    counters = {"env_steps": 0, "episodes": 0, "updates": 0, "next_eval": cfg.eval_every,
+                "next_checkpoint": cfg.checkpoint_every}
+    if checkpoint is not None:
+        counters = load_checkpoint(checkpoint, modules=modules, rb=rb)
+        if cfg.output_dir is None:  # continue in the run directory the checkpoint belongs to
+            cfg.output_dir = str(checkpoint.parent.parent)
+        truncate_metrics(Path(cfg.output_dir) / "metrics.csv", counters["env_steps"])
+    return counters
+
+
+def store(rb, stored: TensorDictBase, batch: TensorDictBase, *, vlm_mode: bool, sync: bool) -> None:
+    """Writes a collector batch to the replay; VLM modes also queue its clips (``sync``: wait for scores)."""
+    if vlm_mode:
+        rb.extend(stored, clips_from=batch)  # clips see the raw 1-step data and frames
+        if sync:
+            rb.async_scorer.drain()
+    else:
+        rb.extend(stored.reshape(-1).exclude("pixels", ("next", "pixels")))
+
+
+def checkpoint_now(run: Run, rb, *, modules: dict[str, Any], counters: dict[str, Any], vlm_mode: bool) -> None:
+    """Saves ``checkpoints/step_<env_steps>``; in VLM modes every score of the data before it is in."""
+    if vlm_mode:
+        rb.flush_clips()
+        rb.async_scorer.drain()
+    save_checkpoint(run.dir / "checkpoints" / f"step_{counters['env_steps']}", modules=modules, rb=rb,
+                    counters=dict(counters))
+
+
+def finish(run: Run, rb, *, counters: dict[str, Any], metrics: dict[str, Any], vlm_mode: bool,
+           gallery: list[Path]) -> dict[str, Any]:
+    """Closes the replay and the run, writes ``summary.json`` and returns the summary."""
+    if vlm_mode:
+        rb.close(flush=False)
+    run.close()
+    summary = {"run_dir": str(run.dir), **counters, **{k: v for k, v in metrics.items() if k != "env_steps"},
+               "gallery": [str(p) for p in gallery]}
+    (run.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    return summary
+
+
+def fmt(value) -> str | None:
+    """Progress-bar number: 3 significant digits, None for missing/NaN."""
+    return None if value is None or value != value else f"{value:.3g}"
+
 
 # ---------------------------------------------------------------------------------- replay
 def make_scorer_from_config(cfg: Any):

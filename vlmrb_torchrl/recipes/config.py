@@ -9,7 +9,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["DQNConfig", "ConfigError", "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS"]
+__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "ConfigError", "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")
 
@@ -23,8 +23,8 @@ def _field(default: Any, help: str, **kwargs: Any) -> Any:
 
 
 @dataclasses.dataclass
-class DQNConfig:
-    """Double DQN with uniform, PER or VLM-guided replay (MiniGrid and Atari)."""
+class RecipeConfig:
+    """Fields every recipe shares (run, collection, replay, scoring, evaluation, outputs)."""
 
     # run
     env: str = _field("MiniGrid-DoorKey-5x5-v0", "environment id: any MiniGrid id (MiniGrid-DoorKey-6x6-v0, ...) "
@@ -43,20 +43,14 @@ class DQNConfig:
                                                  "27k for Atari)")
     num_envs: int = _field(8, "parallel environments (stepped in one process)")
     frames_per_batch: int = _field(128, "frames per collector batch (all envs together)")
-    eps_start: float = _field(1.0, "initial exploration epsilon")
-    eps_end: float = _field(0.05, "final exploration epsilon")
-    eps_fraction: float = _field(0.4, "fraction of total_frames over which epsilon decays linearly")
     # learning
     lr: float = _field(5e-4, "Adam learning rate (tuned on uniform replay, DoorKey-5x5)")
     gamma: float = _field(0.99, "discount")
-    n_steps: int = _field(3, "n-step returns (1 = one-step TD)")
     batch_size: int = _field(64, "learner batch size")
     buffer_size: int = _field(100_000, "replay capacity")
     learning_starts: int = _field(5_000, "frames collected before the first update")
     train_every: int = _field(4, "frames per gradient update")
-    target_update: int = _field(250, "gradient updates between hard target-network copies")
     hidden: int = _field(256, "MLP width (2 layers) for vector observations")
-    max_grad_norm: float = _field(10.0, "gradient-norm clip")
     # replay
     per_alpha: float = _field(0.6, "PER / vlm_td priority exponent")
     per_beta: float = _field(0.4, "PER importance-sampling exponent")
@@ -79,30 +73,39 @@ class DQNConfig:
     # evaluation and outputs
     eval_every: int = _field(10_000, "frames between evaluations")
     eval_episodes: int = _field(50, "episodes per evaluation")
-    eval_eps: float = _field(0.01, "epsilon during evaluation (greedy policies loop in partially observed MiniGrid)")
     checkpoint_every: int = _field(50_000, "frames between checkpoints (and at the end)")
     gallery_clips: int = _field(4, "top and bottom scored clips saved as GIFs at the end (0 = none)")
     tensorboard: bool = _field(True, "write TensorBoard events")
     progress: bool = _field(True, "show a progress bar")
 
-    def validate(self) -> DQNConfig:
+    # validation: (ints >= 1, ints >= 0, numbers in [0, 1], numbers > 0, numbers >= 0); subclasses extend
+    _POSITIVE_INTS = ("total_frames", "num_envs", "frames_per_batch", "batch_size", "buffer_size", "train_every",
+                      "hidden", "clip_len", "clip_stride", "eval_episodes", "eval_every", "checkpoint_every")
+    _NON_NEGATIVE_INTS = ("learning_starts", "gallery_clips")
+    _UNIT_NUMBERS = ("lambda_max", "label_noise", "gamma")
+    _POSITIVE_NUMBERS = ("lr",)
+    _NON_NEGATIVE_NUMBERS = ("per_alpha", "per_beta", "vlm_eps", "vlm_beta")
+
+    def _checks(self) -> list[tuple[str, bool, str]]:
+        """(name, ok, allowed) triples; a subclass adds its own and calls ``super()._checks()``."""
+        return []
+
+    def validate(self):
         checks = [
             ("replay", self.replay in REPLAY_MODES, f"one of {REPLAY_MODES}"),
             ("clip_assign", self.clip_assign in ("start", "cover_max"), "'start' or 'cover_max'"),
             ("device", self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
              "auto, cpu, cuda or cuda:N"),
         ]
-        for name in ("total_frames", "num_envs", "frames_per_batch", "batch_size", "buffer_size", "train_every",
-                     "target_update", "hidden", "clip_len", "clip_stride", "eval_episodes", "eval_every",
-                     "checkpoint_every", "n_steps"):
+        for name in self._POSITIVE_INTS:
             checks.append((name, getattr(self, name) >= 1, "an integer >= 1"))
-        for name in ("learning_starts", "gallery_clips"):
+        for name in self._NON_NEGATIVE_INTS:
             checks.append((name, getattr(self, name) >= 0, "an integer >= 0"))
-        for name in ("eps_start", "eps_end", "eps_fraction", "lambda_max", "eval_eps", "label_noise", "gamma"):
+        for name in self._UNIT_NUMBERS:
             checks.append((name, 0.0 <= getattr(self, name) <= 1.0, "a number in [0, 1]"))
-        for name in ("lr", "max_grad_norm"):
+        for name in self._POSITIVE_NUMBERS:
             checks.append((name, getattr(self, name) > 0, "a number > 0"))
-        for name in ("per_alpha", "per_beta", "vlm_eps", "vlm_beta"):
+        for name in self._NON_NEGATIVE_NUMBERS:
             checks.append((name, getattr(self, name) >= 0, "a number >= 0"))
         checks.append(("frames_per_batch", self.frames_per_batch % self.num_envs == 0,
                        f"a multiple of num_envs={self.num_envs}"))
@@ -122,16 +125,91 @@ class DQNConfig:
             except ValueError:
                 ok = False
             checks.append(("default_priority", ok, "mean, max or a number >= 0"))
-        for name, ok, allowed in checks:
+        for name, ok, allowed in checks + self._checks():
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: expected {allowed}.")
         return self
+
+
+@dataclasses.dataclass
+class DQNConfig(RecipeConfig):
+    """Double DQN with uniform, PER or VLM-guided replay (MiniGrid and Atari)."""
+
+    # collection
+    eps_start: float = _field(1.0, "initial exploration epsilon")
+    eps_end: float = _field(0.05, "final exploration epsilon")
+    eps_fraction: float = _field(0.4, "fraction of total_frames over which epsilon decays linearly")
+    # learning
+    n_steps: int = _field(3, "n-step returns (1 = one-step TD)")
+    target_update: int = _field(250, "gradient updates between hard target-network copies")
+    max_grad_norm: float = _field(10.0, "gradient-norm clip")
+    # evaluation
+    eval_eps: float = _field(0.01, "epsilon during evaluation (greedy policies loop in partially observed MiniGrid)")
+
+    _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "target_update", "n_steps")
+    _UNIT_NUMBERS = ("eps_start", "eps_end", "eps_fraction", *RecipeConfig._UNIT_NUMBERS, "eval_eps")
+    _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "max_grad_norm")
+
+    def validate(self) -> DQNConfig:
+        return super().validate()
+
+
+@dataclasses.dataclass
+class SACConfig(RecipeConfig):
+    """SAC (twin Q, automatic entropy tuning) with uniform, PER or VLM-guided replay (robosuite)."""
+
+    # run (SAC defaults differ from the shared ones)
+    env: str = _field("robosuite/Lift", "robosuite/<Task>: any robosuite task (Lift, Stack, Door, ...)")
+    replay: Literal["uniform", "per", "vlm", "vlm_td"] = _field(
+        "vlm_td", "replay mode: uniform | per | vlm | vlm_td (TD-boosted VLM-RB, the paper's continuous variant)")
+    total_frames: int = _field(200_000, "environment steps to collect (all envs together)")
+    max_episode_steps: int | None = _field(200, "episode time limit (robosuite horizon; None = 500)")
+    num_envs: int = _field(2, "environments stepped in parallel (see env_backend)")
+    frames_per_batch: int = _field(200, "frames per collector batch (all envs together)")
+    env_backend: Literal["serial", "parallel"] = _field(
+        "serial", "serial: SerialEnv in the learner process | parallel: ParallelEnv, one process per env")
+    # env
+    camera: str = _field("agentview", "offscreen camera rendered for the VLM")
+    frame_size: int = _field(64, "VLM frame width/height in pixels")
+    reward_shaping: bool = _field(False, "robosuite's dense shaped reward instead of the sparse success reward")
+    render_clip_frames_only: bool = _field(True, "render only the steps whose frames some clip sends to the scorer")
+    # learning
+    lr: float = _field(3e-4, "Adam learning rate (actor, critics, temperature)")
+    batch_size: int = _field(256, "learner batch size")
+    buffer_size: int = _field(1_000_000, "replay capacity")
+    learning_starts: int = _field(5_000, "random-action frames collected before the first update")
+    train_every: int = _field(1, "frames per gradient update (1 = one update per frame)")
+    torch_threads: int = _field(1, "torch intra-op threads for the learner (small MLPs: 1 is fastest, and "
+                                   "more threads stall when envs or renderers share the cores)")
+    tau: float = _field(0.005, "target-network soft-update rate (SoftUpdate eps = 1 - tau)")
+    alpha_init: float = _field(1.0, "initial entropy temperature (tuned automatically)")
+    # replay
+    scorer: str = _field("oracle:robosuite", "scorer spec for vlm modes (oracle:robosuite, python:mod:fn, hf:<id or dir>, ...)")
+    clip_len: int = _field(16, "steps per scored clip")
+    # evaluation
+    eval_every: int = _field(20_000, "frames between evaluations")
+    eval_episodes: int = _field(10, "episodes per evaluation (deterministic actor)")
+
+    _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "frame_size", "torch_threads")
+    _UNIT_NUMBERS = (*RecipeConfig._UNIT_NUMBERS, "tau")
+    _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "alpha_init")
+
+    def _checks(self) -> list[tuple[str, bool, str]]:
+        return [("env", self.env.startswith("robosuite/"), "robosuite/<Task>, e.g. robosuite/Lift"),
+                ("env_backend", self.env_backend in ("serial", "parallel"), "'serial' or 'parallel'")]
+
+    def validate(self) -> SACConfig:
+        return super().validate()
 
 
 QUICK_PRESETS: dict[str, dict[str, Any]] = {
     # a complete small run: learns DoorKey-5x5 in a couple of minutes on 2 CPU cores
     "dqn": {"total_frames": 30_000, "num_envs": 4, "frames_per_batch": 128, "learning_starts": 2_000,
             "eval_every": 10_000, "eval_episodes": 20, "checkpoint_every": 30_000, "n_steps": 1},
+    # a complete small SAC run on robosuite Lift (a few minutes on 2 CPU cores; too short to learn Lift)
+    "sac": {"total_frames": 3_000, "num_envs": 2, "frames_per_batch": 100, "learning_starts": 1_000,
+            "max_episode_steps": 100, "batch_size": 128, "train_every": 2, "hidden": 128, "eval_every": 3_000,
+            "eval_episodes": 2, "checkpoint_every": 3_000, "gallery_clips": 2},
 }
 
 

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 from torch import nn
-from torchrl.collectors import Collector
 from torchrl.data.postprocs import MultiStep
-from torchrl.envs import SerialEnv
 from torchrl.modules import MLP, ConvNet, EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
 
@@ -89,23 +86,14 @@ def main(cfg: DQNConfig) -> dict:
     rb = common.make_replay(cfg, generator=generator, updates=updates_total, scorer=scorer)
 
     # --- resume
-    counters = {"env_steps": 0, "episodes": 0, "updates": 0, "next_eval": cfg.eval_every,
-                "next_checkpoint": cfg.checkpoint_every}
     modules = {"loss": loss, "optim": optim, "explore": explore}
-    if checkpoint is not None:
-        counters = common.load_checkpoint(checkpoint, modules=modules, rb=rb)
-        if cfg.output_dir is None:  # continue in the run directory the checkpoint belongs to
-            cfg.output_dir = str(checkpoint.parent.parent)
-        common.truncate_metrics(Path(cfg.output_dir) / "metrics.csv", counters["env_steps"])
+    counters = common.resume_counters(cfg, checkpoint, modules=modules, rb=rb)
     run = common.Run(cfg, recipe="dqn", total=cfg.total_frames, resumed_from=counters["env_steps"])
 
-    def make_collector(env_steps: int) -> Collector:
-        env = SerialEnv(cfg.num_envs, train_env_fn)
-        env.set_seed(cfg.seed * 1_000_003 + env_steps)  # same seeds for uninterrupted and resumed runs
-        remaining = cfg.total_frames - env_steps
-        return Collector(env, explore, frames_per_batch=cfg.frames_per_batch,
-                         total_frames=-(-remaining // cfg.frames_per_batch) * cfg.frames_per_batch,
-                         device="cpu", auto_register_policy_transforms=False)
+    def make_collector(env_steps: int):
+        return common.make_collector(train_env_fn, explore, num_envs=cfg.num_envs,
+                                     frames_per_batch=cfg.frames_per_batch, total_frames=cfg.total_frames,
+                                     seed=cfg.seed, env_steps=env_steps)
 
     # --- the loop: collect -> store (and queue clips) -> learn
     metrics_last: dict = {}
@@ -120,12 +108,7 @@ def main(cfg: DQNConfig) -> dict:
             frames = batch.numel()
             counters["env_steps"] += frames
             stored = multistep(batch.clone(False)) if multistep is not None else batch
-            if vlm_mode:
-                rb.extend(stored, clips_from=batch)  # clips see the raw 1-step data and frames
-                if not cfg.async_scoring:
-                    rb.async_scorer.drain()
-            else:
-                rb.extend(stored.reshape(-1).exclude("pixels", ("next", "pixels")))
+            common.store(rb, stored, batch, vlm_mode=vlm_mode, sync=not cfg.async_scoring)
             done = batch["next", "done"]
             counters["episodes"] += int(done.sum())
             explore[1].step(frames)
@@ -156,17 +139,13 @@ def main(cfg: DQNConfig) -> dict:
                                            seed=cfg.seed + 10_000 + counters["env_steps"]))
                 run.log(row)
                 metrics_last = row
-            run.progress(frames, success=_fmt(metrics_last.get("eval_success")), loss=_fmt(loss_value),
-                         eps=_fmt(float(explore[1].eps)), scored=_fmt(row.get("fraction_scored")))
+            run.progress(frames, success=common.fmt(metrics_last.get("eval_success")), loss=common.fmt(loss_value),
+                         eps=common.fmt(float(explore[1].eps)), scored=common.fmt(row.get("fraction_scored")))
             at_stop = counters["env_steps"] >= stop_at
             if counters["env_steps"] >= counters["next_checkpoint"] or at_stop:
                 if counters["env_steps"] >= counters["next_checkpoint"]:
                     counters["next_checkpoint"] += cfg.checkpoint_every
-                if vlm_mode:  # a checkpoint holds every score of the data before it
-                    rb.flush_clips()
-                    rb.async_scorer.drain()
-                common.save_checkpoint(run.dir / "checkpoints" / f"step_{counters['env_steps']}",
-                                       modules=modules, rb=rb, counters=dict(counters))
+                common.checkpoint_now(run, rb, modules=modules, counters=counters, vlm_mode=vlm_mode)
                 recreate = not at_stop
                 break
         collector.shutdown()
@@ -180,20 +159,4 @@ def main(cfg: DQNConfig) -> dict:
             run.dir / "gallery", scorer=scorer, make_env=common.env_factory(cfg.env, train=False, render=True, **limit),
             policy=eval_policy, clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed,
             max_steps=cfg.max_episode_steps or 1_000)
-    if vlm_mode:
-        rb.close(flush=False)
-    run.close()
-    summary = {"run_dir": str(run.dir), **counters, **{k: v for k, v in metrics_last.items() if k != "env_steps"},
-               "gallery": [str(p) for p in gallery]}
-    (run.dir / "summary.json").write_text(_json(summary))
-    return summary
-
-
-def _fmt(value) -> str | None:
-    return None if value is None or value != value else f"{value:.3g}"
-
-
-def _json(data: dict) -> str:
-    import json
-
-    return json.dumps(data, indent=2, default=float)
+    return common.finish(run, rb, counters=counters, metrics=metrics_last, vlm_mode=vlm_mode, gallery=gallery)

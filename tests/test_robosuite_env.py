@@ -1,0 +1,106 @@
+"""robosuite env: specs, scripted oracle events, frames rendered only where clips need them."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+pytest.importorskip("robosuite")
+
+from vlmrb_torchrl.clips import ClipSpec  # noqa: E402
+from vlmrb_torchrl.envs.robosuite import ClipRenderSteps, RobosuiteEnv, make_robosuite_env  # noqa: E402
+from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lift():
+    env = RobosuiteEnv("Lift", seed=0, terminate_on_success=False, max_episode_steps=150)
+    yield env
+    env.close()
+
+
+def _scripted_pick(env: RobosuiteEnv, steps: int = 110) -> list[dict]:
+    """Moves above the cube, descends, closes the gripper, lifts: one dict of flags per step."""
+    raw = env.unwrapped
+    td = env.reset()
+    log = []
+    for i in range(steps):
+        eef = raw.sim.data.site_xpos[raw.robots[0].eef_site_id["right"]].copy()
+        cube = raw.sim.data.body_xpos[raw.cube_body_id].copy()
+        if i < 30:
+            target, grip = cube + [0, 0, 0.05], -1.0
+        elif i < 50:
+            target, grip = cube, -1.0
+        elif i < 65:
+            target, grip = eef, 1.0
+        else:
+            target, grip = cube + [0, 0, 0.3], 1.0
+        action = np.zeros(7)
+        action[:3] = np.clip((target - eef) * 10, -1, 1)
+        action[6] = grip
+        td["action"] = torch.tensor(action, dtype=torch.float32)
+        td = env.step(td)
+        log.append({k: bool(td["next", k]) for k in ("grasping", "lifted", "success", "progress_event")})
+        td = td["next"]
+    return log
+
+
+class TestRobosuiteEnv:
+    def test_specs_and_rollout(self, lift):
+        td = lift.reset()
+        assert td["observation"].dtype == torch.float32 and td["observation"].shape == (60,)
+        assert lift.action_spec.shape == (7,)
+        rollout = lift.rollout(5)
+        assert rollout["next", "reward"].shape == (5, 1)
+        assert "pixels" not in rollout.keys()
+
+    def test_bad_args(self):
+        with pytest.raises(ValueError, match="unknown task='NoSuchTask'"):
+            RobosuiteEnv("NoSuchTask")
+        with pytest.raises(ValueError, match="frame_size must be an int >= 1"):
+            RobosuiteEnv("Lift", frame_size=0)
+
+    def test_scripted_grasp_then_lift_fires_events(self, lift):
+        log = _scripted_pick(lift)
+        first = {k: next((i for i, f in enumerate(log) if f[k]), None) for k in ("grasping", "lifted", "success")}
+        assert first["grasping"] is not None, log
+        assert first["lifted"] is not None and first["lifted"] > first["grasping"]
+        assert first["success"] is not None
+        assert not any(f["progress_event"] for f in log[:first["grasping"]])
+
+    def test_random_trajectory_has_no_lift_or_success(self, lift):
+        # uniform random OSC actions almost never grasp the cube; lifting it needs a grasp
+        torch.manual_seed(0)
+        rollout = lift.rollout(150)
+        nxt = rollout["next"]
+        assert not nxt["lifted"].any() and not nxt["success"].any()
+        assert nxt["grasping"].float().mean() < 0.05
+
+    def test_oracle_scores_robosuite_events(self, lift):
+        scorer = make_scorer("oracle:robosuite")
+        assert scorer.events_key == ("next", "progress_event")
+
+
+class TestRenderOnlyClipFrames:
+    def test_clip_render_steps(self):
+        need = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2), horizon=30)
+        assert [k for k in range(30) if need(k)] == [0, 7, 8, 15, 16, 23, 24, 29]
+        every = ClipRenderSteps(ClipSpec(clip_len=8, stride=1, frames=2))
+        assert all(every(k) for k in range(30))  # stride 1: every step is some clip's frame
+
+    def test_renders_only_needed_steps(self):
+        spec = ClipSpec(clip_len=8, stride=8, frames=2)
+        env = make_robosuite_env("robosuite/Lift", seed=0, render=True, frame_size=32, max_episode_steps=20,
+                                 render_steps=ClipRenderSteps(spec, horizon=20))
+        rollout = env.rollout(20)  # reset + 19 steps are roots; the 20th step's frame is "next" only
+        needed = [k for k in range(21) if ClipRenderSteps(spec, horizon=20)(k)]
+        assert env.render_count == len(needed) == 6  # steps 0, 7, 8, 15, 16, 19
+        rendered = rollout["pixels"].flatten(1).any(-1)
+        assert rendered.nonzero().squeeze(-1).tolist() == [0, 7, 8, 15, 16, 19]
+        assert rollout["pixels"].shape == (20, 32, 32, 3) and rollout["pixels"].dtype == torch.uint8
+        env.close()

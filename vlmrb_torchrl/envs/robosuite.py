@@ -1,0 +1,299 @@
+"""robosuite manipulation for VLM-RB: state observations for the agent, camera frames for the VLM.
+
+The agent sees proprioception + object state (robosuite's ``*-state`` observables, flattened,
+float32); the scorer sees a low-resolution offscreen camera frame, rendered only on the steps
+whose frames some clip sends to the scorer (see :class:`ClipRenderSteps`). Privileged events
+(gripper grasping the task object, object lifted, task success) feed ``oracle:robosuite``.
+
+robosuite is an optional dependency (``pip install 'vlmrb-torchrl[robosuite]'``: robosuite
+1.5.x with ``mujoco>=3.3,<3.4``; newer mujoco 3.x releases break robosuite 1.5.2's joint
+lookup). Offscreen rendering uses ``MUJOCO_GL=egl`` unless the variable is already set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+__all__ = ["RobosuiteEnv", "make_robosuite_env", "ClipRenderSteps", "ROBOSUITE_EVENT_KEYS"]
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+_has_robosuite = importlib.util.find_spec("robosuite") is not None
+
+MISSING_ROBOSUITE = (
+    "robosuite environments need robosuite, which is not installed: pip install 'vlmrb-torchrl[robosuite]' "
+    "(robosuite>=1.5,<1.6 with mujoco>=3.3,<3.4)"
+)
+
+#: Boolean per-step event entries written by :class:`RobosuiteEnv` (``("next", key)`` in
+#: collector data). ``"progress_event"`` is the OR of the others.
+ROBOSUITE_EVENT_KEYS = ("grasping", "lifted", "success", "progress_event")
+_FLAG_KEYS = (*ROBOSUITE_EVENT_KEYS, "terminated", "truncated", "done")
+
+#: The object whose grasp / lift the events track, by task (attribute of the robosuite env).
+#: Door: the handle is grasped, nothing is lifted. Other tasks: only ``success`` fires.
+_TASK_OBJECTS = {"Lift": "cube", "Stack": "cubeA", "Door": "door"}
+
+
+def _import_robosuite():
+    if not _has_robosuite:
+        raise ImportError(MISSING_ROBOSUITE)
+    import logging
+
+    import robosuite
+
+    logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
+    return robosuite
+
+
+class ClipRenderSteps:
+    """Which steps of an episode need a frame: those some clip sends to the scorer.
+
+    Clips start at ``0, stride, 2 * stride, ...`` of every trajectory and send the frames at
+    ``clip_spec.frame_indices()`` relative to their start. Step ``k`` (``k = 0`` is the reset
+    observation) is needed iff ``k = c + p`` for a clip start ``c`` and a frame position ``p``.
+    The last step of the time limit (``horizon - 1``) is always rendered: tail clips pad with
+    the trajectory's last frame.
+
+    With ``stride=1`` every step is some clip's frame (no savings); with ``stride=clip_len``
+    and ``frames=F`` only ``F`` of every ``clip_len`` steps are rendered.
+
+    Args:
+        clip_spec: a :class:`~vlmrb_torchrl.ClipSpec` (or anything with ``clip_len``,
+            ``stride`` and ``frame_indices()``).
+
+    Keyword Args:
+        horizon (int, optional): the episode time limit. Defaults to ``None``.
+
+    Examples:
+        >>> from vlmrb_torchrl.clips import ClipSpec
+        >>> need = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2))
+        >>> [k for k in range(20) if need(k)]
+        [0, 7, 8, 15, 16]
+    """
+
+    def __init__(self, clip_spec, *, horizon: int | None = None) -> None:
+        self.stride = int(clip_spec.stride)
+        self.positions = sorted({int(p) for p in clip_spec.frame_indices().tolist()})
+        self.horizon = horizon
+
+    def __call__(self, step: int) -> bool:
+        if self.horizon is not None and step == self.horizon - 1:
+            return True
+        return any(p <= step and (step - p) % self.stride == 0 for p in self.positions)
+
+
+class RobosuiteEnv(EnvBase):
+    """TorchRL environment for a robosuite task (Panda arm, default OSC controller).
+
+    Args:
+        task (str): any robosuite environment name (``"Lift"``, ``"Stack"``, ``"Door"``, ...).
+            Defaults to ``"Lift"``.
+
+    Keyword Args:
+        robots (str): robot name. Defaults to ``"Panda"``.
+        seed (int, optional): seed of the robosuite env (object placement). Defaults to ``None``.
+        render (bool): write ``"pixels"``. Defaults to ``False``.
+        render_steps (Callable[[int], bool], optional): render only when
+            ``render_steps(step_in_episode)`` is true (e.g. a :class:`ClipRenderSteps`); other
+            steps get an all-zero frame. ``None`` renders every step. Defaults to ``None``.
+        camera (str): offscreen camera. Defaults to ``"agentview"``.
+        frame_size (int): frames are ``[frame_size, frame_size, 3]`` uint8. Defaults to ``64``.
+        max_episode_steps (int): time limit (``truncated``). Defaults to ``500``.
+        reward_shaping (bool): robosuite's dense shaped reward instead of the sparse success
+            reward (1 on success steps). Defaults to ``False``.
+        terminate_on_success (bool): end the episode (``terminated``) on success. Defaults to
+            ``True``.
+        lift_height (float): ``lifted`` fires when the object is this far (m) above its height
+            at reset. Defaults to ``0.03``.
+        control_freq (int): controller frequency (Hz). Defaults to ``20``.
+        device: device of the outputs. Defaults to ``"cpu"``.
+        env_kwargs (dict, optional): extra ``robosuite.make`` keyword arguments.
+
+    Entries written (``batch_size=[]``):
+
+    - ``"observation"``: float32 ``[D]``: robosuite's ``robot0_proprio-state`` then
+      ``object-state`` (Lift: 50 + 10 = 60).
+    - ``"pixels"`` (``render=True``): uint8 ``[frame_size, frame_size, 3]``, upright.
+    - ``"grasping"``, ``"lifted"``, ``"success"``, ``"progress_event"``: bool ``[1]``,
+      *state* flags of the current step: the gripper grasps the task object (robosuite's
+      ``_check_grasp``), the object is ``lift_height`` above its reset height, the task's own
+      ``_check_success()``; ``progress_event`` is their OR.
+    - ``"reward"`` float32 ``[1]``, ``"done"``, ``"terminated"``, ``"truncated"`` bool ``[1]``.
+
+    Attributes:
+        render_count (int): frames rendered since construction (tests, benchmarks).
+    """
+
+    def __init__(
+        self,
+        task: str = "Lift",
+        *,
+        robots: str = "Panda",
+        seed: int | None = None,
+        render: bool = False,
+        render_steps: Callable[[int], bool] | None = None,
+        camera: str = "agentview",
+        frame_size: int = 64,
+        max_episode_steps: int | None = 500,
+        reward_shaping: bool = False,
+        terminate_on_success: bool = True,
+        lift_height: float = 0.03,
+        control_freq: int = 20,
+        device: torch.device | str | None = "cpu",
+        env_kwargs: dict | None = None,
+    ) -> None:
+        suite = _import_robosuite()
+        if not isinstance(frame_size, int) or frame_size < 1:
+            raise ValueError(f"RobosuiteEnv.frame_size must be an int >= 1, got frame_size={frame_size!r}.")
+        if max_episode_steps is None:
+            max_episode_steps = 500
+        if not isinstance(max_episode_steps, int) or max_episode_steps < 1:
+            raise ValueError(
+                f"RobosuiteEnv.max_episode_steps must be an int >= 1, got max_episode_steps={max_episode_steps!r}."
+            )
+        super().__init__(device=device, batch_size=torch.Size([]))
+        self.task = task
+        self.from_pixels = bool(render)
+        self.render_steps = render_steps
+        self.camera = camera
+        self.frame_size = frame_size
+        self.max_episode_steps = max_episode_steps
+        self.terminate_on_success = terminate_on_success
+        self.lift_height = lift_height
+        self.render_count = 0
+        kwargs = dict(
+            robots=robots, has_renderer=False, has_offscreen_renderer=self.from_pixels, use_camera_obs=False,
+            use_object_obs=True, reward_shaping=reward_shaping, reward_scale=1.0, control_freq=control_freq,
+            horizon=max_episode_steps, ignore_done=True, hard_reset=False, seed=seed,
+        )
+        kwargs.update(env_kwargs or {})
+        if task not in suite.ALL_ENVIRONMENTS:
+            raise ValueError(
+                f"RobosuiteEnv: unknown task={task!r}; robosuite tasks: {sorted(suite.ALL_ENVIRONMENTS)}."
+            )
+        self._env = suite.make(task, **kwargs)
+        self._step_in_episode = 0
+        self._object_z0: float | None = None
+        obs = self._env.reset()
+        self._state_keys = [k for k in obs if k.endswith("-state")]
+        self._make_specs(self._obs(obs).shape[0])
+
+    # ------------------------------------------------------------------ specs
+    def _make_specs(self, obs_dim: int) -> None:
+        flag = Categorical(n=2, shape=(1,), dtype=torch.bool, device=self.device)
+        obs = {"observation": Unbounded(shape=(obs_dim,), dtype=torch.float32, device=self.device)}
+        if self.from_pixels:
+            obs["pixels"] = Bounded(0, 255, shape=(self.frame_size, self.frame_size, 3), dtype=torch.uint8,
+                                    device=self.device)
+        for key in ROBOSUITE_EVENT_KEYS:
+            obs[key] = flag.clone()
+        self.observation_spec = Composite(obs, shape=(), device=self.device)
+        low, high = self._env.action_spec
+        self.action_spec = Bounded(torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32),
+                                   shape=(len(low),), dtype=torch.float32, device=self.device)
+        self.reward_spec = Unbounded(shape=(1,), dtype=torch.float32, device=self.device)
+        self.done_spec = Composite(done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=(),
+                                   device=self.device)
+
+    @property
+    def unwrapped(self):
+        """The robosuite environment."""
+        return self._env
+
+    # ------------------------------------------------------------------ core
+    def _set_seed(self, seed: int | None) -> None:
+        if seed is not None:
+            self._env.rng = np.random.default_rng(int(seed))
+            initializer = getattr(self._env, "placement_initializer", None)
+            if initializer is not None and hasattr(initializer, "rng"):
+                initializer.rng = self._env.rng
+            torch.manual_seed(int(seed))  # for rand_action / random exploration in this process
+
+    def _obs(self, obs: dict) -> np.ndarray:
+        return np.concatenate([np.asarray(obs[k], dtype=np.float32).ravel() for k in self._state_keys])
+
+    def _object_z(self) -> float | None:
+        name = _TASK_OBJECTS.get(self.task)
+        obj = getattr(self._env, name, None) if name else None
+        if obj is None or self.task == "Door":
+            return None
+        return float(self._env.sim.data.body_xpos[self._env.sim.model.body_name2id(obj.root_body)][2])
+
+    def _events(self) -> tuple[bool, bool, bool]:
+        env = self._env
+        name = _TASK_OBJECTS.get(self.task)
+        obj = getattr(env, name, None) if name else None
+        grasping = False
+        if obj is not None:
+            geoms = getattr(obj, "important_geoms", {}).get("handle", obj) if self.task == "Door" else obj
+            grasping = bool(env._check_grasp(gripper=env.robots[0].gripper, object_geoms=geoms))
+        z = self._object_z()
+        lifted = z is not None and self._object_z0 is not None and z > self._object_z0 + self.lift_height
+        return grasping, bool(lifted), bool(env._check_success())
+
+    def render_frame(self) -> torch.Tensor:
+        """Renders the camera now: uint8 ``[frame_size, frame_size, 3]`` (counted in ``render_count``)."""
+        img = self._env.sim.render(camera_name=self.camera, width=self.frame_size, height=self.frame_size)
+        self.render_count += 1
+        return torch.from_numpy(np.ascontiguousarray(img[::-1]))
+
+    def _output(self, obs: dict, flags: list[bool], reward: float | None) -> TensorDictBase:
+        out = {"observation": torch.from_numpy(self._obs(obs))}
+        if self.from_pixels:
+            if self.render_steps is None or self.render_steps(self._step_in_episode):
+                out["pixels"] = self.render_frame()
+            else:
+                out["pixels"] = torch.zeros(self.frame_size, self.frame_size, 3, dtype=torch.uint8)
+        flags_t = torch.tensor(flags, dtype=torch.bool).unsqueeze(-1)
+        out.update(zip(_FLAG_KEYS, flags_t.unbind(0)))
+        if reward is not None:
+            out["reward"] = torch.tensor([reward], dtype=torch.float32)
+        td = TensorDict(out, batch_size=torch.Size([]))
+        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        obs = self._env.reset()
+        self._step_in_episode = 0
+        self._object_z0 = self._object_z()
+        return self._output(obs, [False] * len(_FLAG_KEYS), None)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = tensordict.get("action").detach().cpu().numpy().astype(np.float64)
+        obs, reward, _, _ = self._env.step(action)
+        self._step_in_episode += 1
+        grasping, lifted, success = self._events()
+        terminated = success and self.terminate_on_success
+        truncated = self._step_in_episode >= self.max_episode_steps
+        progress = grasping or lifted or success
+        flags = [grasping, lifted, success, progress, terminated, truncated, terminated or truncated]
+        return self._output(obs, flags, float(reward))
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        env = self.__dict__.get("_env")
+        if env is not None:
+            env.close()
+        super().close(raise_if_closed=raise_if_closed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(task={self.task!r}, render={self.from_pixels}, camera={self.camera!r})"
+
+
+def make_robosuite_env(task: str = "Lift", **kwargs: Any) -> RobosuiteEnv:
+    """Builds a :class:`RobosuiteEnv` (keyword arguments as there); picklable via ``functools.partial``.
+
+    ``task`` may carry the recipe prefix: ``"robosuite/Lift"`` and ``"Lift"`` are the same.
+    """
+    if task.startswith("robosuite/"):
+        task = task.split("/", 1)[1]
+    kwargs.pop("train", None)
+    return RobosuiteEnv(task, **kwargs)
