@@ -131,9 +131,7 @@ def test_cli_quick_preset_and_resume_dir(tmp_path, capsys):
     assert int(rows[-1]["env_steps"]) == 640
 
 
-@pytest.mark.parametrize("replay", [pytest.param("uniform", marks=pytest.mark.slow),
-                                    pytest.param("per", marks=pytest.mark.slow), "vlm",
-                                    pytest.param("vlm_td", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
 def test_atari_smoke_each_replay_mode(tmp_path, replay):
     pytest.importorskip("ale_py")
     cfg = apply_overrides(DQNConfig(), {
