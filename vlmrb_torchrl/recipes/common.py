@@ -205,6 +205,24 @@ def checkpoint_now(run: Run, rb, *, modules: dict[str, Any], counters: dict[str,
                     counters=dict(counters))
 
 
+def maybe_checkpoint(run: Run, rb, *, cfg: Any, counters: dict[str, Any], stop_at: int,
+                     modules: dict[str, Any], vlm_mode: bool) -> bool | None:
+    """Checkpoints when one is due or the run stops here.
+
+    Returns ``None`` when no checkpoint was taken, else whether the loop must re-create its
+    collector (every checkpoint before the stop does, so that env seeds restart from
+    ``(seed, env_steps)`` exactly as in a run resumed from that checkpoint).
+    """
+    at_stop = counters["env_steps"] >= stop_at
+    due = counters["env_steps"] >= counters["next_checkpoint"]
+    if not (due or at_stop):
+        return None
+    if due:
+        counters["next_checkpoint"] += cfg.checkpoint_every
+    checkpoint_now(run, rb, modules=modules, counters=counters, vlm_mode=vlm_mode)
+    return not at_stop
+
+
 def finish(run: Run, rb, *, counters: dict[str, Any], metrics: dict[str, Any], vlm_mode: bool,
            gallery: list[Path]) -> dict[str, Any]:
     """Closes the replay and the run, writes ``summary.json`` and returns the summary."""

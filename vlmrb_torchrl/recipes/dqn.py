@@ -141,12 +141,9 @@ def main(cfg: DQNConfig) -> dict:
                 metrics_last = row
             run.progress(frames, success=common.fmt(metrics_last.get("eval_success")), loss=common.fmt(loss_value),
                          eps=common.fmt(float(explore[1].eps)), scored=common.fmt(row.get("fraction_scored")))
-            at_stop = counters["env_steps"] >= stop_at
-            if counters["env_steps"] >= counters["next_checkpoint"] or at_stop:
-                if counters["env_steps"] >= counters["next_checkpoint"]:
-                    counters["next_checkpoint"] += cfg.checkpoint_every
-                common.checkpoint_now(run, rb, modules=modules, counters=counters, vlm_mode=vlm_mode)
-                recreate = not at_stop
+            recreate = common.maybe_checkpoint(run, rb, cfg=cfg, counters=counters, stop_at=stop_at,
+                                               modules=modules, vlm_mode=vlm_mode)
+            if recreate is not None:  # checkpointed: leave this collector
                 break
         collector.shutdown()
         if recreate:
