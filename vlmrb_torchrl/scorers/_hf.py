@@ -214,6 +214,22 @@ def weights_fingerprint(path: str | os.PathLike, *, full_hash_below: int = 64 <<
     return digest.hexdigest()[:16]
 
 
+def locate_model(
+    model: str, *, owner: str, revision: str | None, local_files_only: bool | None, cache_dir: Any,
+    hub_timeout: float, trust_remote_code: bool,
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Checks the extras, resolves ``model`` (hub id or directory) and returns
+    ``(transformers, where, load)``: the module, :func:`resolve_model`'s answer and the keyword
+    arguments every ``from_pretrained`` call of a scorer shares."""
+    require(owner, "transformers", "PIL")
+    where = resolve_model(model, owner=owner, revision=revision, local_files_only=local_files_only,
+                          cache_dir=cache_dir, hub_timeout=hub_timeout)
+    transformers = import_transformers(owner)
+    load = {"revision": revision, "local_files_only": where["local_files_only"],
+            "trust_remote_code": trust_remote_code, "cache_dir": cache_dir}
+    return transformers, where, load
+
+
 def default_device_dtype(device: Any, dtype: Any, *, owner: str) -> tuple[torch.device, torch.dtype]:
     """``device=None`` → CUDA if available else CPU; ``dtype=None`` → bfloat16 on CUDA, float32 elsewhere."""
     try:

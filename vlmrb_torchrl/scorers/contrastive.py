@@ -146,22 +146,10 @@ class HFContrastiveScorer:
         if model_kwargs is not None and not isinstance(model_kwargs, dict):
             raise TypeError(f"{owner}.model_kwargs must be a dict or None, got {type(model_kwargs).__name__}.")
         self.device, self.dtype = _hf.default_device_dtype(device, dtype, owner=owner)
-        _hf.require(owner, "transformers", "PIL")
-        where = _hf.resolve_model(
-            model,
-            owner=owner,
-            revision=revision,
-            local_files_only=local_files_only,
-            cache_dir=cache_dir,
-            hub_timeout=hub_timeout,
+        transformers, where, load = _hf.locate_model(
+            model, owner=owner, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir,
+            hub_timeout=hub_timeout, trust_remote_code=trust_remote_code,
         )
-        transformers = _hf.import_transformers(owner)
-        load = {
-            "revision": revision,
-            "local_files_only": where["local_files_only"],
-            "trust_remote_code": trust_remote_code,
-            "cache_dir": cache_dir,
-        }
         self.processor = transformers.AutoProcessor.from_pretrained(where["path"], **load)
         self.model = transformers.AutoModel.from_pretrained(
             where["path"], **_hf.dtype_kwarg(transformers, self.dtype), **load, **(model_kwargs or {})

@@ -201,23 +201,10 @@ class HFGenerativeScorer:
             if value is not None and not isinstance(value, dict):
                 raise TypeError(f"{owner}.{name} must be a dict or None, got {type(value).__name__}.")
         self.device, self.dtype = _hf.default_device_dtype(device, dtype, owner=owner)
-        _hf.require(owner, "transformers", "PIL")
-        where = _hf.resolve_model(
-            model,
-            owner=owner,
-            revision=revision,
-            local_files_only=local_files_only,
-            cache_dir=cache_dir,
-            hub_timeout=hub_timeout,
+        transformers, where, load = _hf.locate_model(
+            model, owner=owner, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir,
+            hub_timeout=hub_timeout, trust_remote_code=trust_remote_code,
         )
-        transformers = _hf.import_transformers(owner)
-
-        load = {
-            "revision": revision,
-            "local_files_only": where["local_files_only"],
-            "trust_remote_code": trust_remote_code,
-            "cache_dir": cache_dir,
-        }
         config = transformers.AutoConfig.from_pretrained(where["path"], **load)
         if getattr(config, "model_type", None) in _hf.CONTRASTIVE_MODEL_TYPES:
             raise ValueError(

@@ -25,7 +25,23 @@ def _check_scorer(owner: str, scorer: object) -> None:
         )
 
 
-class NoisyScorer:
+class _ScorerWrapper:
+    """Base of the wrappers: they read what the wrapped scorer reads, with its prompt."""
+
+    scorer: Scorer
+
+    @property
+    def prompt(self) -> str:
+        """The wrapped scorer's prompt."""
+        return self.scorer.prompt
+
+    @property
+    def in_keys(self) -> list:
+        """The wrapped scorer's ``in_keys``."""
+        return self.scorer.in_keys
+
+
+class NoisyScorer(_ScorerWrapper):
     """Emulates an imperfect VLM by corrupting another scorer's outputs.
 
     Each clip's score ``s`` is flipped to ``1 - s`` with probability ``flip_prob`` (for binary
@@ -93,16 +109,6 @@ class NoisyScorer:
         self._lock = threading.Lock()
 
     @property
-    def prompt(self) -> str:
-        """The wrapped scorer's prompt."""
-        return self.scorer.prompt
-
-    @property
-    def in_keys(self) -> list:
-        """The wrapped scorer's ``in_keys``."""
-        return self.scorer.in_keys
-
-    @property
     def provenance(self) -> dict:
         """Noise settings plus the wrapped scorer's provenance under ``"wrapped"``."""
         inner = dict(self.scorer.provenance)
@@ -132,7 +138,7 @@ class NoisyScorer:
         return f"{type(self).__name__}({self.scorer!r}, flip_prob={self.flip_prob}, noise_std={self.noise_std})"
 
 
-class CachedScorer:
+class CachedScorer(_ScorerWrapper):
     """Caches another scorer's scores by clip content: identical clips are scored once.
 
     Each clip is keyed by a BLAKE2 hash of the wrapped scorer's prompt and of the clip's data for
@@ -185,16 +191,6 @@ class CachedScorer:
         self.misses = 0
         self._table: OrderedDict[bytes, float] = OrderedDict()
         self._lock = threading.Lock()
-
-    @property
-    def prompt(self) -> str:
-        """The wrapped scorer's prompt."""
-        return self.scorer.prompt
-
-    @property
-    def in_keys(self) -> list:
-        """The wrapped scorer's ``in_keys``."""
-        return self.scorer.in_keys
 
     @property
     def provenance(self) -> dict:
@@ -280,7 +276,7 @@ class CachedScorer:
         return f"{type(self).__name__}({self.scorer!r}, max_size={self.max_size}, size={len(self._table)})"
 
 
-class ThresholdScorer:
+class ThresholdScorer(_ScorerWrapper):
     """Binarises another scorer: 1.0 where its score is ``> threshold``, else 0.0.
 
     The same rule :class:`~vlmrb_torchrl.VLMPrioritizedSampler` applies with its ``threshold``
@@ -312,16 +308,6 @@ class ThresholdScorer:
         self.scorer = scorer
         self.threshold = float(threshold)
         self.name = f"ThresholdScorer({getattr(scorer, 'name', type(scorer).__name__)})"
-
-    @property
-    def prompt(self) -> str:
-        """The wrapped scorer's prompt."""
-        return self.scorer.prompt
-
-    @property
-    def in_keys(self) -> list:
-        """The wrapped scorer's ``in_keys``."""
-        return self.scorer.in_keys
 
     @property
     def provenance(self) -> dict:
