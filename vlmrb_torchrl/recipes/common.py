@@ -308,6 +308,19 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
             "eval_return": float(np.mean(returns))}
 
 
+def maybe_evaluate(run: Run, row: dict[str, Any], *, cfg: Any, counters: dict[str, Any], policy, make_env,
+                   max_steps: int = 100_000) -> bool:
+    """When an evaluation is due (every ``eval_every`` frames and at the end), adds its results
+    to ``row`` and logs the row; returns whether it did."""
+    if counters["env_steps"] < counters["next_eval"] and counters["env_steps"] < cfg.total_frames:
+        return False
+    counters["next_eval"] += cfg.eval_every
+    row.update(evaluate(policy, make_env, episodes=cfg.eval_episodes, seed=cfg.seed + 10_000 + counters["env_steps"],
+                        max_steps=max_steps))
+    run.log(row)
+    return True
+
+
 # ---------------------------------------------------------------------------------- checkpoints
 def save_checkpoint(path: Path, *, modules: dict[str, Any], rb: TensorDictReplayBuffer,
                     counters: dict[str, Any]) -> None:

@@ -133,11 +133,8 @@ def main(cfg: DQNConfig) -> dict:
             row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], "loss": loss_value,
                    "epsilon": float(explore[1].eps), "env_steps_per_s": steps_per_s,
                    "time_s": time.perf_counter() - start, **common.replay_stats(rb)}
-            if counters["env_steps"] >= counters["next_eval"] or counters["env_steps"] >= cfg.total_frames:
-                counters["next_eval"] += cfg.eval_every
-                row.update(common.evaluate(eval_policy, eval_env_fn, episodes=cfg.eval_episodes,
-                                           seed=cfg.seed + 10_000 + counters["env_steps"]))
-                run.log(row)
+            if common.maybe_evaluate(run, row, cfg=cfg, counters=counters, policy=eval_policy,
+                                     make_env=eval_env_fn):
                 metrics_last = row
             run.progress(frames, success=common.fmt(metrics_last.get("eval_success")), loss=common.fmt(loss_value),
                          eps=common.fmt(float(explore[1].eps)), scored=common.fmt(row.get("fraction_scored")))

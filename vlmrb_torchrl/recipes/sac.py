@@ -158,12 +158,8 @@ def main(cfg: SACConfig) -> dict:
             steps_per_s = (counters["env_steps"] - steps_at_start) / (time.perf_counter() - start)
             row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], **losses,
                    "env_steps_per_s": steps_per_s, "time_s": time.perf_counter() - start, **common.replay_stats(rb)}
-            if counters["env_steps"] >= counters["next_eval"] or counters["env_steps"] >= cfg.total_frames:
-                counters["next_eval"] += cfg.eval_every
-                row.update(common.evaluate(eval_policy, eval_env_fn, episodes=cfg.eval_episodes,
-                                           seed=cfg.seed + 10_000 + counters["env_steps"],
-                                           max_steps=cfg.max_episode_steps or 500))
-                run.log(row)
+            if common.maybe_evaluate(run, row, cfg=cfg, counters=counters, policy=eval_policy,
+                                     make_env=eval_env_fn, max_steps=cfg.max_episode_steps or 500):
                 metrics_last = row
             run.progress(frames, success=common.fmt(metrics_last.get("eval_success")),
                          loss=common.fmt(losses["loss"]), alpha=common.fmt(losses["alpha"]),
