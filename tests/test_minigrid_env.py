@@ -20,7 +20,7 @@ from torchrl.envs import ParallelEnv, SerialEnv  # noqa: E402
 from torchrl.envs.utils import check_env_specs, step_mdp  # noqa: E402
 
 import vlmrb_torchrl.envs.minigrid as minigrid_module  # noqa: E402
-from vlmrb_torchrl.envs import MINIGRID_EVENT_KEYS, MiniGridEnv, make_minigrid_env  # noqa: E402
+from vlmrb_torchrl.envs import DOORKEY_ACTIONS, MINIGRID_EVENT_KEYS, MiniGridEnv, make_minigrid_env  # noqa: E402
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = range(6)
@@ -149,6 +149,30 @@ class TestMiniGridEnv:
     def test_construction_errors(self, kwargs, error, match):
         with pytest.raises(error, match=match):
             make_minigrid_env(**kwargs)
+
+    @pytest.mark.parametrize("actions", [["left", "jump"], ["left", "left"], [], "left"])
+    def test_bad_action_subset(self, actions):
+        with pytest.raises(ValueError, match="MiniGridEnv.actions=.* expected distinct names from"):
+            make_minigrid_env(DOORKEY, actions=actions)
+
+    def test_action_subset_maps_indices_to_minigrid_actions(self):
+        check_env_specs(make_minigrid_env(DOORKEY, seed=0, actions=DOORKEY_ACTIONS))
+        env = make_minigrid_env(DOORKEY, seed=1, render=False, actions=DOORKEY_ACTIONS)
+        assert env.action_spec.n == 5 and env.action_names == list(DOORKEY_ACTIONS)
+        ref = make_minigrid_env(DOORKEY, seed=1, render=False)
+        td, td_ref = env.reset(), ref.reset()
+        rng = np.random.default_rng(0)
+        positions = set()
+        for _ in range(200):  # index i of the subset acts exactly like MiniGrid's own DOORKEY_ACTIONS[i]
+            i = int(rng.integers(5))
+            full = ref.action_names.index(DOORKEY_ACTIONS[i])
+            td = step_mdp(env.step(td.set("action", torch.tensor(i))))
+            td_ref = step_mdp(ref.step(td_ref.set("action", torch.tensor(full))))
+            assert torch.equal(td["observation"], td_ref["observation"])
+            positions.add(tuple(env.unwrapped.agent_pos))
+            if td["done"].any():
+                td, td_ref = env.reset(), ref.reset()
+        assert len(positions) > 1
 
     def test_missing_minigrid_raises_import_error(self, monkeypatch):
         monkeypatch.setattr(minigrid_module, "_has_minigrid", False)

@@ -40,10 +40,23 @@ class TestConfig:
         ("clip_frames=40", "clip_frames=40 is invalid"),
         ("default_priority=median", "default_priority='median' is invalid"),
         ("async_scoring=maybe", "async_scoring='maybe' is invalid: expected bool"),
+        ("torch_threads=0", "torch_threads=0 is invalid: expected an integer >= 1"),
     ])
     def test_bad_values(self, override, match):
         with pytest.raises(ConfigError, match=match):
             apply_overrides(DQNConfig(), [override]).validate()
+
+    def test_action_subsets_are_for_minigrid(self):
+        with pytest.raises(ConfigError, match="actions='left,right' is invalid: expected 'auto' or 'all'"):
+            apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "actions=left,right"]).validate()
+        from vlmrb_torchrl.envs import DOORKEY_ACTIONS
+        from vlmrb_torchrl.recipes.common import minigrid_actions
+
+        assert minigrid_actions("MiniGrid-DoorKey-6x6-v0", "auto") == DOORKEY_ACTIONS
+        assert minigrid_actions("MiniGrid-Empty-5x5-v0", "auto") is None
+        assert minigrid_actions("MiniGrid-DoorKey-6x6-v0", "all") is None
+        assert minigrid_actions("MiniGrid-DoorKey-6x6-v0", "left, right,forward") == ("left", "right", "forward")
+        assert minigrid_actions("ALE/Pong-v5", "auto") is None
 
     def test_conversions(self):
         cfg = apply_overrides(DQNConfig(), ["threshold=None", "clip_frames=8", "async_scoring=false", "lr=1e-3",
@@ -80,10 +93,15 @@ def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
         if replay.startswith("vlm"):
             for col in ("lambda", "fraction_scored", "scorer_clips_per_s"):
                 assert math.isfinite(float(row[col])), (col, row)
+            assert 0.0 <= float(row["sampled_positive_fraction"]) <= 1.0
+        else:
+            assert row["sampled_positive_fraction"] == ""
     assert summary["env_steps"] == 512 and summary["updates"] == (512 - 128) // 4 + 64 // 4
     assert json.loads((run_dir / "config.json").read_text())["replay"] == replay
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "step_512" / "DONE").exists()
+    state = torch.load(run_dir / "checkpoints" / "step_512" / "state.pt", weights_only=False)
+    assert [t.shape for k, t in state["loss"].items() if k.endswith("bias")][-1] == (5,)  # DoorKey's 5 actions
     if replay.startswith("vlm"):
         gifs = sorted(p.name for p in (run_dir / "gallery").glob("*.gif"))
         assert len(gifs) == 2 and gifs[0].startswith("bottom") and gifs[1].startswith("top")
@@ -103,8 +121,10 @@ def _equal_metrics(a, b):
 
 @pytest.mark.parametrize("replay", ["vlm", "per"])
 def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
+    # torch_threads=2: with a single intra-op thread the resumed weights differ from the uninterrupted
+    # run's in the last bits (metrics still match); not understood yet, see docs/recipes.md
     base = {**TINY, "replay": replay, "async_scoring": False, "total_frames": 1024, "checkpoint_every": 512,
-            "gallery_clips": 0}
+            "gallery_clips": 0, "torch_threads": 2}
     full = dqn_main(apply_overrides(DQNConfig(), {**base, "output_dir": str(tmp_path / "full")}))
     dqn_main(apply_overrides(DQNConfig(), {**base, "stop_at": 512, "output_dir": str(tmp_path / "split")}))
     resumed = dqn_main(apply_overrides(DQNConfig(), {**base, "resume": str(tmp_path / "split"),

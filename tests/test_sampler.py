@@ -307,6 +307,35 @@ class TestImportanceWeights:
         assert "priority_weight" in rb.sample(8).keys()
 
 
+class TestDrawnStats:
+    @pytest.mark.parametrize("threshold", [0.5, None])
+    def test_counts_positives_among_sampled_indices_exactly(self, threshold):
+        rb, sampler = make_rb(20, lambda_max=0.5, warmup=0, threshold=threshold)
+        index = fill(rb, 20)
+        scores = torch.tensor([0.9, 0.2, 0.7, 0.5] + [0.1] * 12 + [0.0] * 4)
+        sampler.update_scores(index[:16], scores[:16])  # the last 4 stay unscored: never positive
+        positive = torch.zeros(20, dtype=torch.bool)
+        positive[:16] = scores[:16] > 0.5  # 0.5 itself is not above the cut
+        drawn = hits = 0
+        for _ in range(30):
+            out = rb.sample(16)
+            drawn += 16
+            hits += int(positive[out["index"]].sum())
+        stats = sampler.stats()
+        assert (stats["drawn"], stats["drawn_positive"]) == (drawn, hits)
+        # 2 of 20 stored slots are positive, but prioritised draws favour them
+        assert hits / drawn > 2 / 20
+
+    def test_counts_survive_state_dict(self):
+        rb, sampler = make_rb(8, lambda_max=1.0, warmup=0)
+        index = fill(rb, 8)
+        sampler.update_scores(index, torch.tensor([1.0] + [0.0] * 7))
+        rb.sample(10)
+        other = VLMPrioritizedSampler(8)
+        other.load_state_dict(sampler.state_dict())
+        assert other.stats()["drawn"] == 10 and other.stats()["drawn_positive"] == sampler.stats()["drawn_positive"]
+
+
 class TestSchedule:
     def test_linear_warmup(self):
         rb, sampler = make_rb(8, lambda_max=0.5, warmup=10)

@@ -340,6 +340,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self._n_filled = 0
         self._n_scored = 0
         self._sample_calls = 0
+        self._drawn = 0
+        self._drawn_positive = 0
         self._lambda_override: float | None = None
         self._stale_drops = 0
         self._max_p: float | None = None
@@ -606,6 +608,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 picked[in_scored] = self._tree_v.find(mass[in_scored])
                 picked[~in_scored] = self._tree_u.find((mass[~in_scored] - scored_mass) / p_bar)
                 index[prioritized] = np.minimum(picked, n - 1)
+            self._drawn += batch_size
+            self._drawn_positive += int(np.count_nonzero(self._scored[index] & (self._score[index] > self._cut)))
             if self._beta == 0.0 or total <= 0 or lam == 0.0:
                 weight = torch.ones(batch_size, dtype=torch.float32)
             else:
@@ -651,13 +655,16 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         Returns a dict with ``num_filled``, ``fraction_scored``, ``mean_score`` (raw
         scores of scored slots), ``positive_fraction`` (scored slots above the
         threshold, or above 0.5 with ``threshold=None``), ``lambda``,
-        ``unscored_priority``, ``stale_drops`` and ``sample_calls``.
+        ``unscored_priority``, ``stale_drops``, ``sample_calls``, and the cumulative
+        ``drawn`` / ``drawn_positive`` counts of sampled indices and of those that were
+        positive when drawn. Their ratio over an interval, set against ``positive_fraction``,
+        says how much more often positives are replayed than they are stored.
         """
         with self._lock:
             n = self._n_filled
             scored = self._scored & self._filled
             scores = self._score[scored]
-            cut = 0.5 if self._threshold is None else self._threshold
+            cut = self._cut
             return {
                 "num_filled": n,
                 "fraction_scored": self._n_scored / n if n else 0.0,
@@ -667,7 +674,14 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 "unscored_priority": self._unscored_priority(),
                 "stale_drops": self._stale_drops,
                 "sample_calls": self._sample_calls,
+                "drawn": self._drawn,
+                "drawn_positive": self._drawn_positive,
             }
+
+    @property
+    def _cut(self) -> float:
+        # what counts as a positive in the statistics (the priority itself uses the threshold)
+        return 0.5 if self._threshold is None else self._threshold
 
     def _empty(self) -> None:
         with self._lock:
@@ -701,6 +715,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             "_schema_version": _STATE_SCHEMA_VERSION,
             "config": self._config(),
             "sample_calls": self._sample_calls,
+            "drawn": self._drawn,
+            "drawn_positive": self._drawn_positive,
             "lambda_override": self._lambda_override,
             "stale_drops": self._stale_drops,
             "max_p": self._max_p,
@@ -754,6 +770,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             self._n_filled = int(self._filled.sum())
             self._n_scored = int((self._scored & self._filled).sum())
             self._sample_calls = int(state_dict["sample_calls"])
+            self._drawn = int(state_dict.get("drawn", 0))  # absent in checkpoints before 0.2
+            self._drawn_positive = int(state_dict.get("drawn_positive", 0))
             self._lambda_override = state_dict["lambda_override"]
             self._stale_drops = int(state_dict["stale_drops"])
             self._max_p = state_dict["max_p"]

@@ -12,6 +12,7 @@ gymnasium and minigrid are optional dependencies, imported when an env is built:
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-__all__ = ["MiniGridEnv", "make_minigrid_env", "MINIGRID_EVENT_KEYS"]
+__all__ = ["MiniGridEnv", "make_minigrid_env", "MINIGRID_EVENT_KEYS", "DOORKEY_ACTIONS"]
 
 _has_minigrid = (
     importlib.util.find_spec("minigrid") is not None
@@ -42,6 +43,11 @@ MINIGRID_EVENT_KEYS = (
     "progress_event",
 )
 _FLAG_KEYS = (*MINIGRID_EVENT_KEYS, "terminated", "truncated", "done")
+
+#: The actions DoorKey needs. Dropping ``drop`` and ``done`` (no-ops there) lifts a random
+#: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes
+#: epsilon-greedy DQN find the goal early.
+DOORKEY_ACTIONS = ("left", "right", "forward", "pickup", "toggle")
 
 
 def _import_minigrid():
@@ -251,6 +257,9 @@ class MiniGridEnv(EnvBase):
             re-implementation of ``gen_obs`` (~30 us instead of 80-140 us per step; identical
             output, checked in the tests). Envs that override the view code always use their
             own. Defaults to ``True``.
+        actions (sequence of str, optional): the subset of MiniGrid action names the agent
+            may take, in the order of the categorical action (e.g. :data:`DOORKEY_ACTIONS`).
+            Defaults to ``None``: all of MiniGrid's actions.
 
     Entries written (all with ``batch_size=[]``; under ``"next"`` after a step):
 
@@ -275,8 +284,8 @@ class MiniGridEnv(EnvBase):
     The action is categorical (int64 scalar, ``Categorical(n=7)``): MiniGrid's full action set
     ``left, right, forward, pickup, drop, toggle, done`` (see :attr:`action_names`), usable as
     is by :class:`~torchrl.modules.QValueActor` and :class:`~torchrl.objectives.DQNLoss`.
-    Unused actions (``drop``, ``done`` in DoorKey) are kept so every MiniGrid id has the same
-    interface.
+    ``actions=`` restricts it to a subset (``Categorical(n=len(actions))``, index ``i`` is
+    ``actions[i]``), e.g. :data:`DOORKEY_ACTIONS` without DoorKey's no-ops ``drop`` and ``done``.
 
     The mission string is not written to the TensorDict; read it from :attr:`mission` (it can
     change at every reset in some envs, e.g. GoToDoor). Batched envs: ``SerialEnv.mission`` is
@@ -313,6 +322,7 @@ class MiniGridEnv(EnvBase):
         device: torch.device | str | None = "cpu",
         env_kwargs: dict | None = None,
         fast_obs: bool = True,
+        actions: Sequence[str] | None = None,
     ) -> None:
         gymnasium, constants = _import_minigrid()
         if not isinstance(frame_size, int) or frame_size < 1:
@@ -341,6 +351,15 @@ class MiniGridEnv(EnvBase):
         if not isinstance(menv, _RawMiniGridEnv):
             raise ValueError(f"MiniGridEnv needs a MiniGrid env id, got env_id={env_id!r} ({type(menv).__name__}).")
         self._menv = menv
+        all_names = [a.name for a in menv.actions]
+        names = list(all_names if actions is None else actions)
+        unknown = [a for a in names if a not in all_names]
+        if unknown or not names or len(set(names)) != len(names):
+            raise ValueError(
+                f"MiniGridEnv.actions={actions!r} is invalid: expected distinct names from {all_names}."
+            )
+        self._action_names = names
+        self._action_values = [int(menv.actions[a]) for a in names]
         # MiniGrid's step()/reset() call self.gen_obs(): swap in the identical, faster version
         self.fast_obs = bool(fast_obs) and _uses_stock_view(menv)
         if self.fast_obs:
@@ -378,7 +397,7 @@ class MiniGridEnv(EnvBase):
         for key in MINIGRID_EVENT_KEYS:
             obs[key] = flag.clone()
         self.observation_spec = Composite(obs, shape=(), device=self.device)
-        self.action_spec = Categorical(n=int(menv.action_space.n), shape=(), dtype=torch.int64, device=self.device)
+        self.action_spec = Categorical(n=len(self._action_values), shape=(), dtype=torch.int64, device=self.device)
         self.reward_spec = Unbounded(shape=(1,), dtype=torch.float32, device=self.device)
         self.done_spec = Composite(
             done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=(), device=self.device
@@ -393,7 +412,7 @@ class MiniGridEnv(EnvBase):
     @property
     def action_names(self) -> list[str]:
         """Names of the categorical actions, by index."""
-        return [a.name for a in self._menv.actions]
+        return list(self._action_names)
 
     @property
     def unwrapped(self):
@@ -437,7 +456,7 @@ class MiniGridEnv(EnvBase):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         menv = self._menv
-        action = int(tensordict.get("action"))
+        action = self._action_values[int(tensordict.get("action"))]
         carried_before = menv.carrying
         obs, reward, terminated, truncated, _ = menv.step(action)
         terminated, truncated = bool(terminated), bool(truncated)
@@ -489,6 +508,7 @@ def make_minigrid_env(
     device: torch.device | str | None = "cpu",
     env_kwargs: dict | None = None,
     fast_obs: bool = True,
+    actions: Sequence[str] | None = None,
 ) -> MiniGridEnv:
     """Builds a :class:`MiniGridEnv`: symbolic one-hot observations, frames, progress events.
 
@@ -511,6 +531,8 @@ def make_minigrid_env(
         env_kwargs (dict, optional): extra ``gymnasium.make`` keyword arguments.
         fast_obs (bool, optional): use the faster, identical partial-view code. Defaults to
             ``True``.
+        actions (sequence of str, optional): the action names the agent may take (e.g.
+            :data:`DOORKEY_ACTIONS`). Defaults to ``None`` (all).
 
     Returns:
         MiniGridEnv: see its docstring for the entries written.
@@ -536,4 +558,5 @@ def make_minigrid_env(
         device=device,
         env_kwargs=env_kwargs,
         fast_obs=fast_obs,
+        actions=actions,
     )

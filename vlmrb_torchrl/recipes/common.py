@@ -28,8 +28,8 @@ from vlmrb_torchrl.transform import VLMScoreTransform
 
 METRIC_COLUMNS = [
     "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda",
-    "fraction_scored", "positive_fraction", "stale_drops", "scorer_clips_per_s", "scorer_backlog",
-    "scorer_dropped", "env_steps_per_s", "time_s",
+    "fraction_scored", "positive_fraction", "sampled_positive_fraction", "stale_drops", "scorer_clips_per_s",
+    "scorer_backlog", "scorer_dropped", "env_steps_per_s", "time_s",
 ]
 #: SAC's metrics: the entropy temperature and policy entropy instead of epsilon.
 SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon"]
@@ -119,7 +119,8 @@ def _tb_tag(key: str) -> str:
         return f"eval/{key[5:]}"
     if key.startswith("scorer_"):
         return f"scorer/{key[7:]}"
-    if key in ("lambda", "fraction_scored", "positive_fraction", "stale_drops"):
+    if key in ("lambda", "fraction_scored", "positive_fraction", "sampled_positive_fraction", "stale_drops",
+               "drawn", "drawn_positive"):
         return f"replay/{key}"
     if key in ("env_steps_per_s", "time_s", "render_per_step"):
         return f"time/{key}"
@@ -146,6 +147,18 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         f"env={env_id!r} is not supported: use a MiniGrid id (e.g. MiniGrid-DoorKey-6x6-v0) "
         "an Atari id (e.g. ALE/Pong-v5) or robosuite/<Task> (e.g. robosuite/Lift)."
     )
+
+
+def minigrid_actions(env_id: str, actions: str) -> tuple[str, ...] | None:
+    """The ``actions=`` of a MiniGrid env for the config value ``actions`` (auto | all | a,b,c);
+    ``None`` (all actions, or not a MiniGrid id) means the env's full action set."""
+    if not env_id.startswith(("MiniGrid-", "BabyAI-")) or actions == "all":
+        return None
+    if actions == "auto":
+        from vlmrb_torchrl.envs.minigrid import DOORKEY_ACTIONS
+
+        return DOORKEY_ACTIONS if "DoorKey" in env_id else None
+    return tuple(name.strip() for name in actions.split(",") if name.strip())
 
 
 def default_scorer_for(env_id: str) -> str | None:
@@ -274,25 +287,79 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
     )
 
 
-def replay_stats(rb: TensorDictReplayBuffer) -> dict[str, Any]:
-    """Replay columns of the metrics row (empty for uniform/PER)."""
+def replay_stats(rb: TensorDictReplayBuffer, counters: dict[str, Any]) -> dict[str, Any]:
+    """Replay columns of the metrics row (empty for uniform/PER).
+
+    ``sampled_positive_fraction`` is the share of positives among the transitions sampled
+    since the last logged row (``counters["drawn_logged"]``, updated by :func:`maybe_evaluate`
+    and checkpointed with the counters, so resumed runs log the same intervals).
+    """
     if not hasattr(rb, "vlm_stats"):
         return {}
     stats = rb.vlm_stats()
+    drawn_before, positive_before = counters.get("drawn_logged", (0, 0))
+    drawn = stats["drawn"] - drawn_before
     return {"lambda": stats["lambda"], "fraction_scored": stats["fraction_scored"],
-            "positive_fraction": stats["positive_fraction"], "stale_drops": stats["stale_drops"],
+            "positive_fraction": stats["positive_fraction"],
+            "sampled_positive_fraction": (stats["drawn_positive"] - positive_before) / drawn if drawn else float("nan"),
+            "stale_drops": stats["stale_drops"],
             "scorer_clips_per_s": stats["scorer/clips_per_s"], "scorer_backlog": stats["scorer/backlog"],
-            "scorer_dropped": stats["scorer/dropped"]}
+            "scorer_dropped": stats["scorer/dropped"], "drawn": stats["drawn"], "drawn_positive": stats["drawn_positive"]}
 
 
 # ---------------------------------------------------------------------------------- evaluation
 @torch.no_grad()
-def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100_000) -> dict[str, float]:
+def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100_000,
+             num_envs: int = 1) -> dict[str, float]:
     """Runs ``episodes`` full episodes of ``policy`` (already at its evaluation epsilon).
+
+    With ``num_envs > 1`` the episodes run in ``num_envs`` env copies stepped together
+    (``SerialEnv``, one batched policy call per step), ``ceil(episodes / num_envs)`` per copy:
+    the same i.i.d. episodes, several times faster with small networks. Episodes still running
+    after ``max_steps`` steps count as failures with their partial return.
 
     Returns the success rate (NaN when the env reports no ``success``) and the mean return
     (``raw_reward`` when the env provides it, e.g. unclipped Atari scores).
     """
+    if num_envs <= 1:
+        return _evaluate_serial(policy, make_env, episodes=episodes, seed=seed, max_steps=max_steps)
+    from torchrl.envs import SerialEnv
+
+    env = SerialEnv(num_envs, make_env)
+    env.set_seed(seed)
+    quota = -(-episodes // num_envs)
+    td = env.reset()
+    reward_key = "raw_reward" if "raw_reward" in env.observation_spec.keys() else "reward"
+    has_success = "success" in env.observation_spec.keys()
+    running_return = torch.zeros(num_envs, dtype=torch.float64)
+    running_success = torch.zeros(num_envs, dtype=torch.bool)
+    finished = torch.zeros(num_envs, dtype=torch.long)
+    successes, returns = [], []
+    for _ in range(max_steps):
+        td, td_root = env.step_and_maybe_reset(policy(td))
+        nxt = td["next"]
+        running_return += nxt[reward_key].reshape(num_envs).double()
+        if has_success:
+            running_success |= nxt["success"].reshape(num_envs)
+        for i in nxt["done"].reshape(num_envs).nonzero().flatten().tolist():
+            if finished[i] < quota:
+                finished[i] += 1
+                returns.append(float(running_return[i]))
+                successes.append(float(running_success[i]))
+            running_return[i], running_success[i] = 0.0, False
+        if bool((finished >= quota).all()):
+            break
+        td = td_root
+    else:  # episodes cut by max_steps: failures with their partial returns
+        for i in (finished < quota).nonzero().flatten().tolist():
+            returns.append(float(running_return[i]))
+            successes.append(0.0)
+    env.close()
+    return {"eval_success": float(np.mean(successes)) if has_success else float("nan"),
+            "eval_return": float(np.mean(returns))}
+
+
+def _evaluate_serial(policy, make_env, *, episodes: int, seed: int, max_steps: int) -> dict[str, float]:
     env = make_env()
     env.set_seed(seed)
     successes, returns = [], []
@@ -316,8 +383,10 @@ def maybe_evaluate(run: Run, row: dict[str, Any], *, cfg: Any, counters: dict[st
         return False
     counters["next_eval"] += cfg.eval_every
     row.update(evaluate(policy, make_env, episodes=cfg.eval_episodes, seed=cfg.seed + 10_000 + counters["env_steps"],
-                        max_steps=max_steps))
+                        max_steps=max_steps, num_envs=min(cfg.eval_envs, cfg.eval_episodes)))
     run.log(row)
+    if "drawn" in row:
+        counters["drawn_logged"] = (row["drawn"], row["drawn_positive"])
     return True
 
 

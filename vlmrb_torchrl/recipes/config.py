@@ -38,6 +38,8 @@ class RecipeConfig:
     stop_at: int | None = _field(None, "stop (with a checkpoint) once this many frames are collected; schedules "
                                        "still follow total_frames, so resume=<run dir> continues exactly")
     device: str = _field("auto", "learner device: auto (cuda if available) | cpu | cuda")
+    torch_threads: int = _field(1, "torch intra-op threads for the learner (small networks: 1 is fastest, and "
+                                   "more threads stall when envs, scorers or other runs share the cores)")
     # collection
     max_episode_steps: int | None = _field(None, "episode time limit (None = the env's own: MiniGrid's max_steps, "
                                                  "27k for Atari)")
@@ -73,6 +75,7 @@ class RecipeConfig:
     # evaluation and outputs
     eval_every: int = _field(10_000, "frames between evaluations")
     eval_episodes: int = _field(50, "episodes per evaluation")
+    eval_envs: int = _field(10, "env copies stepped together during evaluation (batched policy calls)")
     checkpoint_every: int = _field(50_000, "frames between checkpoints (and at the end)")
     gallery_clips: int = _field(4, "top and bottom scored clips saved as GIFs at the end (0 = none)")
     tensorboard: bool = _field(True, "write TensorBoard events")
@@ -80,7 +83,8 @@ class RecipeConfig:
 
     # validation: (ints >= 1, ints >= 0, numbers in [0, 1], numbers > 0, numbers >= 0); subclasses extend
     _POSITIVE_INTS = ("total_frames", "num_envs", "frames_per_batch", "batch_size", "buffer_size", "train_every",
-                      "hidden", "clip_len", "clip_stride", "eval_episodes", "eval_every", "checkpoint_every")
+                      "hidden", "clip_len", "clip_stride", "eval_episodes", "eval_envs", "eval_every", "checkpoint_every",
+                      "torch_threads")
     _NON_NEGATIVE_INTS = ("learning_starts", "gallery_clips")
     _UNIT_NUMBERS = ("lambda_max", "label_noise", "gamma")
     _POSITIVE_NUMBERS = ("lr",)
@@ -135,6 +139,9 @@ class RecipeConfig:
 class DQNConfig(RecipeConfig):
     """Double DQN with uniform, PER or VLM-guided replay (MiniGrid and Atari)."""
 
+    # env
+    actions: str = _field("auto", "MiniGrid action subset: auto (DoorKey ids: left,right,forward,pickup,toggle; "
+                                  "other ids: all) | all | comma-separated action names")
     # collection
     eps_start: float = _field(1.0, "initial exploration epsilon")
     eps_end: float = _field(0.05, "final exploration epsilon")
@@ -149,6 +156,11 @@ class DQNConfig(RecipeConfig):
     _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "target_update", "n_steps")
     _UNIT_NUMBERS = ("eps_start", "eps_end", "eps_fraction", *RecipeConfig._UNIT_NUMBERS, "eval_eps")
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "max_grad_norm")
+
+    def _checks(self) -> list[tuple[str, bool, str]]:
+        minigrid = self.env.startswith(("MiniGrid-", "BabyAI-"))
+        return [("actions", minigrid or self.actions in ("auto", "all"),
+                 "'auto' or 'all' (action subsets are for MiniGrid ids)")]
 
     def validate(self) -> DQNConfig:
         return super().validate()
@@ -179,8 +191,6 @@ class SACConfig(RecipeConfig):
     buffer_size: int = _field(1_000_000, "replay capacity")
     learning_starts: int = _field(5_000, "random-action frames collected before the first update")
     train_every: int = _field(1, "frames per gradient update (1 = one update per frame)")
-    torch_threads: int = _field(1, "torch intra-op threads for the learner (small MLPs: 1 is fastest, and "
-                                   "more threads stall when envs or renderers share the cores)")
     tau: float = _field(0.005, "target-network soft-update rate (SoftUpdate eps = 1 - tau)")
     alpha_init: float = _field(1.0, "initial entropy temperature (tuned automatically)")
     # replay
@@ -189,8 +199,9 @@ class SACConfig(RecipeConfig):
     # evaluation
     eval_every: int = _field(20_000, "frames between evaluations")
     eval_episodes: int = _field(10, "episodes per evaluation (deterministic actor)")
+    eval_envs: int = _field(1, "env copies stepped together during evaluation (robosuite copies are heavy)")
 
-    _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "frame_size", "torch_threads")
+    _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "frame_size")
     _UNIT_NUMBERS = (*RecipeConfig._UNIT_NUMBERS, "tau")
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "alpha_init")
 

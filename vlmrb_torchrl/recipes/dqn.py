@@ -54,6 +54,8 @@ def main(cfg: DQNConfig) -> dict:
 
     # --- run setup: seeds, device, run directory, loggers, progress bar
     generator = common.seed_everything(cfg.seed)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(cfg.torch_threads)
     device = common.resolve_device(cfg.device)
     vlm_mode = cfg.replay in ("vlm", "vlm_td")
     scorer = common.make_scorer_from_config(cfg) if vlm_mode else None
@@ -62,9 +64,12 @@ def main(cfg: DQNConfig) -> dict:
 
     # --- envs: the agent sees symbolic (MiniGrid) or stacked grey (Atari) observations;
     # frames for the VLM are rendered only when the scorer reads them
-    limit = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
-    train_env_fn = common.env_factory(cfg.env, train=True, render=needs_frames, **limit)
-    eval_env_fn = common.env_factory(cfg.env, train=False, render=False, **limit)
+    env_kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
+    actions = common.minigrid_actions(cfg.env, cfg.actions)
+    if actions is not None:
+        env_kwargs["actions"] = actions
+    train_env_fn = common.env_factory(cfg.env, train=True, render=needs_frames, **env_kwargs)
+    eval_env_fn = common.env_factory(cfg.env, train=False, render=False, **env_kwargs)
     probe = eval_env_fn()
     obs_shape = probe.observation_spec["observation"].shape
     action_spec = probe.action_spec
@@ -132,7 +137,7 @@ def main(cfg: DQNConfig) -> dict:
             steps_per_s = (counters["env_steps"] - steps_at_start) / (time.perf_counter() - start)
             row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], "loss": loss_value,
                    "epsilon": float(explore[1].eps), "env_steps_per_s": steps_per_s,
-                   "time_s": time.perf_counter() - start, **common.replay_stats(rb)}
+                   "time_s": time.perf_counter() - start, **common.replay_stats(rb, counters)}
             if common.maybe_evaluate(run, row, cfg=cfg, counters=counters, policy=eval_policy,
                                      make_env=eval_env_fn):
                 metrics_last = row
@@ -150,7 +155,8 @@ def main(cfg: DQNConfig) -> dict:
     gallery = []
     if vlm_mode and cfg.gallery_clips > 0:
         gallery = common.clip_gallery(
-            run.dir / "gallery", scorer=scorer, make_env=common.env_factory(cfg.env, train=False, render=True, **limit),
+            run.dir / "gallery", scorer=scorer, make_env=common.env_factory(cfg.env, train=False, render=True, **env_kwargs),
             policy=eval_policy, clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed,
             max_steps=cfg.max_episode_steps or 1_000)
+    torch.set_num_threads(threads_before)
     return common.finish(run, rb, counters=counters, metrics=metrics_last, vlm_mode=vlm_mode, gallery=gallery)

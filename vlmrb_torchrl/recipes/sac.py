@@ -157,7 +157,7 @@ def main(cfg: SACConfig) -> dict:
 
             steps_per_s = (counters["env_steps"] - steps_at_start) / (time.perf_counter() - start)
             row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], **losses,
-                   "env_steps_per_s": steps_per_s, "time_s": time.perf_counter() - start, **common.replay_stats(rb)}
+                   "env_steps_per_s": steps_per_s, "time_s": time.perf_counter() - start, **common.replay_stats(rb, counters)}
             if common.maybe_evaluate(run, row, cfg=cfg, counters=counters, policy=eval_policy,
                                      make_env=eval_env_fn, max_steps=cfg.max_episode_steps or 500):
                 metrics_last = row

@@ -1,0 +1,256 @@
+"""Runs the learning-efficiency study: every (arm, seed) of a study, resumable, in the background.
+
+A *study* fixes the environment and budget (``doorkey5``, ``doorkey6``, ...); an *arm* is one
+replay configuration (``uniform``, ``per``, ``vlm_oracle``, ``vlm_noise20``, ``vlm_random``,
+...). Every arm of a study shares every hyper-parameter but its replay settings. Each run is a
+plain ``vlmrb train dqn`` process:
+
+- run directories (checkpoints, TensorBoard) go to ``runs/learning/<study>/<arm>/seed<N>/``
+  (not committed);
+- ``metrics.csv``, ``config.json`` and ``summary.json`` are copied, while the run goes and when
+  it ends, to ``benchmarks/learning/results/<study>/<arm>/seed<N>/`` (small, committed), so
+  results survive a change of machine;
+- a run that was interrupted (the machine restarted, the runner was killed) resumes from its
+  latest checkpoint the next time the runner is started; finished runs are skipped and their
+  checkpoints deleted (a DoorKey checkpoint holds the replay buffer: ~0.8 GB).
+
+Jobs run seed-major (every arm of seed 0, then seed 1, ...), so that whenever the runner stops,
+the arms have (nearly) the same number of seeds.
+
+Commands::
+
+    # the 5x5 quick check, 5 seeds of every main arm, 2 runs at a time, in the background
+    python benchmarks/learning/run.py --study doorkey5 --seeds 0-4 --jobs 2 --background
+    # what is done, running, resumable or pending (no runs started)
+    python benchmarks/learning/run.py --study doorkey5 --seeds 0-4 --status
+    # ablations of the oracle arm
+    python benchmarks/learning/run.py --study doorkey5 --arms ablation --seeds 0-4 --jobs 2 --background
+
+Then ``python benchmarks/learning/analyze.py --study doorkey5`` draws the plots and the table.
+Runs use one torch thread each and synchronous scoring (``async_scoring=false``): a run is
+reproducible from its seed, and ``--jobs 2`` fills the 2 cores of the reference machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "learning" / "results"
+RUNS = ROOT / "runs" / "learning"
+
+#: Settings every arm of every study shares (on top of the DQN recipe's defaults, which were
+#: tuned on uniform replay: lr 5e-4, target copy every 250 updates, 3-step double DQN).
+COMMON = {
+    "async_scoring": "false",  # reproducible runs; the oracle is fast, nothing to hide
+    "torch_threads": "1",
+    "progress": "false",
+    "tensorboard": "false",
+    "gallery_clips": "0",
+    "eval_episodes": "50",
+    "eval_eps": "0.05",
+    "stop_at": "none",  # a resumed run reads its saved config back: clear a stop_at given to an earlier chunk  # Nature-DQN's evaluation epsilon; at 0.01 near-greedy policies loop for the whole episode
+}
+
+STUDIES: dict[str, dict[str, str]] = {
+    "doorkey5": {"env": "MiniGrid-DoorKey-5x5-v0", "total_frames": "60000", "eval_every": "5000",
+                 "checkpoint_every": "30000"},
+    "doorkey6": {"env": "MiniGrid-DoorKey-6x6-v0", "total_frames": "300000", "eval_every": "10000",
+                 "checkpoint_every": "50000"},
+    "doorkey8": {"env": "MiniGrid-DoorKey-8x8-v0", "total_frames": "1000000", "eval_every": "20000",
+                 "checkpoint_every": "100000"},
+}
+
+_RANDOM = "python:vlmrb_torchrl.scorers.baselines:RandomScorer"
+ARMS: dict[str, dict[str, str]] = {
+    "uniform": {"replay": "uniform"},
+    "per": {"replay": "per"},
+    "vlm_oracle": {"replay": "vlm"},
+    "vlm_noise10": {"replay": "vlm", "label_noise": "0.1"},
+    "vlm_noise20": {"replay": "vlm", "label_noise": "0.2"},
+    "vlm_noise30": {"replay": "vlm", "label_noise": "0.3"},
+    "vlm_random": {"replay": "vlm", "scorer": _RANDOM},
+    "vlm_td_oracle": {"replay": "vlm_td"},
+}
+#: One change at a time to the oracle arm: the mechanisms the study investigates.
+ABLATIONS: dict[str, dict[str, str]] = {
+    "vlm_oracle_beta04": {"replay": "vlm", "vlm_beta": "0.4"},  # importance correction
+    "vlm_oracle_lmax025": {"replay": "vlm", "lambda_max": "0.25"},  # less prioritised mass
+    "vlm_oracle_lmax1": {"replay": "vlm", "lambda_max": "1.0"},  # only prioritised replay
+    "vlm_oracle_clip8": {"replay": "vlm", "clip_len": "8"},  # shorter clips: later saturation
+    "vlm_oracle_warmup0": {"replay": "vlm", "vlm_warmup": "0"},  # no warm-up
+}
+ARM_GROUPS = {"main": list(ARMS), "ablation": list(ABLATIONS)}
+
+
+@dataclass
+class Job:
+    study: str
+    arm: str
+    seed: int
+    overrides: dict[str, str] = field(default_factory=dict)
+    runs_root: Path = RUNS
+    results_root: Path = RESULTS
+
+    @property
+    def name(self) -> str:
+        return f"{self.study}/{self.arm}/seed{self.seed}"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.runs_root / self.study / self.arm / f"seed{self.seed}"
+
+    @property
+    def result_dir(self) -> Path:
+        return self.results_root / self.study / self.arm / f"seed{self.seed}"
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.overrides["total_frames"])
+
+    def status(self) -> str:
+        """done | resumable | pending."""
+        summary = self.run_dir / "summary.json"
+        if summary.exists() and json.loads(summary.read_text()).get("env_steps", 0) >= self.total_frames:
+            return "done"
+        if any((p / "DONE").exists() for p in (self.run_dir / "checkpoints").glob("step_*")):
+            return "resumable"
+        return "pending"
+
+    def command(self) -> list[str]:
+        args = [f"{k}={v}" for k, v in self.overrides.items()]
+        args += [f"seed={self.seed}", f"output_dir={self.run_dir}"]
+        if self.status() == "resumable":
+            args.append(f"resume={self.run_dir}")
+        return [sys.executable, "-m", "vlmrb_torchrl.cli", "train", "dqn", *args]
+
+
+def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path = RUNS,
+              results_root: Path = RESULTS) -> list[Job]:
+    table = {**ARMS, **ABLATIONS}
+    unknown = [a for a in arms if a not in table]
+    if unknown:
+        raise SystemExit(f"unknown arms {unknown}; known: {sorted(table)} or groups {sorted(ARM_GROUPS)}")
+    return [Job(study, arm, seed, {**COMMON, **STUDIES[study], **table[arm]}, runs_root, results_root)
+            for seed in seeds for arm in arms]
+
+
+def sync_results(job: Job) -> None:
+    """Copies the run's small files to the committed results folder."""
+    job.result_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.csv", "config.json", "summary.json"):
+        src = job.run_dir / name
+        if src.exists():
+            shutil.copyfile(src, job.result_dir / name)
+
+
+def prune_checkpoints(job: Job, *, keep_latest: bool) -> None:
+    """Deletes all checkpoints of a finished run, or all but the latest complete one."""
+    steps = sorted((p for p in (job.run_dir / "checkpoints").glob("step_*")), key=lambda p: int(p.name.split("_")[1]))
+    complete = [p for p in steps if (p / "DONE").exists()]
+    keep = complete[-1:] if keep_latest else []
+    for path in steps:
+        if path not in keep and (path / "DONE").exists():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def run_jobs(jobs: list[Job], *, parallel: int, poll_s: float = 20.0) -> int:
+    """Runs the unfinished jobs, ``parallel`` at a time; returns the number that failed."""
+    todo = [j for j in jobs if j.status() != "done"]
+    for job in jobs:
+        if job.status() == "done":
+            sync_results(job)
+            prune_checkpoints(job, keep_latest=False)
+    running: list[tuple[Job, subprocess.Popen, object]] = []
+    failed = 0
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    while todo or running:
+        while todo and len(running) < parallel:
+            job = todo.pop(0)
+            job.run_dir.mkdir(parents=True, exist_ok=True)
+            log = open(job.run_dir / "stdout.log", "a")
+            cmd = job.command()
+            _say(f"start {job.name} ({job.status()}): {' '.join(cmd[2:])}")
+            running.append((job, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        time.sleep(poll_s)
+        still = []
+        for job, proc, log in running:
+            sync_results(job)
+            code = proc.poll()
+            if code is None:
+                prune_checkpoints(job, keep_latest=True)
+                still.append((job, proc, log))
+                continue
+            log.close()
+            if code == 0 and job.status() == "done":
+                prune_checkpoints(job, keep_latest=False)
+                _say(f"done  {job.name}")
+            else:
+                failed += 1
+                _say(f"FAILED {job.name} (exit {code}); see {job.run_dir / 'stdout.log'}")
+        running = still
+    return failed
+
+
+def _say(message: str) -> None:
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", flush=True)
+
+
+def _parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds.extend(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--study", required=True, choices=sorted(STUDIES))
+    parser.add_argument("--arms", default="main", help="comma-separated arms, or a group: main | ablation")
+    parser.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2,5")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
+    parser.add_argument("--status", action="store_true", help="print each run's status and exit")
+    parser.add_argument("--background", action="store_true",
+                        help="detach (nohup) and log to runs/learning/<study>/runner.log")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="extra recipe overrides for every run (e.g. total_frames=50000)")
+    parser.add_argument("--runs-root", type=Path, default=RUNS, help="where run directories go")
+    parser.add_argument("--results-root", type=Path, default=RESULTS, help="where the committed CSVs go")
+    parser.add_argument("--poll", type=float, default=20.0, help="seconds between result syncs")
+    args = parser.parse_args(argv)
+
+    arms = [a for group in args.arms.split(",") for a in ARM_GROUPS.get(group, [group])]
+    jobs = make_jobs(args.study, arms, _parse_seeds(args.seeds), runs_root=args.runs_root.resolve(),
+                     results_root=args.results_root.resolve())
+    for job in jobs:
+        job.overrides.update(dict(item.split("=", 1) for item in args.set))
+    if args.status:
+        for job in jobs:
+            print(f"{job.status():10s} {job.name}")
+        return 0
+    if args.background:
+        log = args.runs_root / args.study / "runner.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--background"]
+        with open(log, "a") as out:
+            proc = subprocess.Popen([sys.executable, __file__, *argv], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        (args.runs_root / args.study / "runner.pid").write_text(str(proc.pid))
+        print(f"runner started (pid {proc.pid}); log: {log}")
+        return 0
+    failed = run_jobs(jobs, parallel=args.jobs, poll_s=args.poll)
+    _say(f"finished: {len(jobs) - failed} ok, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

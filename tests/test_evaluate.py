@@ -1,0 +1,60 @@
+"""Batched evaluation (``common.evaluate`` with ``num_envs > 1``) against a scripted env."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+from vlmrb_torchrl.recipes.common import evaluate
+
+
+def policy(td):
+    return td.set("action", torch.zeros(td.shape, dtype=torch.long))
+
+
+class CyclingEpisodes(EnvBase):
+    """Episode k (k = 0, 1, 2, ...) lasts ``lengths[k % 3]`` steps, pays 1 per step and succeeds iff it lasts 2."""
+
+    lengths = (1, 2, 3)
+
+    def __init__(self):
+        super().__init__(batch_size=torch.Size([]))
+        flag = Categorical(n=2, shape=(1,), dtype=torch.bool)
+        self.observation_spec = Composite(observation=Unbounded(shape=(1,)), success=flag.clone())
+        self.action_spec = Categorical(n=2, shape=())
+        self.reward_spec = Unbounded(shape=(1,))
+        self.episode, self.t = -1, 0
+
+    def _set_seed(self, seed):
+        pass
+
+    def _reset(self, td=None, **kwargs):
+        self.episode, self.t = self.episode + 1, 0
+        return TensorDict(observation=torch.zeros(1), success=torch.zeros(1, dtype=torch.bool))
+
+    def _step(self, td):
+        self.t += 1
+        length = self.lengths[self.episode % 3]
+        done = self.t >= length
+        return TensorDict(observation=torch.full((1,), float(self.t)), reward=torch.ones(1),
+                          success=torch.tensor([done and length == 2]), done=torch.tensor([done]),
+                          terminated=torch.tensor([done]))
+
+
+@pytest.mark.parametrize("num_envs", [1, 2, 3])
+def test_counts_each_episode_once(num_envs):
+    # 6 episodes: lengths 1, 2, 3 twice (per env copy with 2 or 3 copies), returns = lengths
+    out = evaluate(policy, CyclingEpisodes, episodes=6 if num_envs != 3 else 3, seed=0, num_envs=num_envs)
+    if num_envs == 3:  # one episode per copy: every copy plays its first episode (length 1)
+        assert out == {"eval_success": 0.0, "eval_return": 1.0}
+    else:
+        assert out == pytest.approx({"eval_success": 1 / 3, "eval_return": 2.0})
+
+
+def test_max_steps_cuts_unfinished_episodes():
+    # quota 3 per copy; after 4 steps each copy finished lengths 1 and 2 and is 1 step into length 3
+    out = evaluate(policy, CyclingEpisodes, episodes=6, seed=0, num_envs=2, max_steps=4)
+    assert out == pytest.approx({"eval_success": 1 / 3, "eval_return": (1 + 2 + 1) / 3})

@@ -1,0 +1,265 @@
+"""Tests for benchmarks/learning/analyze.py on synthetic metric logs with known answers."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "learning" / "analyze.py"
+
+# The script is not part of the package: load it from its path.
+_spec = importlib.util.spec_from_file_location("learning_analyze", SCRIPT)
+analyze = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = analyze  # dataclasses look their module up while building
+_spec.loader.exec_module(analyze)
+
+COLUMNS = [
+    "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda",
+    "fraction_scored", "positive_fraction", "sampled_positive_fraction", "stale_drops",
+    "scorer_clips_per_s", "scorer_backlog", "scorer_dropped", "env_steps_per_s", "time_s",
+]
+STEPS = [10_000 * i for i in range(11)]  # 0, 10k, ..., 100k
+T1 = 12.7062  # t_{0.975} with 1 degree of freedom
+
+
+def write_run(root: Path, arm: str, seed: int, data: dict[str, list], *, study: str = "toy",
+              columns: list[str] = COLUMNS, total_frames: int | None = 100_000) -> Path:
+    """metrics.csv from per-column lists (missing columns or None cells stay empty)."""
+    run_dir = root / study / arm / f"seed{seed}"
+    run_dir.mkdir(parents=True)
+    n = len(data["env_steps"])
+    with open(run_dir / "metrics.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        for i in range(n):
+            w.writerow(["" if data.get(c) is None or data[c][i] is None else data[c][i] for c in columns])
+    if total_frames is not None:
+        (run_dir / "config.json").write_text(json.dumps({"total_frames": total_frames, "seed": seed}))
+    return run_dir
+
+
+def minutes(n: int) -> list[float]:
+    return [60.0 * i for i in range(n)]
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    # uniform: seed0 is a linear ramp (reaches 0.8 at 80k, AUC 0.5), seed1 jumps to 0.9 at
+    # 40k, seed2 never reaches 0.8 (stays at 0.5).
+    write_run(tmp_path, "uniform", 0, {"env_steps": STEPS, "eval_success": [s / 100_000 for s in STEPS],
+                                       "time_s": minutes(11)})
+    write_run(tmp_path, "uniform", 1, {"env_steps": STEPS, "eval_success": [0.0] * 4 + [0.9] * 7,
+                                       "time_s": minutes(11)})
+    write_run(tmp_path, "uniform", 2, {"env_steps": STEPS, "eval_success": [0.5] * 11,
+                                       "time_s": minutes(11)})
+    # vlm_oracle: reaches 0.8 at 30k and 50k; final success 1 and 0. seed0 is resumed once
+    # (time_s restarts after 300 s): 300 + 270 s. Positive shares differ between halves in
+    # seed1 so that only the second half (steps > 50k) counts.
+    write_run(tmp_path, "vlm_oracle", 0, {
+        "env_steps": STEPS,
+        "eval_success": [0.0, 0.2, 0.5, 0.8] + [1.0] * 7,
+        "positive_fraction": [None] + [0.2] * 10,
+        "sampled_positive_fraction": [None] + [0.5] * 10,
+        "time_s": [0, 60, 120, 180, 240, 300, 30, 90, 150, 210, 270],
+    })
+    write_run(tmp_path, "vlm_oracle", 1, {
+        "env_steps": STEPS,
+        "eval_success": [0.0, 0.0, 0.0, 0.0, 0.5, 0.8, 0.9, 0.9, 0.9, 0.9, 0.0],
+        "positive_fraction": [0.1] * 6 + [0.4] * 5,
+        "sampled_positive_fraction": [0.1] * 6 + [0.7] * 5,
+        "time_s": minutes(11),
+    })
+    # vlm_old: an older log without the sampled_positive_fraction column; seed1 is unfinished.
+    old = [c for c in COLUMNS if c != "sampled_positive_fraction"]
+    write_run(tmp_path, "vlm_old", 0, {"env_steps": STEPS, "eval_success": [0.1 * i for i in range(11)],
+                                       "positive_fraction": [0.3] * 11, "time_s": minutes(11)},
+              columns=old)
+    write_run(tmp_path, "vlm_old", 1, {"env_steps": STEPS[:6], "eval_success": [0.9] * 6,
+                                       "positive_fraction": [0.3] * 6, "time_s": minutes(6)},
+              columns=old)
+    return tmp_path
+
+
+def test_load_study(study: Path) -> None:
+    runs = analyze.load_study(study, "toy")
+    assert list(runs) == ["uniform", "vlm_oracle", "vlm_old"]  # known arms first
+    assert [r.seed for r in runs["uniform"]] == [0, 1, 2]
+    assert runs["uniform"][0].total_frames == 100_000
+    old = runs["vlm_old"][0]
+    assert "sampled_positive_fraction" not in old.columns
+    assert all(math.isnan(v) for v in old.col("sampled_positive_fraction"))
+
+
+def test_frames_to_target_median_reach_and_censoring(study: Path) -> None:
+    s = analyze.summarize(analyze.load_study(study, "toy"), study="toy", target=0.8)
+    u = s.arms["uniform"]
+    assert u.frames == {0: 80_000, 1: 40_000, 2: None}
+    assert (u.reached, u.n_runs) == (2, 3)
+    assert u.median_frames == 60_000
+    # The seed that never reached counts at its last step: (80k + 40k + 100k) / 3.
+    assert u.censored and u.censored_mean_frames == pytest.approx(220_000 / 3)
+    v = s.arms["vlm_oracle"]
+    assert v.frames == {0: 30_000, 1: 50_000}
+    assert v.median_frames == 40_000 and not v.censored and v.censored_mean_frames == 40_000
+    # Target is configurable: at 0.5, the flat 0.5 seed reaches it at step 0.
+    assert analyze.summarize(analyze.load_study(study, "toy"), target=0.5).arms["uniform"].frames[2] == 0
+
+
+def test_ratio_vs_baseline(study: Path) -> None:
+    runs = analyze.load_study(study, "toy")
+    s = analyze.summarize(runs, baseline="uniform")
+    assert s.arms["uniform"].vs_baseline == 1.0
+    assert s.arms["vlm_oracle"].vs_baseline == pytest.approx(40_000 / 60_000)
+    # vlm_old: seed0 reaches 0.8 at 80k, seed1 (0.9 throughout) at 0.
+    assert s.arms["vlm_old"].vs_baseline == pytest.approx(40_000 / 60_000)
+    # Without the baseline arm, no ratios.
+    assert math.isnan(analyze.summarize(runs, baseline="nope").arms["vlm_oracle"].vs_baseline)
+
+
+def test_auc(study: Path) -> None:
+    runs = analyze.load_study(study, "toy")
+    ramp = runs["uniform"][0]
+    assert analyze.auc(ramp, 100_000) == pytest.approx(0.5)
+    assert analyze.auc(ramp, 50_000) == pytest.approx(0.25)
+    assert analyze.auc(ramp, 55_000) == pytest.approx(0.275)  # horizon between evaluations
+    assert math.isnan(analyze.auc(runs["vlm_old"][1], 100_000))  # stopped at 50k
+    # Default horizon: the shortest finished run (all finished ones end at 100k).
+    s = analyze.summarize(runs)
+    assert s.horizon == 100_000
+    # uniform seed1: 0 up to 30k, a ramp to 0.9 by 40k, then 0.9: (0.45 * 10k + 0.9 * 60k) / 100k.
+    mean, half, n = s.arms["uniform"].auc
+    expected = [0.5, 0.585, 0.5]
+    assert n == 3 and mean == pytest.approx(sum(expected) / 3)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in expected) / 2)
+    assert half == pytest.approx(4.3027 * sd / math.sqrt(3))
+    # The unfinished vlm_old seed is left out of the AUC, leaving one seed (no interval).
+    mean, half, n = s.arms["vlm_old"].auc
+    assert n == 1 and mean == pytest.approx(0.5) and math.isnan(half)
+    # An explicit horizon includes the short run.
+    assert analyze.summarize(runs, horizon=50_000).arms["vlm_old"].auc[2] == 2
+
+
+def test_auc_without_step_zero(tmp_path: Path) -> None:
+    # A constant curve whose first evaluation is at 10k averages to that constant.
+    write_run(tmp_path, "uniform", 0, {"env_steps": STEPS[1:], "eval_success": [0.6] * 10})
+    run = analyze.load_study(tmp_path, "toy")["uniform"][0]
+    assert analyze.auc(run, 100_000) == pytest.approx(0.6)
+
+
+def test_final_success_ci_and_finished(study: Path) -> None:
+    s = analyze.summarize(analyze.load_study(study, "toy"))
+    mean, half, n = s.arms["vlm_oracle"].final
+    # Final successes 1 and 0: mean 0.5, sd/sqrt(2) = 0.5, so the half-width is t(1 df) / 2.
+    assert (mean, n) == (0.5, 2) and half == pytest.approx(T1 * 0.5)
+    assert s.arms["uniform"].final[:2] == pytest.approx((0.8, 4.3027 * math.sqrt(0.07) / math.sqrt(3)))
+    old = s.arms["vlm_old"]
+    assert (old.n_runs, old.n_finished) == (2, 1)
+    assert old.final[0] == pytest.approx(1.0) and old.final[2] == 1
+    # The success curve keeps the unfinished seed where it has data and reports n.
+    c = old.success
+    assert list(c.n) == [2] * 6 + [1] * 5
+    assert c.mean[0] == pytest.approx(0.45)
+    assert c.half[0] == pytest.approx(T1 * math.sqrt(0.405) / math.sqrt(2))
+
+
+def test_finished_without_config(tmp_path: Path) -> None:
+    # Without config.json a run is finished when it got as far as the study's longest run.
+    write_run(tmp_path, "uniform", 0, {"env_steps": STEPS, "eval_success": [0.2] * 11}, total_frames=None)
+    write_run(tmp_path, "uniform", 1, {"env_steps": STEPS[:5], "eval_success": [0.4] * 5}, total_frames=None)
+    s = analyze.summarize(analyze.load_study(tmp_path, "toy"))
+    assert s.arms["uniform"].n_finished == 1
+    assert s.arms["uniform"].final[:1] == (0.2,)
+
+
+def test_wall_clock_sums_chunks(study: Path) -> None:
+    runs = analyze.load_study(study, "toy")
+    assert runs["vlm_oracle"][0].wall_clock_s == 300 + 270
+    s = analyze.summarize(runs)
+    assert s.arms["vlm_oracle"].wall_clock_min == pytest.approx((9.5 + 10.0) / 2)
+    assert s.arms["vlm_old"].wall_clock_min == pytest.approx(10.0)  # finished runs only
+    assert analyze.wall_clock([float("nan"), 5, 7, 1, float("nan"), 3]) == 10
+
+
+def test_resumed_chunk_replaces_repeated_steps(tmp_path: Path) -> None:
+    # A chunk resumed from the 20k checkpoint logs 30k again: the later row wins, time adds up.
+    write_run(tmp_path, "uniform", 0, {"env_steps": [0, 10_000, 20_000, 30_000, 30_000, 40_000],
+                                       "eval_success": [0.0, 0.1, 0.2, 0.9, 0.3, 0.4],
+                                       "time_s": [0, 10, 20, 30, 5, 15]})
+    run = analyze.load_study(tmp_path, "toy")["uniform"][0]
+    assert list(run.steps) == [0, 10_000, 20_000, 30_000, 40_000]
+    assert list(run.col("eval_success")) == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert run.wall_clock_s == 45
+    assert analyze.frames_to_target(run, 0.8) is None
+
+
+def test_positive_fractions_and_missing_column(study: Path) -> None:
+    s = analyze.summarize(analyze.load_study(study, "toy"))
+    v = s.arms["vlm_oracle"]
+    assert v.buffer_positive == pytest.approx(0.3)  # (0.2 + 0.4) / 2, second halves only
+    assert v.sampled_positive == pytest.approx(0.6)  # (0.5 + 0.7) / 2
+    assert v.oversampling == pytest.approx(2.0)
+    old = s.arms["vlm_old"]
+    assert old.buffer_positive == pytest.approx(0.3)
+    assert math.isnan(old.sampled_positive) and math.isnan(old.oversampling)
+    assert old.sampled_curve.steps.size == 0
+    u = s.arms["uniform"]
+    assert math.isnan(u.buffer_positive) and u.buffer_curve.steps.size == 0
+
+
+def test_render_table(study: Path) -> None:
+    s = analyze.summarize(analyze.load_study(study, "toy"), study="toy")
+    table = analyze.render_table(s)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    assert "| arm | seeds | reach 80% | median frames to 80% |" in table
+    assert rows["uniform"].startswith("| uniform | 3 | 2/3 | 60k | ≥ 73.3k | 1.00× |")
+    assert rows["vlm_oracle"].startswith("| vlm_oracle | 2 | 2/2 | 40k | 40k | 0.67× |")
+    assert "| 0.50 ± 6.35 | 9.8 | 0.30 | 0.60 | 2.00× |" in rows["vlm_oracle"]
+    assert rows["vlm_old"].startswith("| vlm_old | 2 (1 done) | 2/2 |")
+    assert rows["vlm_old"].endswith("| 0.30 | — | — |")
+    # arms selects and orders the rows.
+    sub = analyze.render_table(s, ["vlm_oracle", "uniform"])
+    assert [line.split(" | ")[0] for line in sub.splitlines()[2:4]] == ["| vlm_oracle", "| uniform"]
+
+
+def test_fmt() -> None:
+    assert analyze.fmt_frames(212_345) == "212k"
+    assert analyze.fmt_frames(float("nan")) == "—"
+    assert analyze.fmt_ci((0.8312, 0.0712, 5)) == "0.83 ± 0.07"
+    assert analyze.fmt_ci((0.8312, float("nan"), 1)) == "0.83"
+
+
+def test_plots_and_cli(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert analyze.main(["--study", "toy", "--results", str(study), "--out", str(out)]) == 0
+    for name in ["success.png", "replay.png", "table.md"]:
+        assert (out / name).stat().st_size > 0
+    assert "| uniform | 3 | 2/3 |" in capsys.readouterr().out
+    # A named subset (an ablation) gets its own files; no VLM arm selected, no replay plot.
+    assert analyze.main(["--study", "toy", "--results", str(study), "--out", str(out),
+                         "--arms", "uniform", "--name", "ablation"]) == 0
+    assert (out / "success_ablation.png").stat().st_size > 0
+    lines = (out / "table_ablation.md").read_text().splitlines()
+    assert [line.split(" | ")[0] for line in lines if line.startswith("| ")] == ["| arm", "| uniform"]
+    assert not (out / "replay_ablation.png").exists()
+    assert analyze.main(["--study", "toy", "--results", str(study), "--out", str(out),
+                         "--arms", "nope"]) == 1
+
+
+def test_script_runs_from_command_line(study: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--study", "toy", "--results", str(study), "--out", str(out),
+         "--target", "0.9", "--horizon", "50000"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "reach 90%" in proc.stdout and "up to 50k frames" in proc.stdout
+    assert (out / "success.png").stat().st_size > 0

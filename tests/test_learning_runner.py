@@ -1,0 +1,85 @@
+"""The learning-study runner: job grid, status, resumption from checkpoints, result syncing."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("minigrid")
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning" / "run.py"
+_spec = importlib.util.spec_from_file_location("learning_run", _PATH)
+runner = importlib.util.module_from_spec(_spec)
+sys.modules["learning_run"] = runner  # dataclasses resolve their module by name
+_spec.loader.exec_module(runner)
+
+TINY = {"total_frames": "512", "num_envs": "2", "frames_per_batch": "64", "learning_starts": "128",
+        "eval_every": "256", "eval_episodes": "2", "eval_envs": "2", "buffer_size": "2000",
+        "checkpoint_every": "256", "clip_len": "4", "batch_size": "16", "hidden": "32"}
+
+
+def jobs(tmp_path, arms, seeds, **extra):
+    out = runner.make_jobs("doorkey5", arms, seeds, runs_root=tmp_path / "runs", results_root=tmp_path / "results")
+    for job in out:
+        job.overrides.update({**TINY, **extra})
+    return out
+
+
+def test_grid_is_seed_major_and_arms_share_everything_but_replay(tmp_path):
+    grid = runner.make_jobs("doorkey5", ["uniform", "vlm_oracle", "vlm_noise20"], [0, 1], runs_root=tmp_path)
+    assert [(j.arm, j.seed) for j in grid] == [("uniform", 0), ("vlm_oracle", 0), ("vlm_noise20", 0),
+                                              ("uniform", 1), ("vlm_oracle", 1), ("vlm_noise20", 1)]
+    replay_keys = {"replay", "label_noise", "scorer"}
+    shared = [{k: v for k, v in j.overrides.items() if k not in replay_keys} for j in grid]
+    assert all(s == shared[0] for s in shared)
+    assert grid[2].overrides["label_noise"] == "0.2" and grid[1].overrides["replay"] == "vlm"
+    assert grid[0].run_dir == tmp_path / "doorkey5" / "uniform" / "seed0"
+
+
+def test_unknown_arm_and_seed_ranges():
+    with pytest.raises(SystemExit, match="unknown arms \\['vlm_orcale'\\]"):
+        runner.make_jobs("doorkey5", ["vlm_orcale"], [0])
+    assert runner._parse_seeds("0-2,5") == [0, 1, 2, 5]
+
+
+def test_status_command_and_pruning(tmp_path):
+    (job,) = jobs(tmp_path, ["vlm_oracle"], [3])
+    assert job.status() == "pending" and not any(a.startswith("resume=") for a in job.command())
+    for step in (256, 512):
+        (job.run_dir / "checkpoints" / f"step_{step}").mkdir(parents=True)
+    (job.run_dir / "checkpoints" / "step_256" / "DONE").write_text("{}")
+    assert job.status() == "resumable" and f"resume={job.run_dir}" in job.command()
+    (job.run_dir / "checkpoints" / "step_512" / "DONE").write_text("{}")
+    runner.prune_checkpoints(job, keep_latest=True)
+    assert sorted(p.name for p in (job.run_dir / "checkpoints").iterdir()) == ["step_512"]
+    (job.run_dir / "summary.json").write_text(json.dumps({"env_steps": 512}))
+    assert job.status() == "done"
+    runner.prune_checkpoints(job, keep_latest=False)
+    assert not list((job.run_dir / "checkpoints").iterdir())
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_interrupted_run_resumes_and_results_are_synced(tmp_path):
+    (job,) = jobs(tmp_path, ["vlm_oracle"], [0], stop_at="256")  # an interruption after the first checkpoint
+    assert runner.run_jobs([job], parallel=1, poll_s=0.2) == 1  # stopped short: not done
+    assert job.status() == "resumable"
+    assert [int(r["env_steps"]) for r in _rows(job.result_dir / "metrics.csv")] == [256]
+    job.overrides["stop_at"] = "none"
+    assert runner.run_jobs([job], parallel=1, poll_s=0.2) == 0
+    assert job.status() == "done"
+    rows = _rows(job.result_dir / "metrics.csv")
+    assert [int(r["env_steps"]) for r in rows] == [256, 512]
+    assert all(0.0 <= float(r["sampled_positive_fraction"]) <= 1.0 for r in rows)
+    assert json.loads((job.result_dir / "config.json").read_text())["eval_eps"] == 0.05
+    assert json.loads((job.result_dir / "summary.json").read_text())["env_steps"] == 512
+    assert not list((job.run_dir / "checkpoints").iterdir())  # finished: checkpoints deleted
+    assert runner.run_jobs([job], parallel=1, poll_s=0.2) == 0  # nothing left to do
