@@ -113,6 +113,15 @@ def test_frames_to_target_median_reach_and_censoring(study: Path) -> None:
     assert analyze.summarize(analyze.load_study(study, "toy"), target=0.5).arms["uniform"].frames[2] == 0
 
 
+def test_peak_and_collapses(study: Path) -> None:
+    s = analyze.summarize(analyze.load_study(study, "toy"))
+    # vlm_oracle seed1 reached 0.8 at 50k and ended at 0.0: a collapse; seed0 ended at 1.0
+    assert s.arms["vlm_oracle"].collapsed == 1 and s.arms["uniform"].collapsed == 0
+    assert s.arms["vlm_oracle"].peak[0] == pytest.approx(0.95)
+    assert s.arms["uniform"].peak[0] == pytest.approx((1.0 + 0.9 + 0.5) / 3)
+    assert "| 1/2 |" in analyze.render_table(s)
+
+
 def test_ratio_vs_baseline(study: Path) -> None:
     runs = analyze.load_study(study, "toy")
     s = analyze.summarize(runs, baseline="uniform")
@@ -221,7 +230,7 @@ def test_render_table(study: Path) -> None:
     assert "| arm | seeds | reach 80% | median frames to 80% |" in table
     assert rows["uniform"].startswith("| uniform | 3 | 2/3 | 60k | ≥ 73.3k | 1.00× |")
     assert rows["vlm_oracle"].startswith("| vlm_oracle | 2 | 2/2 | 40k | 40k | 0.67× |")
-    assert "| 0.50 ± 6.35 | 9.8 | 0.30 | 0.60 | 2.00× |" in rows["vlm_oracle"]
+    assert "| 0.50 ± 6.35 | 0.95 ± 0.64 | 1/2 | 9.8 | 0.30 | 0.60 | 2.00× |" in rows["vlm_oracle"]
     assert rows["vlm_old"].startswith("| vlm_old | 2 (1 done) | 2/2 |")
     assert rows["vlm_old"].endswith("| 0.30 | — | — |")
     # arms selects and orders the rows.

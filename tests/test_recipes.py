@@ -80,6 +80,35 @@ class TestConfig:
         assert out.returncode == 0 and "train dqn" in out.stdout
 
 
+def test_n_step_returns_take_done_flags_at_the_end_of_the_window():
+    from tensordict import TensorDict
+    from torchrl.data.postprocs import MultiStep
+
+    from vlmrb_torchrl.recipes.common import n_step_returns
+
+    # env 0 terminates at t=3; env 1 is truncated (time limit) at t=2
+    steps = 6
+    done = torch.zeros(2, steps, 1, dtype=torch.bool)
+    done[0, 3] = done[1, 2] = True
+    terminated, truncated = done.clone(), done.clone()
+    terminated[1], truncated[0] = False, False
+    batch = TensorDict({"obs": torch.arange(steps).float().expand(2, steps).unsqueeze(-1),
+                        "next": {"obs": torch.arange(1, steps + 1).float().expand(2, steps).unsqueeze(-1),
+                                 "reward": torch.ones(2, steps, 1), "done": done, "terminated": terminated,
+                                 "truncated": truncated}}, [2, steps])
+    out = n_step_returns(MultiStep(gamma=0.5, n_steps=3), batch)
+    # next obs: the window's last next-obs (cut at episode ends and at the batch end)
+    assert out["next", "obs"].squeeze(-1).tolist() == [[3, 4, 4, 4, 6, 6], [3, 3, 3, 6, 6, 6]]
+    assert out["next", "reward"].squeeze(-1).tolist() == [[1.75, 1.75, 1.5, 1, 1.5, 1], [1.75, 1.5, 1, 1.75, 1.5, 1]]
+    # t=1, 2 of env 0 end their window at the termination: no bootstrap from the terminal obs
+    assert out["next", "terminated"].squeeze(-1).tolist() == [[False, True, True, True, False, False], [False] * 6]
+    # truncation still bootstraps (terminated False) but ends the window
+    assert out["next", "truncated"].squeeze(-1).tolist() == [[False] * 6, [True, True, True, False, False, False]]
+    assert torch.equal(out["next", "done"], out["next", "terminated"] | out["next", "truncated"])
+    # what the fix is for: TorchRL's MultiStep alone keeps the first step's flags
+    assert not MultiStep(gamma=0.5, n_steps=3)(batch.clone())["next", "terminated"][0, 1]
+
+
 @pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
 def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
     cfg = apply_overrides(DQNConfig(), {**TINY, "replay": replay, "output_dir": str(tmp_path / replay)})

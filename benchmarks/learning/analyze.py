@@ -296,6 +296,8 @@ class ArmSummary:
     censored: bool  # some seed did not reach: the mean above is a lower bound
     auc: tuple[float, float, int]  # (mean, half-width, n)
     final: tuple[float, float, int]
+    peak: tuple[float, float, int]  # best eval success of each run
+    collapsed: int  # finished runs that reached the target but ended below half of it
     wall_clock_min: float  # mean over finished runs
     buffer_positive: float
     sampled_positive: float
@@ -367,6 +369,9 @@ def summarize(
             censored=len(hits) < len(runs),
             auc=mean_ci(auc(r, horizon) for r in runs),
             final=mean_ci(final_success(r) for r in done),
+            peak=mean_ci(float(np.nanmax(r.col("eval_success"))) for r in runs),
+            collapsed=sum(1 for r in done if frames_to_target(r, target) is not None
+                          and final_success(r) < target / 2),
             wall_clock_min=_nanmean(r.wall_clock_s / 60 for r in done),
             buffer_positive=buffer_pos,
             sampled_positive=sampled_pos,
@@ -421,7 +426,7 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
     pct = f"{summary.target:.0%}"
     header = [
         "arm", "seeds", f"reach {pct}", f"median frames to {pct}", "censored mean frames",
-        "vs baseline", "AUC", "final success", "wall-clock (min)", "buffer positive",
+        "vs baseline", "AUC", "final success", "peak success", "collapsed", "wall-clock (min)", "buffer positive",
         "sampled positive", "over-sampling",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -432,7 +437,8 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
         row = [
             arm, seeds, f"{s.reached}/{s.n_runs}", fmt_frames(s.median_frames),
             f"≥ {censored}" if s.censored else censored,
-            _fmt(s.vs_baseline, ".2f", "×"), fmt_ci(s.auc), fmt_ci(s.final),
+            _fmt(s.vs_baseline, ".2f", "×"), fmt_ci(s.auc), fmt_ci(s.final), fmt_ci(s.peak),
+            f"{s.collapsed}/{s.n_finished}",
             _fmt(s.wall_clock_min, ".1f"), _fmt(s.buffer_positive, ".2f"),
             _fmt(s.sampled_positive, ".2f"), _fmt(s.oversampling, ".2f", "×"),
         ]
@@ -442,7 +448,8 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
         f"reached it; the censored mean counts the others at their last step (≥: a lower "
         f"bound). vs baseline: median frames relative to `{summary.baseline}` (< 1 is faster). "
         f"AUC: time-averaged success up to {fmt_frames(summary.horizon)} frames. Final success "
-        f"and wall-clock over finished runs. ± is a 95% t-interval over seeds. Positive shares "
+        f"and wall-clock over finished runs; peak: each run's best evaluation; collapsed: finished "
+        f"runs that reached {pct} and ended below {summary.target / 2:.0%}. ± is a 95% t-interval over seeds. Positive shares "
         f"are means over the second half of each run; over-sampling = sampled / buffer."
     )
     return "\n".join(lines) + "\n\n" + notes + "\n"

@@ -88,7 +88,13 @@ ABLATIONS: dict[str, dict[str, str]] = {
     "vlm_oracle_clip8": {"replay": "vlm", "clip_len": "8"},  # shorter clips: later saturation
     "vlm_oracle_warmup0": {"replay": "vlm", "vlm_warmup": "0"},  # no warm-up
 }
-ARM_GROUPS = {"main": list(ARMS), "ablation": list(ABLATIONS)}
+#: Uniform replay under other learner settings: is the collapse after solving a tuning problem?
+TUNING: dict[str, dict[str, str]] = {
+    "uniform_lr1e-4": {"replay": "uniform", "lr": "1e-4"},
+    "uniform_target1000": {"replay": "uniform", "target_update": "1000"},
+    "uniform_epsend0.1": {"replay": "uniform", "eps_end": "0.1"},
+}
+ARM_GROUPS = {"main": list(ARMS), "ablation": list(ABLATIONS), "tuning": list(TUNING)}
 
 
 @dataclass
@@ -135,7 +141,7 @@ class Job:
 
 def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path = RUNS,
               results_root: Path = RESULTS) -> list[Job]:
-    table = {**ARMS, **ABLATIONS}
+    table = {**ARMS, **ABLATIONS, **TUNING}
     unknown = [a for a in arms if a not in table]
     if unknown:
         raise SystemExit(f"unknown arms {unknown}; known: {sorted(table)} or groups {sorted(ARM_GROUPS)}")
@@ -220,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     parser.add_argument("--status", action="store_true", help="print each run's status and exit")
     parser.add_argument("--background", action="store_true",
-                        help="detach (nohup) and log to runs/learning/<study>/runner.log")
+                        help="detach and log to runs/learning/<study>/runner-<arms>.log (pid in runner-<arms>.pid)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra recipe overrides for every run (e.g. total_frames=50000)")
     parser.add_argument("--runs-root", type=Path, default=RUNS, help="where run directories go")
@@ -238,13 +244,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{job.status():10s} {job.name}")
         return 0
     if args.background:
-        log = args.runs_root / args.study / "runner.log"
+        log = args.runs_root / args.study / f"runner-{args.arms.replace(',', '+')}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--background"]
         with open(log, "a") as out:
             proc = subprocess.Popen([sys.executable, __file__, *argv], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-        (args.runs_root / args.study / "runner.pid").write_text(str(proc.pid))
+        log.with_suffix(".pid").write_text(str(proc.pid))
         print(f"runner started (pid {proc.pid}); log: {log}")
         return 0
     failed = run_jobs(jobs, parallel=args.jobs, poll_s=args.poll)

@@ -209,6 +209,27 @@ def store(rb, stored: TensorDictBase, batch: TensorDictBase, *, vlm_mode: bool, 
         rb.extend(stored.reshape(-1).exclude("pixels", ("next", "pixels")))
 
 
+def n_step_returns(multistep, batch: TensorDictBase) -> TensorDictBase:
+    """TorchRL's ``MultiStep`` on a collector batch ``[envs, time]``, with the done flags it forgets.
+
+    ``MultiStep`` (torchrl 0.14) replaces ``("next", obs)`` by the observation at the end of the
+    n-step window and sums the rewards up to a termination, but keeps the *first* step's
+    ``("next", "terminated" | "truncated" | "done")``. A transition 1 to n-1 steps before a
+    termination then bootstraps from the terminal observation — a state the agent never acts
+    from, whose Q-values are whatever the network extrapolates. Here the flags are taken at the
+    window's last step, where the new next observation comes from.
+    """
+    out = multistep(batch.clone(False))
+    steps = out.get("steps_to_next_obs")
+    steps = steps.reshape(out.shape)
+    last = torch.arange(out.shape[-1]).expand(out.shape) + steps - 1  # window's last step
+    for key in ("terminated", "truncated", "done"):
+        flag = batch.get(("next", key), None)
+        if flag is not None:
+            out.set(("next", key), flag.gather(-2, last.unsqueeze(-1).expand_as(flag)))
+    return out
+
+
 def checkpoint_now(run: Run, rb, *, modules: dict[str, Any], counters: dict[str, Any], vlm_mode: bool) -> None:
     """Saves ``checkpoints/step_<env_steps>``; in VLM modes every score of the data before it is in."""
     if vlm_mode:

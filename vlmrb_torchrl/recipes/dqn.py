@@ -112,7 +112,7 @@ def main(cfg: DQNConfig) -> dict:
         for batch in collector:
             frames = batch.numel()
             counters["env_steps"] += frames
-            stored = multistep(batch.clone(False)) if multistep is not None else batch
+            stored = common.n_step_returns(multistep, batch) if multistep is not None else batch
             common.store(rb, stored, batch, vlm_mode=vlm_mode, sync=not cfg.async_scoring)
             done = batch["next", "done"]
             counters["episodes"] += int(done.sum())
