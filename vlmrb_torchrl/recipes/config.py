@@ -159,8 +159,8 @@ class DQNConfig(RecipeConfig):
 
     def _checks(self) -> list[tuple[str, bool, str]]:
         minigrid = self.env.startswith(("MiniGrid-", "BabyAI-"))
-        return [("actions", minigrid or self.actions in ("auto", "all"),
-                 "'auto' or 'all' (action subsets are for MiniGrid ids)")]
+        return [*super()._checks(), ("actions", minigrid or self.actions in ("auto", "all"),
+                                     "'auto' or 'all' (action subsets are for MiniGrid ids)")]
 
     def validate(self) -> DQNConfig:
         return super().validate()
