@@ -10,7 +10,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -44,6 +44,29 @@ def seed_everything(seed: int) -> torch.Generator:
     np.random.seed(seed)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+class RunStart(NamedTuple):
+    generator: torch.Generator  # the replay buffer's
+    device: torch.device
+    vlm_mode: bool
+    scorer: Any  # None outside the VLM modes
+    needs_frames: bool  # the scorer reads rendered frames
+    updates_total: int  # gradient updates over the whole run
+    threads_before: int  # torch intra-op threads to restore at the end
+
+
+def start_run(cfg: Any) -> RunStart:
+    """What every recipe does first: seeds, pins the learner's torch threads, resolves the device
+    and, in VLM modes, builds the scorer."""
+    generator = seed_everything(cfg.seed)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(cfg.torch_threads)
+    vlm_mode = cfg.replay in ("vlm", "vlm_td")
+    scorer = make_scorer_from_config(cfg) if vlm_mode else None
+    return RunStart(generator, resolve_device(cfg.device), vlm_mode, scorer,
+                    scorer is not None and "pixels" in scorer.in_keys,
+                    max(0, cfg.total_frames - cfg.learning_starts) // cfg.train_every, threads_before)
 
 
 def resolve_device(name: str) -> torch.device:

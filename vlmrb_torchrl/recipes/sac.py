@@ -61,14 +61,7 @@ def main(cfg: SACConfig) -> dict:
     checkpoint = common.latest_checkpoint(cfg.resume) if cfg.resume else None
 
     # --- run setup: seeds, device, run directory, loggers, progress bar
-    generator = common.seed_everything(cfg.seed)
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(cfg.torch_threads)
-    device = common.resolve_device(cfg.device)
-    vlm_mode = cfg.replay in ("vlm", "vlm_td")
-    scorer = common.make_scorer_from_config(cfg) if vlm_mode else None
-    needs_frames = scorer is not None and "pixels" in scorer.in_keys
-    updates_total = max(0, cfg.total_frames - cfg.learning_starts) // cfg.train_every
+    generator, device, vlm_mode, scorer, needs_frames, updates_total, threads_before = common.start_run(cfg)
 
     # --- envs: the agent sees proprio + object state; camera frames for the VLM are rendered only
     # when the scorer reads them, and then only on the steps some clip sends to it
