@@ -63,8 +63,8 @@ COMMON = {
 STUDIES: dict[str, dict[str, str]] = {
     "doorkey5": {"env": "MiniGrid-DoorKey-5x5-v0", "total_frames": "60000", "eval_every": "5000",
                  "checkpoint_every": "30000"},
-    "doorkey6": {"env": "MiniGrid-DoorKey-6x6-v0", "total_frames": "300000", "eval_every": "10000",
-                 "checkpoint_every": "50000"},
+    "doorkey6": {"env": "MiniGrid-DoorKey-6x6-v0", "total_frames": "120000", "eval_every": "5000",
+                 "checkpoint_every": "40000"},
     "doorkey8": {"env": "MiniGrid-DoorKey-8x8-v0", "total_frames": "1000000", "eval_every": "20000",
                  "checkpoint_every": "100000"},
 }
