@@ -41,6 +41,8 @@ class TestConfig:
         ("default_priority=median", "default_priority='median' is invalid"),
         ("async_scoring=maybe", "async_scoring='maybe' is invalid: expected bool"),
         ("torch_threads=0", "torch_threads=0 is invalid: expected an integer >= 1"),
+        ("scorer_kwargs={p: 0.3}", "scorer_kwargs='{p: 0.3}' is invalid: expected a JSON object"),
+        ("scorer_kwargs=[0.3]", "scorer_kwargs='\\[0.3\\]' is invalid: expected a JSON object, got list"),
     ])
     def test_bad_values(self, override, match):
         with pytest.raises(ConfigError, match=match):
@@ -63,6 +65,26 @@ class TestConfig:
                                             "total_frames=3e5"])
         assert cfg.threshold is None and cfg.clip_frames == 8 and cfg.async_scoring is False
         assert cfg.lr == 1e-3 and cfg.total_frames == 300_000
+
+    def test_scorer_kwargs_reach_the_scorer(self, tmp_path):
+        from vlmrb_torchrl.cli import _train_parser, build_config
+        from vlmrb_torchrl.recipes.common import make_scorer_from_config
+
+        spec = "scorer=python:vlmrb_torchrl.scorers.baselines:RandomScorer"
+        cfg = apply_overrides(DQNConfig(), [spec, 'scorer_kwargs={"p": 0.3, "seed": 7}']).validate()
+        scorer = make_scorer_from_config(cfg)
+        assert (scorer.p, scorer.provenance["seed"]) == (0.3, 7)
+        # a config file gives a mapping; a resumed run reads it back from config.json
+        (tmp_path / "run.yaml").write_text("scorer_kwargs:\n  p: 0.25\n")
+        args = _train_parser("dqn").parse_args(["--config", str(tmp_path / "run.yaml"), spec])
+        assert build_config("dqn", args).scorer_kwargs == {"p": 0.25}
+        (tmp_path / "config.json").write_text(json.dumps({"scorer_kwargs": {"p": 0.2}}))
+        args = _train_parser("dqn").parse_args([f"resume={tmp_path}"])
+        assert build_config("dqn", args).scorer_kwargs == {"p": 0.2}
+        with pytest.raises(ConfigError, match="scorer_kwargs=.* is invalid: expected None or a mapping"):
+            apply_overrides(DQNConfig(), ["prompt=open the door", 'scorer_kwargs={"prompt": "x"}']).validate()
+        with pytest.raises(ValueError, match="RandomScorer.p must be a number in \\[0, 1\\]"):
+            make_scorer_from_config(apply_overrides(DQNConfig(), [spec, 'scorer_kwargs={"p": 2}']))
 
     def test_cli_reports_errors_and_help(self, capsys):
         assert cli_main(["train", "dqn", "replay=nope"]) == 2

@@ -77,7 +77,7 @@ def build_config(name: str, args: argparse.Namespace):
     if args.quick:
         cfg = apply_overrides(cfg, QUICK_PRESETS[name])
     if args.config:
-        cfg = apply_overrides(cfg, {k: (str(v) if not isinstance(v, (int, float, bool)) or v is None else v)
+        cfg = apply_overrides(cfg, {k: (str(v) if not isinstance(v, (int, float, bool, dict)) or v is None else v)
                                     for k, v in load_config_file(args.config).items()})
     cfg = apply_overrides(cfg, overrides)
     return cfg.validate()

@@ -301,7 +301,9 @@ def fmt(value) -> str | None:
 def make_scorer_from_config(cfg: Any):
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
-    kwargs = {"prompt": cfg.prompt} if cfg.prompt is not None else {}
+    kwargs = dict(cfg.scorer_kwargs or {})
+    if cfg.prompt is not None:
+        kwargs["prompt"] = cfg.prompt
     scorer = make_scorer(cfg.scorer, **kwargs)
     if cfg.label_noise > 0:
         scorer = NoisyScorer(scorer, flip_prob=cfg.label_noise, seed=cfg.seed)

@@ -58,6 +58,9 @@ class RecipeConfig:
     per_beta: float = _field(0.4, "PER importance-sampling exponent")
     scorer: str = _field("oracle:minigrid", "scorer spec for vlm modes (oracle:minigrid, python:mod:fn, hf:<id or dir>, ...)")
     prompt: str | None = _field(None, "override the scorer's prompt (VLM scorers)")
+    scorer_kwargs: dict[str, Any] | None = _field(
+        None, "extra keyword arguments for the scorer factory, a JSON object on the command line "
+              "(scorer_kwargs='{\"p\": 0.3}') or a mapping in a config file")
     clip_len: int = _field(16, "steps per scored clip")
     clip_stride: int = _field(1, "distance between clip starts")
     clip_frames: int | None = _field(None, "frames sent to the scorer per clip (None = all)")
@@ -121,6 +124,12 @@ class RecipeConfig:
             checks.append(("max_episode_steps", self.max_episode_steps >= 1, "None or an integer >= 1"))
         if self.stop_at is not None:
             checks.append(("stop_at", self.stop_at >= 1, "None or an integer >= 1"))
+        if self.scorer_kwargs is not None:
+            checks.append(("scorer_kwargs", isinstance(self.scorer_kwargs, dict)
+                           and all(isinstance(k, str) for k in self.scorer_kwargs)
+                           and not (self.prompt is not None and "prompt" in self.scorer_kwargs),
+                           "None or a mapping of keyword names to values (give the prompt once: "
+                           "prompt= or scorer_kwargs, not both)"))
         if self.vlm_warmup is not None:
             checks.append(("vlm_warmup", self.vlm_warmup >= 0, "None or an integer >= 0"))
         if self.default_priority not in ("mean", "max"):
@@ -237,6 +246,15 @@ def _convert(name: str, text: str, annotation: Any) -> Any:
     target = inner[0]
     if typing.get_origin(target) is Literal:
         return _convert(name, text, target)
+    if target is dict or typing.get_origin(target) is dict:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{name}={text!r} is invalid: expected a JSON object such as "
+                              f"'{{\"p\": 0.3}}' ({err.msg}).") from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}={text!r} is invalid: expected a JSON object, got {type(value).__name__}.")
+        return value
     try:
         if target is bool:
             if text.lower() in ("1", "true", "yes", "on"):
