@@ -58,3 +58,9 @@ def test_max_steps_cuts_unfinished_episodes():
     # quota 3 per copy; after 4 steps each copy finished lengths 1 and 2 and is 1 step into length 3
     out = evaluate(policy, CyclingEpisodes, episodes=6, seed=0, num_envs=2, max_steps=4)
     assert out == pytest.approx({"eval_success": 1 / 3, "eval_return": (1 + 2 + 1) / 3})
+
+
+def test_runs_exactly_the_requested_episodes():
+    # 5 episodes in 2 copies: the first copy plays 3 (lengths 1, 2, 3), the second 2 (lengths 1, 2)
+    out = evaluate(policy, CyclingEpisodes, episodes=5, seed=0, num_envs=2)
+    assert out == pytest.approx({"eval_success": 2 / 5, "eval_return": (1 + 2 + 3 + 1 + 2) / 5})

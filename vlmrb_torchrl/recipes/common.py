@@ -360,8 +360,10 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
     """Runs ``episodes`` full episodes of ``policy`` (already at its evaluation epsilon).
 
     With ``num_envs > 1`` the episodes run in ``num_envs`` env copies stepped together
-    (``SerialEnv``, one batched policy call per step), ``ceil(episodes / num_envs)`` per copy:
-    the same i.i.d. episodes, several times faster with small networks. Episodes still running
+    (``SerialEnv``, one batched policy call per step), ``episodes // num_envs`` per copy and one
+    more for the first ``episodes % num_envs`` copies: exactly ``episodes`` i.i.d. episodes (each
+    copy counts its first episodes, so short successful ones are not favoured), several times
+    faster with small networks. Episodes still running
     after ``max_steps`` steps count as failures with their partial return.
 
     Returns the success rate (NaN when the env reports no ``success``) and the mean return
@@ -373,7 +375,8 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
 
     env = SerialEnv(num_envs, make_env)
     env.set_seed(seed)
-    quota = -(-episodes // num_envs)
+    quota = torch.full((num_envs,), episodes // num_envs, dtype=torch.long)
+    quota[: episodes % num_envs] += 1
     td = env.reset()
     reward_key = "raw_reward" if "raw_reward" in env.observation_spec.keys() else "reward"
     has_success = "success" in env.observation_spec.keys()
@@ -388,7 +391,7 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
         if has_success:
             running_success |= nxt["success"].reshape(num_envs)
         for i in nxt["done"].reshape(num_envs).nonzero().flatten().tolist():
-            if finished[i] < quota:
+            if finished[i] < quota[i]:
                 finished[i] += 1
                 returns.append(float(running_return[i]))
                 successes.append(float(running_success[i]))
