@@ -1,6 +1,9 @@
 """Fixtures for the scorer-backend tests: tiny VLMs built once per session, offline mode.
 
-Everything here applies to tests under ``tests/scorers/`` only.
+Everything here applies to tests under ``tests/scorers/`` only. A module that tests one Hugging
+Face backend on the tiny models sets ``BACKEND`` (its spec prefix, ``"clip"`` or ``"hf"``) and
+``FAMILIES`` (the tiny model families it loads) for ``family_dir``, ``shared_scorer`` and its
+contract classes.
 """
 
 from __future__ import annotations
@@ -9,8 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from vlmrb_torchrl.scorers import make_scorer
+
 from . import tiny_vlms
-from ._shared import make_clips
+from ._shared import ScorerContract, make_clips
+
+#: scorers built by ``shared_scorer``, by (spec, kwargs), kept for the whole session
+_SCORERS: dict = {}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # a test taking family_dir runs once per tiny model family its module lists in FAMILIES
+    if "family_dir" in metafunc.fixturenames:
+        metafunc.parametrize("family_dir", metafunc.module.FAMILIES, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -50,3 +64,36 @@ def tiny_model_dir(tmp_path_factory):
         return built[family]
 
     return get
+
+
+@pytest.fixture
+def family_dir(request, tiny_model_dir):
+    """``(family, directory)`` of the tiny model this test runs with (one of its module's ``FAMILIES``)."""
+    return request.param, tiny_model_dir(request.param)
+
+
+@pytest.fixture
+def shared_scorer(request):
+    """``shared_scorer(directory, **kwargs)`` → the module's ``BACKEND`` scorer on that model, built
+    once per (directory, kwargs) for the whole session: loading is the slow part."""
+    backend = request.module.BACKEND
+
+    def get(directory, **kwargs):
+        spec = f"{backend}:{directory}"
+        key = (spec, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items())))
+        if key not in _SCORERS:
+            _SCORERS[key] = make_scorer(spec, **kwargs)
+        return _SCORERS[key]
+
+    return get
+
+
+@pytest.fixture(autouse=True)
+def _tiny_contract(request):
+    """A :class:`ScorerContract` class with a tiny model ``family`` checks the shared scorer of that model."""
+    cls = request.cls
+    if cls is None or not issubclass(cls, ScorerContract) or getattr(cls, "family", None) is None:
+        return
+    directory = request.getfixturevalue("tiny_model_dir")(cls.family)
+    scorer_of = request.getfixturevalue("shared_scorer")
+    request.instance.make_scorer = lambda: scorer_of(directory)

@@ -15,42 +15,21 @@ from .tiny_vlms import noise_clips
 
 pytestmark = pytest.mark.skipif(not tiny_vlms._has_transformers, reason="needs transformers and pillow")
 
-_SCORERS: dict = {}
+#: for conftest: shared_scorer loads "clip:<dir>"; family_dir runs a test once per family
+BACKEND = "clip"
+FAMILIES = tiny_vlms.CONTRASTIVE_FAMILIES
 
 
-def shared_scorer(directory, **kwargs) -> HFContrastiveScorer:
-    key = (str(directory), tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items())))
-    if key not in _SCORERS:
-        _SCORERS[key] = make_scorer(f"clip:{directory}", **kwargs)
-    return _SCORERS[key]
+class TestClipContract(ScorerContract):
+    family = "clip"  # conftest's _tiny_contract gives it make_scorer()
 
 
-class _TinyContrastiveContract(ScorerContract):
-    family: str
-
-    @pytest.fixture(autouse=True)
-    def _model_dir(self, tiny_model_dir):
-        self.model_dir = tiny_model_dir(self.family)
-
-    def make_scorer(self):
-        return shared_scorer(self.model_dir)
-
-
-class TestClipContract(_TinyContrastiveContract):
-    family = "clip"
-
-
-class TestSiglipContract(_TinyContrastiveContract):
+class TestSiglipContract(ScorerContract):
     family = "siglip"
 
 
-@pytest.fixture(params=tiny_vlms.CONTRASTIVE_FAMILIES)
-def family_dir(request, tiny_model_dir):
-    return request.param, tiny_model_dir(request.param)
-
-
 class TestHFContrastiveScorer:
-    def test_loads_through_make_scorer(self, family_dir):
+    def test_loads_through_make_scorer(self, family_dir, shared_scorer):
         family, directory = family_dir
         scorer = shared_scorer(directory)
         assert isinstance(scorer, HFContrastiveScorer) and scorer.model.config.model_type == family
@@ -58,7 +37,7 @@ class TestHFContrastiveScorer:
         assert scorer.prompt == positive and scorer.negatives == negatives
         assert isinstance(make_scorer(str(directory)), HFContrastiveScorer)  # bare directory: detected from config
 
-    def test_scores_deterministic_batched_equals_single(self, family_dir):
+    def test_scores_deterministic_batched_equals_single(self, family_dir, shared_scorer):
         _, directory = family_dir
         scorer = shared_scorer(directory)
         clips = noise_clips(5, 3)
@@ -71,14 +50,14 @@ class TestHFContrastiveScorer:
         small_batches = shared_scorer(directory, batch_size=2)  # frames embedded 2 at a time
         torch.testing.assert_close(small_batches.score(clips), scores, atol=1e-5, rtol=0)
 
-    def test_prompt_changes_scores(self, family_dir):
+    def test_prompt_changes_scores(self, family_dir, shared_scorer):
         _, directory = family_dir
         clips = noise_clips(5, 3)
         other = shared_scorer(directory, prompt="a bright red square")
         assert (other.score(clips) - shared_scorer(directory).score(clips)).abs().max() > 1e-4
         assert other.provenance["prompt_hash"] == prompt_hash("a bright red square")
 
-    def test_aggregations(self, family_dir):
+    def test_aggregations(self, family_dir, shared_scorer):
         _, directory = family_dir
         clips = noise_clips(5, 3)
         clips["mask"][1, 2:] = False
@@ -93,7 +72,7 @@ class TestHFContrastiveScorer:
             torch.testing.assert_close(shared_scorer(directory, aggregation=name).score(clips), want)
         assert (expected["max"] >= expected["mean"]).all()
 
-    def test_probability_is_the_softmax_over_prompts(self, family_dir):
+    def test_probability_is_the_softmax_over_prompts(self, family_dir, shared_scorer):
         _, directory = family_dir
         clips = noise_clips(2, 1)
         negatives = ["a dark room", "nothing happens"]
@@ -105,7 +84,7 @@ class TestHFContrastiveScorer:
         assert flat.provenance["logit_scale"] == 1e-6
         assert scorer.provenance["logit_scale"] == pytest.approx(float(scorer.model.logit_scale.detach().exp()))
 
-    def test_padded_frames_are_ignored(self, family_dir):
+    def test_padded_frames_are_ignored(self, family_dir, shared_scorer):
         _, directory = family_dir
         scorer = shared_scorer(directory, aggregation="mean")
         real = noise_clips(2, 2)
@@ -114,21 +93,21 @@ class TestHFContrastiveScorer:
         padded["mask"][:, 2:] = False
         torch.testing.assert_close(scorer.score(padded), scorer.score(real), atol=1e-6, rtol=0)
 
-    def test_provenance(self, family_dir):
+    def test_provenance(self, family_dir, shared_scorer):
         family, directory = family_dir
         prov = shared_scorer(directory).provenance
         assert prov["backend"] == "clip" and prov["model_type"] == family and prov["source"] == "local"
         assert prov["aggregation"] == "max" and prov["dtype"] == "float32" and len(prov["weights_hash"]) == 16
         assert prov["negatives"] == contrastive_prompts()[1]
 
-    def test_pickle_reloads(self, tiny_model_dir):
+    def test_pickle_reloads(self, tiny_model_dir, shared_scorer):
         scorer = shared_scorer(tiny_model_dir("clip"), negatives=["a dark room", "nothing happens"])
         clone = pickle.loads(pickle.dumps(scorer))
         assert clone.negatives == scorer.negatives and clone.provenance == scorer.provenance
         clips = noise_clips(3, 2)
         torch.testing.assert_close(clone.score(clips), scorer.score(clips), atol=1e-6, rtol=0)
 
-    def test_env_family_and_task(self, tiny_model_dir):
+    def test_env_family_and_task(self, tiny_model_dir, shared_scorer):
         scorer = shared_scorer(tiny_model_dir("clip"), env_family="minigrid", task="open the door")
         assert (scorer.prompt, scorer.negatives) == contrastive_prompts("minigrid", task="open the door")
 

@@ -19,49 +19,27 @@ from .tiny_vlms import noise_clips
 
 pytestmark = pytest.mark.skipif(not tiny_vlms._has_transformers, reason="needs transformers and pillow")
 
-_SCORERS: dict = {}
-
-
-def shared_scorer(directory, **kwargs) -> HFGenerativeScorer:
-    """One scorer per (model dir, kwargs) for the whole session: loading is the slow part."""
-    key = (str(directory), tuple(sorted(kwargs.items())))
-    if key not in _SCORERS:
-        _SCORERS[key] = make_scorer(f"hf:{directory}", **kwargs)
-    return _SCORERS[key]
+#: for conftest: shared_scorer loads "hf:<dir>"; family_dir runs a test once per family
+BACKEND = "hf"
+FAMILIES = tiny_vlms.GENERATIVE_FAMILIES
 
 
 # ------------------------------------------------------------------------------ contract
-class _TinyGenerativeContract(ScorerContract):
-    family: str
-
-    @pytest.fixture(autouse=True)
-    def _model_dir(self, tiny_model_dir):
-        self.model_dir = tiny_model_dir(self.family)
-
-    def make_scorer(self):
-        return shared_scorer(self.model_dir)
+class TestIdefics3Contract(ScorerContract):
+    family = "idefics3"  # conftest's _tiny_contract gives it make_scorer()
 
 
-class TestIdefics3Contract(_TinyGenerativeContract):
-    family = "idefics3"
-
-
-class TestLlavaContract(_TinyGenerativeContract):
+class TestLlavaContract(ScorerContract):
     family = "llava"
 
 
-class TestQwen2VLContract(_TinyGenerativeContract):
+class TestQwen2VLContract(ScorerContract):
     family = "qwen2_vl"
 
 
 # ------------------------------------------------------------------------------ behaviour
-@pytest.fixture(params=tiny_vlms.GENERATIVE_FAMILIES)
-def family_dir(request, tiny_model_dir):
-    return request.param, tiny_model_dir(request.param)
-
-
 class TestHFGenerativeScorer:
-    def test_loads_through_make_scorer(self, family_dir):
+    def test_loads_through_make_scorer(self, family_dir, shared_scorer):
         family, directory = family_dir
         scorer = shared_scorer(directory)
         assert isinstance(scorer, HFGenerativeScorer)
@@ -71,7 +49,7 @@ class TestHFGenerativeScorer:
         assert scorer.prompt == default_prompt()
         assert make_scorer(str(directory)).input_mode == expected_mode  # bare directory: detected as generative
 
-    def test_scores_deterministic_batched_equals_single(self, family_dir):
+    def test_scores_deterministic_batched_equals_single(self, family_dir, shared_scorer):
         _, directory = family_dir
         scorer = shared_scorer(directory)
         clips = noise_clips()
@@ -85,7 +63,7 @@ class TestHFGenerativeScorer:
         torch.testing.assert_close(micro.score(clips), scores, atol=1e-5, rtol=0)
         assert scores.unique().numel() > 1  # the frames reach the model
 
-    def test_prompt_changes_scores(self, family_dir):
+    def test_prompt_changes_scores(self, family_dir, shared_scorer):
         _, directory = family_dir
         clips = noise_clips()
         default = shared_scorer(directory).score(clips)
@@ -94,7 +72,7 @@ class TestHFGenerativeScorer:
         assert (other.score(clips) - default).abs().max() > 1e-4
         assert other.provenance["prompt_hash"] == prompt_hash("Is it bright ?")
 
-    def test_padded_frames_are_ignored(self, family_dir):
+    def test_padded_frames_are_ignored(self, family_dir, shared_scorer):
         _, directory = family_dir
         scorer = shared_scorer(directory)
         real = noise_clips(2, 2)
@@ -103,7 +81,7 @@ class TestHFGenerativeScorer:
         padded["mask"][:, 2:] = False  # steps 2-3 are padding with other content
         torch.testing.assert_close(scorer.score(padded), scorer.score(real), atol=1e-5, rtol=0)
 
-    def test_clips_of_different_lengths_in_one_batch(self, family_dir):
+    def test_clips_of_different_lengths_in_one_batch(self, family_dir, shared_scorer):
         _, directory = family_dir
         scorer = shared_scorer(directory)
         clips = noise_clips(3, 3)
@@ -112,7 +90,7 @@ class TestHFGenerativeScorer:
         single = torch.cat([scorer.score(clips[i : i + 1]) for i in range(3)])
         torch.testing.assert_close(scorer.score(clips), single, atol=1e-5, rtol=0)
 
-    def test_max_frames_subsamples(self, family_dir):
+    def test_max_frames_subsamples(self, family_dir, shared_scorer):
         _, directory = family_dir
         clips = noise_clips(3, 5)
         kept = clips[:, [0, 2, 4]]
@@ -120,7 +98,7 @@ class TestHFGenerativeScorer:
             shared_scorer(directory, max_frames=3).score(clips), shared_scorer(directory).score(kept), atol=1e-5, rtol=0
         )
 
-    def test_provenance(self, family_dir):
+    def test_provenance(self, family_dir, shared_scorer):
         family, directory = family_dir
         prov = shared_scorer(directory).provenance
         assert prov["backend"] == "hf" and prov["model"] == str(directory)
@@ -134,7 +112,7 @@ class TestHFGenerativeScorer:
         # a second load of the same directory reports the same weights hash
         assert make_scorer(f"hf:{directory}").provenance["weights_hash"] == prov["weights_hash"]
 
-    def test_bfloat16(self, tiny_model_dir):
+    def test_bfloat16(self, tiny_model_dir, shared_scorer):
         directory = tiny_model_dir("idefics3")
         clips = noise_clips()
         bf16 = make_scorer(f"hf:{directory}", dtype="bfloat16")
@@ -142,7 +120,7 @@ class TestHFGenerativeScorer:
         torch.testing.assert_close(bf16.score(clips), shared_scorer(directory).score(clips), atol=0.05, rtol=0)
 
     @pytest.mark.parametrize("mode", ["images", "grid"])
-    def test_image_modes(self, tiny_model_dir, mode):
+    def test_image_modes(self, tiny_model_dir, shared_scorer, mode):
         directory = tiny_model_dir("idefics3")
         clips = noise_clips()
         scorer = shared_scorer(directory, input_mode=mode)
@@ -150,21 +128,21 @@ class TestHFGenerativeScorer:
         scores = scorer.score(clips)
         assert scores.shape == (4,) and ((scores >= 0) & (scores <= 1)).all()
 
-    def test_modes_differ(self, tiny_model_dir):
+    def test_modes_differ(self, tiny_model_dir, shared_scorer):
         directory = tiny_model_dir("idefics3")
         clips = noise_clips()
         images = shared_scorer(directory, input_mode="images").score(clips)
         grid = shared_scorer(directory, input_mode="grid").score(clips)
         assert (images - grid).abs().max() > 1e-4
 
-    def test_video_and_image_modes_on_a_video_model(self, tiny_model_dir):
+    def test_video_and_image_modes_on_a_video_model(self, tiny_model_dir, shared_scorer):
         directory = tiny_model_dir("qwen2_vl")
         clips = noise_clips()
         video = shared_scorer(directory).score(clips)
         images = shared_scorer(directory, input_mode="images").score(clips)
         assert (video - images).abs().max() > 1e-4
 
-    def test_processor_kwargs(self, tiny_model_dir):
+    def test_processor_kwargs(self, tiny_model_dir, shared_scorer):
         directory = tiny_model_dir("idefics3")
         clips = noise_clips()
         # the tiny Idefics3 processor resizes to 32 px; 16 px images give other scores
@@ -186,7 +164,7 @@ class TestHFGenerativeScorer:
         with pytest.raises(ValueError, match="input_mode='video' but the processor .* has no video processor"):
             HFGenerativeScorer(str(tiny_model_dir("idefics3")), input_mode="video")
 
-    def test_in_a_score_transform(self, tiny_model_dir):
+    def test_in_a_score_transform(self, tiny_model_dir, shared_scorer):
         # the packing path users take: flat [B*T] slices -> subsampled, resized (and tiled) frames
         scorer = shared_scorer(tiny_model_dir("llava"))
         pixels = noise_clips(2, 4, size=16)["pixels"].reshape(8, 16, 16, 3)
@@ -245,7 +223,7 @@ class TestHFGenerativeScorer:
         ):
             make_scorer(f"hf:{tiny_model_dir('clip')}")
 
-    def test_pickle_reloads(self, tiny_model_dir):
+    def test_pickle_reloads(self, tiny_model_dir, shared_scorer):
         # AsyncScorer(backend="process") pickles the scorer: it travels as its arguments
         scorer = shared_scorer(tiny_model_dir("idefics3"), max_frames=2, prompt="Is it bright ?")
         blob = pickle.dumps(scorer)
@@ -255,7 +233,7 @@ class TestHFGenerativeScorer:
         clips = noise_clips()
         torch.testing.assert_close(clone.score(clips), scorer.score(clips), atol=1e-6, rtol=0)
 
-    def test_repr(self, tiny_model_dir):
+    def test_repr(self, tiny_model_dir, shared_scorer):
         text = repr(shared_scorer(tiny_model_dir("idefics3")))
         assert text.startswith("HFGenerativeScorer(model=") and "input_mode='images'" in text
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import numbers
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tensordict.utils import NestedKey
+
+from vlmrb_torchrl.scorers.base import prompt_hash
 
 VLM_EXTRA_HINT = "pip install 'vlmrb-torchrl[vlm]'"
 
@@ -230,6 +235,22 @@ def locate_model(
     return transformers, where, load
 
 
+def check_sizes(owner: str, *, batch_size: Any, max_frames: Any) -> None:
+    """Raises ValueError unless ``batch_size`` is an int >= 1 and ``max_frames`` is one or None."""
+    for name, value in (("batch_size", batch_size), ("max_frames", max_frames)):
+        if name == "max_frames" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{owner}.{name} must be an int >= 1, got {name}={value!r}.")
+
+
+def check_dicts(owner: str, **values: Any) -> None:
+    """Raises TypeError naming the first of ``values`` (keyword arguments) that is neither a dict nor None."""
+    for name, value in values.items():
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"{owner}.{name} must be a dict or None, got {type(value).__name__}.")
+
+
 def default_device_dtype(device: Any, dtype: Any, *, owner: str) -> tuple[torch.device, torch.dtype]:
     """``device=None`` → CUDA if available else CPU; ``dtype=None`` → bfloat16 on CUDA, float32 elsewhere."""
     try:
@@ -253,6 +274,57 @@ def default_device_dtype(device: Any, dtype: Any, *, owner: str) -> tuple[torch.
     return device, dtype
 
 
+def load_model(
+    auto_class: Any, transformers: Any, where: dict[str, Any], load: dict[str, Any], *,
+    device: torch.device, dtype: torch.dtype, model_kwargs: dict | None,
+) -> Any:
+    """``auto_class.from_pretrained`` of the located model at ``dtype``, moved to ``device``, in eval
+    mode with gradients off (scorers only run inference)."""
+    model = auto_class.from_pretrained(
+        where["path"], **dtype_kwarg(transformers, dtype), **load, **(model_kwargs or {})
+    )
+    return model.to(device).eval().requires_grad_(False)
+
+
+def set_scorer_attributes(
+    scorer: Any, model: str, *, frame_key: NestedKey, mask_key: NestedKey, max_frames: int | None, batch_size: int,
+) -> None:
+    """Sets what every HF scorer keeps about its model and inputs: ``model_name``, ``frame_key``, ``mask_key``,
+    ``in_keys``, ``max_frames``, ``batch_size``, ``name``, and the lock that serialises its calls."""
+    scorer.model_name = model
+    scorer.frame_key = frame_key
+    scorer.mask_key = mask_key
+    scorer.in_keys = [frame_key, mask_key]
+    scorer.max_frames = max_frames
+    scorer.batch_size = int(batch_size)
+    scorer.name = f"{type(scorer).__name__}({model})"
+    scorer._lock = threading.RLock()
+
+
+def provenance(
+    backend: str, model_name: str, where: dict[str, Any], model: Any, *, prompt: str, dtype: torch.dtype,
+    max_frames: int | None, transformers: Any, **specific: Any,
+) -> dict[str, Any]:
+    """The provenance every HF scorer records, with the backend's ``specific`` entries after the
+    prompt's. Checkpoints store it and resuming compares it: keep key names and values stable."""
+    local = where["source"] == "local"
+    return {
+        "backend": backend,
+        "model": model_name,
+        "source": where["source"],
+        "path": where["path"] if local else None,
+        "revision": where["revision"] or getattr(model.config, "_commit_hash", None),
+        "weights_hash": weights_fingerprint(where["path"]) if local else None,
+        "model_type": getattr(model.config, "model_type", None),
+        "prompt": prompt,
+        "prompt_hash": prompt_hash(prompt),
+        **specific,
+        "dtype": dtype_name(dtype),
+        "max_frames": max_frames,
+        "transformers": transformers.__version__,
+    }
+
+
 def rebuild(cls: type, kwargs: dict) -> Any:
     """Unpickling helper: a scorer is pickled as its constructor arguments and rebuilt (reloaded)."""
     return cls(**kwargs)
@@ -269,6 +341,19 @@ def dtype_kwarg(transformers: Any, dtype: torch.dtype) -> dict:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+def to_device(inputs: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    """Processor outputs for a forward pass: tensors moved to ``device``, floating ones (pixels)
+    cast to the model's ``dtype``; other entries passed through."""
+    batch = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            value = value.to(device)
+            if value.is_floating_point():
+                value = value.to(dtype)
+        batch[key] = value
+    return batch
 
 
 def frames_to_numpy(frames: torch.Tensor) -> np.ndarray:
@@ -306,8 +391,9 @@ def grid_image(frames: np.ndarray) -> np.ndarray:
     )
 
 
-def clip_frames(clips, frame_key, mask_key: str = "mask") -> list[np.ndarray]:
-    """Per clip, its real frames (``mask`` True; at least one) as RGB uint8 ``[T_b, H, W, 3]``."""
+def clip_frames(clips, frame_key, mask_key: str = "mask", *, max_frames: int | None = None) -> list[np.ndarray]:
+    """Per clip, its real frames (``mask`` True; at least one) as RGB uint8 ``[T_b, H, W, 3]``, at
+    most ``max_frames`` of them, evenly spaced (:func:`subsample`)."""
     frames = clips.get(frame_key)
     if frames.ndim != 5:
         raise ValueError(f"expected {frame_key!r} as uint8 frames [B, T, H, W, C], got shape {tuple(frames.shape)}.")
@@ -321,5 +407,5 @@ def clip_frames(clips, frame_key, mask_key: str = "mask") -> list[np.ndarray]:
             keep = torch.nonzero(mask[b].to(torch.bool).cpu()).flatten().numpy()
             if keep.size == 0:  # a fully padded clip: show its last frame
                 keep = np.array([array.shape[1] - 1])
-        out.append(array[b, keep])
+        out.append(array[b, keep[subsample(len(keep), max_frames)]])
     return out

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,23 +137,18 @@ class HFContrastiveScorer:
             raise ValueError(
                 f"{owner}.logit_scale must be a finite float > 0 or None, got logit_scale={logit_scale!r}."
             )
-        for name, value in (("batch_size", batch_size), ("max_frames", max_frames)):
-            if value is None and name == "max_frames":
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{owner}.{name} must be an int >= 1, got {name}={value!r}.")
-        if model_kwargs is not None and not isinstance(model_kwargs, dict):
-            raise TypeError(f"{owner}.model_kwargs must be a dict or None, got {type(model_kwargs).__name__}.")
+        _hf.check_sizes(owner, batch_size=batch_size, max_frames=max_frames)
+        _hf.check_dicts(owner, model_kwargs=model_kwargs)
         self.device, self.dtype = _hf.default_device_dtype(device, dtype, owner=owner)
         transformers, where, load = _hf.locate_model(
             model, owner=owner, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir,
             hub_timeout=hub_timeout, trust_remote_code=trust_remote_code,
         )
         self.processor = transformers.AutoProcessor.from_pretrained(where["path"], **load)
-        self.model = transformers.AutoModel.from_pretrained(
-            where["path"], **_hf.dtype_kwarg(transformers, self.dtype), **load, **(model_kwargs or {})
+        self.model = _hf.load_model(
+            transformers.AutoModel, transformers, where, load, device=self.device, dtype=self.dtype,
+            model_kwargs=model_kwargs,
         )
-        self.model.to(self.device).eval().requires_grad_(False)
         model_type = getattr(self.model.config, "model_type", None)
         if not (hasattr(self.model, "get_image_features") and hasattr(self.model, "get_text_features")):
             raise ValueError(
@@ -168,36 +162,21 @@ class HFContrastiveScorer:
             scale = float(logit_scale)
         self.logit_scale = scale
         self.aggregation = aggregation
-        self.model_name = model
-        self.frame_key = frame_key
-        self.mask_key = mask_key
-        self.in_keys = [frame_key, mask_key]
-        self.max_frames = max_frames
-        self.batch_size = int(batch_size)
-        self.name = f"{owner}({model})"
+        _hf.set_scorer_attributes(
+            self, model, frame_key=frame_key, mask_key=mask_key, max_frames=max_frames, batch_size=batch_size
+        )
         self._padding = "max_length" if model_type in _MAX_LENGTH_PADDING else True
-        self._lock = threading.RLock()
         self._pil = importlib.import_module("PIL.Image")
         with torch.inference_mode():
             self.text_embeds = self._embed_text([self.prompt, *self.negatives])
-        self.provenance = {
-            "backend": "clip",
-            "model": model,
-            "source": where["source"],
-            "path": where["path"] if where["source"] == "local" else None,
-            "revision": where["revision"] or getattr(self.model.config, "_commit_hash", None),
-            "weights_hash": _hf.weights_fingerprint(where["path"]) if where["source"] == "local" else None,
-            "model_type": model_type,
-            "prompt": self.prompt,
-            "prompt_hash": prompt_hash(self.prompt),
-            "negatives": list(self.negatives),
-            "negatives_hash": prompt_hash("\n".join(self.negatives)),
-            "aggregation": aggregation,
-            "logit_scale": scale,
-            "dtype": _hf.dtype_name(self.dtype),
-            "max_frames": max_frames,
-            "transformers": transformers.__version__,
-        }
+        self.provenance = _hf.provenance(
+            "clip", model, where, self.model, prompt=self.prompt, dtype=self.dtype, max_frames=max_frames,
+            transformers=transformers,
+            negatives=list(self.negatives),
+            negatives_hash=prompt_hash("\n".join(self.negatives)),
+            aggregation=aggregation,
+            logit_scale=scale,
+        )
 
     def _embed_text(self, texts: list[str]) -> torch.Tensor:
         inputs = self.processor(text=texts, return_tensors="pt", padding=self._padding, truncation=True)
@@ -206,19 +185,14 @@ class HFContrastiveScorer:
 
     def _embed_images(self, images: list) -> torch.Tensor:
         inputs = self.processor(images=images, return_tensors="pt")
-        batch = {}
-        for key, value in inputs.items():
-            if isinstance(value, torch.Tensor):
-                value = value.to(self.device)
-                batch[key] = value.to(self.dtype) if value.is_floating_point() else value
+        inputs = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        batch = _hf.to_device(inputs, self.device, self.dtype)
         return torch.nn.functional.normalize(_features(self.model.get_image_features(**batch)).float(), dim=-1)
 
     def frame_probabilities(self, clips: TensorDictBase) -> list[torch.Tensor]:
         """Per clip, P(positive) of each shown real frame (float32, in frame order)."""
         check_clips(clips, self.in_keys, scorer=self)
-        frames = [
-            f[_hf.subsample(len(f), self.max_frames)] for f in _hf.clip_frames(clips, self.frame_key, self.mask_key)
-        ]
+        frames = _hf.clip_frames(clips, self.frame_key, self.mask_key, max_frames=self.max_frames)
         flat = [self._pil.fromarray(frame) for clip in frames for frame in clip]
         with self._lock, torch.inference_mode():
             embeds = [self._embed_images(flat[i : i + self.batch_size]) for i in range(0, len(flat), self.batch_size)]

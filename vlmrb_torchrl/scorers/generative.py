@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import numbers
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -190,16 +188,12 @@ class HFGenerativeScorer:
         self.prompt = default_prompt(env_family, task=task) if prompt is None else format_prompt(prompt, task)
         if input_mode not in INPUT_MODES:
             raise ValueError(f"{owner}.input_mode must be one of {list(INPUT_MODES)}, got input_mode={input_mode!r}.")
-        _check_positive_int(owner, "batch_size", batch_size)
-        if max_frames is not None:
-            _check_positive_int(owner, "max_frames", max_frames)
+        _hf.check_sizes(owner, batch_size=batch_size, max_frames=max_frames)
         if isinstance(answers, str) or len(answers) != 2:
             raise ValueError(f"{owner}.answers must be a pair (positive, negative) of words, got answers={answers!r}.")
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"{owner}.system_prompt must be a str or None, got {type(system_prompt).__name__}.")
-        for name, value in (("processor_kwargs", processor_kwargs), ("model_kwargs", model_kwargs)):
-            if value is not None and not isinstance(value, dict):
-                raise TypeError(f"{owner}.{name} must be a dict or None, got {type(value).__name__}.")
+        _hf.check_dicts(owner, processor_kwargs=processor_kwargs, model_kwargs=model_kwargs)
         self.device, self.dtype = _hf.default_device_dtype(device, dtype, owner=owner)
         transformers, where, load = _hf.locate_model(
             model, owner=owner, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir,
@@ -223,8 +217,9 @@ class HFGenerativeScorer:
                 f"{owner}: the processor of {model!r} has no chat template; pass chat_template='...' (Jinja)."
             )
         try:
-            self.model = transformers.AutoModelForImageTextToText.from_pretrained(
-                where["path"], **_hf.dtype_kwarg(transformers, self.dtype), **load, **(model_kwargs or {})
+            self.model = _hf.load_model(
+                transformers.AutoModelForImageTextToText, transformers, where, load, device=self.device,
+                dtype=self.dtype, model_kwargs=model_kwargs,
             )
         except ValueError as err:
             if "Unrecognized configuration class" not in str(err):
@@ -233,7 +228,6 @@ class HFGenerativeScorer:
                 f"{owner}: {model!r} is not an image-text-to-text model (AutoModelForImageTextToText cannot load "
                 f"it). For CLIP/SigLIP use make_scorer('clip:{model}')."
             ) from err
-        self.model.to(self.device).eval().requires_grad_(False)
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
 
         tokenizer.padding_side = "right"  # each row's next-token logits are read at its last real token
@@ -265,36 +259,21 @@ class HFGenerativeScorer:
         self.input_mode = input_mode
         self.processor_kwargs = dict(processor_kwargs or {})
         self.system_prompt = system_prompt
-        self.model_name = model
-        self.frame_key = frame_key
-        self.mask_key = mask_key
-        self.in_keys = [frame_key, mask_key]
-        self.max_frames = max_frames
-        self.batch_size = int(batch_size)
-        self.name = f"{owner}({model})"
+        _hf.set_scorer_attributes(
+            self, model, frame_key=frame_key, mask_key=mask_key, max_frames=max_frames, batch_size=batch_size
+        )
         self._texts: dict[int | str, str] = {}
-        self._lock = threading.RLock()
         self._image_module = importlib.import_module("PIL.Image")
-        self.provenance = {
-            "backend": "hf",
-            "model": model,
-            "source": where["source"],
-            "path": where["path"] if where["source"] == "local" else None,
-            "revision": where["revision"] or getattr(self.model.config, "_commit_hash", None),
-            "weights_hash": _hf.weights_fingerprint(where["path"]) if where["source"] == "local" else None,
-            "model_type": model_type,
-            "prompt": self.prompt,
-            "prompt_hash": prompt_hash(self.prompt),
-            "system_prompt_hash": None if system_prompt is None else prompt_hash(system_prompt),
-            "dtype": _hf.dtype_name(self.dtype),
-            "input_mode": self.input_mode,
-            "max_frames": max_frames,
-            "processor_kwargs": dict(self.processor_kwargs),
-            "answers": list(self.answers),
-            "yes_token_ids": list(self.yes_token_ids),
-            "no_token_ids": list(self.no_token_ids),
-            "transformers": transformers.__version__,
-        }
+        self.provenance = _hf.provenance(
+            "hf", model, where, self.model, prompt=self.prompt, dtype=self.dtype, max_frames=max_frames,
+            transformers=transformers,
+            system_prompt_hash=None if system_prompt is None else prompt_hash(system_prompt),
+            input_mode=self.input_mode,
+            processor_kwargs=dict(self.processor_kwargs),
+            answers=list(self.answers),
+            yes_token_ids=list(self.yes_token_ids),
+            no_token_ids=list(self.no_token_ids),
+        )
 
     # ----------------------------------------------------------------------------------- text
     def _text(self, n_images: int | None) -> str:
@@ -336,13 +315,7 @@ class HFGenerativeScorer:
         inputs = self._inputs(frames)
         mask = inputs["attention_mask"]
         last = mask.shape[1] - 1 - mask.flip(1).to(torch.long).argmax(1)  # last real token of every row
-        batch = {}
-        for key, value in inputs.items():
-            if isinstance(value, torch.Tensor):
-                value = value.to(self.device)
-                if value.is_floating_point():
-                    value = value.to(self.dtype)
-            batch[key] = value
+        batch = _hf.to_device(inputs, self.device, self.dtype)
         keep = torch.unique(last)
         if self._keeps_logits:
             logits = self.model(**batch, logits_to_keep=keep.to(self.device)).logits
@@ -359,9 +332,7 @@ class HFGenerativeScorer:
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """P(yes) per clip, renormalised over yes/no: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
-        frames = [
-            f[_hf.subsample(len(f), self.max_frames)] for f in _hf.clip_frames(clips, self.frame_key, self.mask_key)
-        ]
+        frames = _hf.clip_frames(clips, self.frame_key, self.mask_key, max_frames=self.max_frames)
         scores = []
         with self._lock, torch.inference_mode():
             for start in range(0, batch, self.batch_size):
@@ -379,11 +350,6 @@ class HFGenerativeScorer:
             f"{type(self).__name__}(model={self.model_name!r}, input_mode={self.input_mode!r}, "
             f"max_frames={self.max_frames}, dtype={_hf.dtype_name(self.dtype)}, device={str(self.device)!r})"
         )
-
-
-def _check_positive_int(owner: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{owner}.{name} must be an int >= 1, got {name}={value!r}.")
 
 
 def _load_processor(transformers: Any, path: str, load: dict, *, owner: str, model: str) -> Any:
