@@ -401,9 +401,7 @@ class OpenAIScorer:
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """P(yes) per clip from the server's logprobs: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
-        frames = [
-            f[_hf.subsample(len(f), self.max_frames)] for f in _hf.clip_frames(clips, self.frame_key, self.mask_key)
-        ]
+        frames = _hf.clip_frames(clips, self.frame_key, self.mask_key, max_frames=self.max_frames)
         if len(frames) <= 1:
             scores = [self._score_one(f) for f in frames]
         else:
