@@ -133,6 +133,27 @@ def test_ratio_vs_baseline(study: Path) -> None:
     assert math.isnan(analyze.summarize(runs, baseline="nope").arms["vlm_oracle"].vs_baseline)
 
 
+def test_welch_p_matches_reference_values() -> None:
+    # references: scipy.stats.ttest_ind(..., equal_var=False) and scipy.stats.beta.cdf
+    assert analyze.welch_p([30, 20, 30, 35, 30], [20, 25, 25, 25, 25]) == pytest.approx(0.11412664, rel=1e-6)
+    assert analyze.welch_p([30, 20, 30, 35, 30], [20] * 5) == pytest.approx(0.02131164, rel=1e-6)
+    assert analyze.welch_p([1.0, 2.0, 3.5], [4.0, 6.0, 9.0, 7.5]) == pytest.approx(0.01906419, rel=1e-6)
+    assert analyze.welch_p([1.0, 2.0], [2.0, 1.0]) == pytest.approx(1.0)
+    assert math.isnan(analyze.welch_p([20, 20], [20, 20])) and math.isnan(analyze.welch_p([1.0], [1.0, 2.0]))
+    assert analyze.betainc(2.0, 3.0, 0.4) == pytest.approx(0.5248, rel=1e-12)
+    assert analyze.betainc(30.0, 0.5, 1e-3) == pytest.approx(1.0262784370021795e-91, rel=1e-9)
+    assert analyze.betainc(0.5, 40.0, 0.999) == pytest.approx(1.0)
+
+
+def test_mean_ratio_and_p_vs_baseline(study: Path) -> None:
+    s = analyze.summarize(analyze.load_study(study, "toy"))
+    # censored frames: uniform 80k, 40k, 100k (not reached); vlm_oracle 30k, 50k; vlm_old 80k, 0
+    assert s.arms["vlm_oracle"].vs_baseline_mean == pytest.approx(40_000 / (220_000 / 3))
+    assert s.arms["vlm_oracle"].p_vs_baseline == pytest.approx(0.20202458, rel=1e-6)
+    assert s.arms["vlm_old"].p_vs_baseline == pytest.approx(0.55320985, rel=1e-6)
+    assert s.arms["uniform"].vs_baseline_mean == 1.0 and math.isnan(s.arms["uniform"].p_vs_baseline)
+
+
 def test_auc(study: Path) -> None:
     runs = analyze.load_study(study, "toy")
     ramp = runs["uniform"][0]
@@ -227,9 +248,9 @@ def test_render_table(study: Path) -> None:
     s = analyze.summarize(analyze.load_study(study, "toy"), study="toy")
     table = analyze.render_table(s)
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines() if line.startswith("| ")}
-    assert "| arm | seeds | reach 80% | median frames to 80% |" in table
-    assert rows["uniform"].startswith("| uniform | 3 | 2/3 | 60k | ≥ 73.3k | 1.00× |")
-    assert rows["vlm_oracle"].startswith("| vlm_oracle | 2 | 2/2 | 40k | 40k | 0.67× |")
+    assert "| arm | seeds | reach 80% | frames to 80% per seed | median frames to 80% |" in table
+    assert rows["uniform"].startswith("| uniform | 3 | 2/3 | 80k, 40k, — | 60k | ≥ 73.3k | 1.00× | 1.00× | — |")
+    assert rows["vlm_oracle"].startswith("| vlm_oracle | 2 | 2/2 | 30k, 50k | 40k | 40k | 0.67× | 0.55× | 0.20 |")
     assert "| 0.50 ± 6.35 | 0.95 ± 0.64 | 1/2 | 9.8 | 0.30 | 0.60 | 2.00× |" in rows["vlm_oracle"]
     assert rows["vlm_old"].startswith("| vlm_old | 2 (1 done) | 2/2 |")
     assert rows["vlm_old"].endswith("| 0.30 | — | — |")

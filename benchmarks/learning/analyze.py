@@ -103,6 +103,59 @@ def mean_ci(values: Iterable[float]) -> tuple[float, float, int]:
     return float(x.mean()), half, n
 
 
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    # Lentz's method for the continued fraction of the incomplete beta function (Numerical Recipes 6.4)
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for aa in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
+                   -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b).
+
+    >>> round(betainc(2.0, 3.0, 0.4), 6)  # = 1 - (1-x)^4 - 4x(1-x)^3 for a=2, b=3
+    0.5248
+    """
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of Welch's t-test of equal means (nan when undefined: fewer than two
+    values on a side, or no spread on either).
+
+    >>> round(welch_p([30, 20, 30, 35, 30], [20, 25, 25, 25, 25]), 4)  # scipy: 0.1141
+    0.1141
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < 2 or y.size < 2:
+        return math.nan
+    vx, vy = float(np.var(x, ddof=1)) / x.size, float(np.var(y, ddof=1)) / y.size
+    if vx + vy == 0.0:
+        return math.nan
+    t = (float(x.mean()) - float(y.mean())) / math.sqrt(vx + vy)
+    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    return betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
 # --------------------------------------------------------------------------------------------
 # Loading
 
@@ -303,6 +356,8 @@ class ArmSummary:
     sampled_positive: float
     oversampling: float  # sampled / buffer positive share
     vs_baseline: float = math.nan  # median frames, arm / baseline
+    vs_baseline_mean: float = math.nan  # censored mean frames, arm / baseline
+    p_vs_baseline: float = math.nan  # Welch t-test of the per-seed (censored) frames against the baseline's
     success: Curve = field(default=None, repr=False)  # type: ignore[assignment]
     buffer_curve: Curve = field(default=None, repr=False)  # type: ignore[assignment]
     sampled_curve: Curve = field(default=None, repr=False)  # type: ignore[assignment]
@@ -351,10 +406,12 @@ def summarize(
         horizon = min(complete) if complete else min(r.last_step for r in all_runs)
 
     arms: dict[str, ArmSummary] = {}
+    censored_by_arm: dict[str, list[float]] = {}
     for arm, runs in runs_by_arm.items():
         per_run = [frames_to_target(r, target) for r in runs]
         hits = [f for f in per_run if f is not None]
         censored_frames = [f if f is not None else r.last_step for r, f in zip(runs, per_run)]
+        censored_by_arm[arm] = censored_frames
         done = [r for r in runs if id(r) in finished]
         buffer_pos = _nanmean(second_half_mean(r, "positive_fraction") for r in runs)
         sampled_pos = _nanmean(second_half_mean(r, "sampled_positive_fraction") for r in runs)
@@ -384,6 +441,12 @@ def summarize(
     if base is not None and base.median_frames > 0:
         for s in arms.values():
             s.vs_baseline = s.median_frames / base.median_frames  # nan propagates
+    if base is not None:
+        base_frames = censored_by_arm[baseline]
+        for arm, s in arms.items():
+            s.vs_baseline_mean = s.censored_mean_frames / base.censored_mean_frames
+            if arm != baseline:
+                s.p_vs_baseline = welch_p(censored_by_arm[arm], base_frames)
     return StudySummary(study, target, float(horizon), baseline, arms)
 
 
@@ -425,8 +488,8 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
     """Markdown table of the summary (``arms`` selects and orders rows), with a legend."""
     pct = f"{summary.target:.0%}"
     header = [
-        "arm", "seeds", f"reach {pct}", f"median frames to {pct}", "censored mean frames",
-        "vs baseline", "AUC", "final success", "peak success", "collapsed", "wall-clock (min)", "buffer positive",
+        "arm", "seeds", f"reach {pct}", f"frames to {pct} per seed", f"median frames to {pct}", "censored mean frames",
+        "vs baseline", "vs baseline (mean)", "p (Welch)", "AUC", "final success", "peak success", "collapsed", "wall-clock (min)", "buffer positive",
         "sampled positive", "over-sampling",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -434,10 +497,12 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
         s = summary.arms[arm]
         seeds = str(s.n_runs) if s.n_finished == s.n_runs else f"{s.n_runs} ({s.n_finished} done)"
         censored = fmt_frames(s.censored_mean_frames)
+        per_seed = ", ".join(fmt_frames(f) if f is not None else "—" for _, f in sorted(s.frames.items()))
         row = [
-            arm, seeds, f"{s.reached}/{s.n_runs}", fmt_frames(s.median_frames),
+            arm, seeds, f"{s.reached}/{s.n_runs}", per_seed, fmt_frames(s.median_frames),
             f"≥ {censored}" if s.censored else censored,
-            _fmt(s.vs_baseline, ".2f", "×"), fmt_ci(s.auc), fmt_ci(s.final), fmt_ci(s.peak),
+            _fmt(s.vs_baseline, ".2f", "×"), _fmt(s.vs_baseline_mean, ".2f", "×"), _fmt(s.p_vs_baseline, ".2f"),
+            fmt_ci(s.auc), fmt_ci(s.final), fmt_ci(s.peak),
             f"{s.collapsed}/{s.n_finished}",
             _fmt(s.wall_clock_min, ".1f"), _fmt(s.buffer_positive, ".2f"),
             _fmt(s.sampled_positive, ".2f"), _fmt(s.oversampling, ".2f", "×"),
@@ -446,7 +511,10 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
     notes = (
         f"Study `{summary.study}`. Median frames to {pct} eval success over the seeds that "
         f"reached it; the censored mean counts the others at their last step (≥: a lower "
-        f"bound). vs baseline: median frames relative to `{summary.baseline}` (< 1 is faster). "
+        f"bound). Per seed: seeds in order, — where the target was not reached. vs baseline: median "
+        f"(and censored mean) frames relative to `{summary.baseline}` (< 1 is faster); p: Welch's "
+        f"t-test of the per-seed censored frames against `{summary.baseline}`'s (the evaluation grid "
+        f"makes them coarse). "
         f"AUC: time-averaged success up to {fmt_frames(summary.horizon)} frames. Final success "
         f"and wall-clock over finished runs; peak: each run's best evaluation; collapsed: finished "
         f"runs that reached {pct} and ended below {summary.target / 2:.0%}. ± is a 95% t-interval over seeds. Positive shares "
