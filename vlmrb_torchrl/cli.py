@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -84,6 +85,9 @@ def build_config(name: str, args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Bit-exact resume: Intel MKL (torch's CPU BLAS) otherwise picks kernels by memory alignment,
+    # and reloaded tensors sit at other addresses. Read at MKL's first call, so set it first.
+    os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(_DESCRIPTION)
