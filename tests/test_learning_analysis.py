@@ -152,6 +152,9 @@ def test_mean_ratio_and_p_vs_baseline(study: Path) -> None:
     assert s.arms["vlm_oracle"].p_vs_baseline == pytest.approx(0.20202458, rel=1e-6)
     assert s.arms["vlm_old"].p_vs_baseline == pytest.approx(0.55320985, rel=1e-6)
     assert s.arms["uniform"].vs_baseline_mean == 1.0 and math.isnan(s.arms["uniform"].p_vs_baseline)
+    # a baseline that meets the target at step 0 in every seed: no ratio (not a ZeroDivisionError)
+    at_start = analyze.summarize(analyze.load_study(study, "toy"), target=0.0)
+    assert math.isnan(at_start.arms["vlm_oracle"].vs_baseline_mean)
 
 
 def test_auc(study: Path) -> None:

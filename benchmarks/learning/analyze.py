@@ -442,11 +442,11 @@ def summarize(
         for s in arms.values():
             s.vs_baseline = s.median_frames / base.median_frames  # nan propagates
     if base is not None:
-        base_frames = censored_by_arm[baseline]
         for arm, s in arms.items():
-            s.vs_baseline_mean = s.censored_mean_frames / base.censored_mean_frames
+            if base.censored_mean_frames > 0:  # a baseline at 0 frames (target met at the start) has no ratio
+                s.vs_baseline_mean = s.censored_mean_frames / base.censored_mean_frames
             if arm != baseline:
-                s.p_vs_baseline = welch_p(censored_by_arm[arm], base_frames)
+                s.p_vs_baseline = welch_p(censored_by_arm[arm], censored_by_arm[baseline])
     return StudySummary(study, target, float(horizon), baseline, arms)
 
 
