@@ -87,6 +87,8 @@ ABLATIONS: dict[str, dict[str, str]] = {
     "vlm_oracle_lmax1": {"replay": "vlm", "lambda_max": "1.0"},  # only prioritised replay
     "vlm_oracle_clip8": {"replay": "vlm", "clip_len": "8"},  # shorter clips: later saturation
     "vlm_oracle_warmup0": {"replay": "vlm", "vlm_warmup": "0"},  # no warm-up
+    # no warm-up with an imperfect scorer: early over-sampling of false positives
+    "vlm_noise20_warmup0": {"replay": "vlm", "label_noise": "0.2", "vlm_warmup": "0"},
 }
 #: Uniform replay under other learner settings: is the collapse after solving a tuning problem?
 TUNING: dict[str, dict[str, str]] = {
