@@ -83,3 +83,12 @@ def test_interrupted_run_resumes_and_results_are_synced(tmp_path):
     assert json.loads((job.result_dir / "summary.json").read_text())["env_steps"] == 512
     assert not list((job.run_dir / "checkpoints").iterdir())  # finished: checkpoints deleted
     assert runner.run_jobs([job], parallel=1, poll_s=0.2) == 0  # nothing left to do
+
+
+def test_lift_study_runs_the_sac_recipe_with_its_own_evaluation_settings(tmp_path):
+    uniform, td = runner.make_jobs("lift", ["uniform", "vlm_td_oracle"], [1], runs_root=tmp_path)
+    assert uniform.command()[3:5] == ["train", "sac"]
+    assert td.overrides["replay"] == "vlm_td" and "scorer" not in td.overrides  # the recipe's oracle
+    assert "eval_eps" not in uniform.overrides and uniform.overrides["eval_episodes"] == "10"
+    (dqn,) = runner.make_jobs("doorkey6", ["uniform"], [1], runs_root=tmp_path)
+    assert dqn.command()[3:5] == ["train", "dqn"] and dqn.overrides["eval_eps"] == "0.05"

@@ -3,7 +3,7 @@
 A *study* fixes the environment and budget (``doorkey5``, ``doorkey6``, ...); an *arm* is one
 replay configuration (``uniform``, ``per``, ``vlm_oracle``, ``vlm_noise20``, ``vlm_random``,
 ...). Every arm of a study shares every hyper-parameter but its replay settings. Each run is a
-plain ``vlmrb train dqn`` process:
+plain ``vlmrb train dqn`` process (``vlmrb train sac`` for the robosuite study ``lift``):
 
 - run directories (checkpoints, TensorBoard) go to ``runs/learning/<study>/<arm>/seed<N>/``
   (not committed);
@@ -25,6 +25,8 @@ Commands::
     python benchmarks/learning/run.py --study doorkey5 --seeds 0-4 --status
     # ablations of the oracle arm
     python benchmarks/learning/run.py --study doorkey5 --arms ablation --seeds 0-4 --jobs 2 --background
+    # robosuite Lift, SAC: uniform vs TD-boosted VLM-RB with the oracle (pip install -e ".[robosuite]")
+    python benchmarks/learning/run.py --study lift --arms uniform,vlm_td_oracle --seeds 0-2 --background
 
 Then ``python benchmarks/learning/analyze.py --study doorkey5`` draws the plots and the table.
 Runs use one torch thread each and synchronous scoring (``async_scoring=false``): a run is
@@ -55,9 +57,14 @@ COMMON = {
     "progress": "false",
     "tensorboard": "false",
     "gallery_clips": "0",
-    "eval_episodes": "50",
-    "eval_eps": "0.05",
-    "stop_at": "none",  # a resumed run reads its saved config back: clear a stop_at given to an earlier chunk  # Nature-DQN's evaluation epsilon; at 0.01 near-greedy policies loop for the whole episode
+    "stop_at": "none",  # a resumed run reads its saved config back: clear a stop_at given to an earlier chunk
+}
+#: Per recipe, on top of COMMON.
+RECIPE_COMMON: dict[str, dict[str, str]] = {
+    # Nature-DQN's evaluation epsilon; at 0.01 near-greedy policies loop for the whole episode
+    "dqn": {"eval_episodes": "50", "eval_eps": "0.05"},
+    # SAC evaluates its deterministic actor; a robosuite episode costs ~200 env steps of ~25 ms
+    "sac": {"eval_episodes": "10"},
 }
 
 STUDIES: dict[str, dict[str, str]] = {
@@ -67,7 +74,13 @@ STUDIES: dict[str, dict[str, str]] = {
                  "checkpoint_every": "40000"},
     "doorkey8": {"env": "MiniGrid-DoorKey-8x8-v0", "total_frames": "1000000", "eval_every": "20000",
                  "checkpoint_every": "100000"},
+    # A pilot sized to 2 cores (~40 SAC updates/s): far below the paper's budget, so the shaped
+    # reward, whose return shows reaching and grasping long before the first lift succeeds.
+    "lift": {"env": "robosuite/Lift", "total_frames": "50000", "eval_every": "10000",
+             "checkpoint_every": "10000", "reward_shaping": "true"},
 }
+#: The recipe a study runs (``vlmrb train <recipe>``); DQN unless listed.
+STUDY_RECIPE: dict[str, str] = {"lift": "sac"}
 
 _RANDOM = "python:vlmrb_torchrl.scorers.baselines:RandomScorer"
 ARMS: dict[str, dict[str, str]] = {
@@ -121,6 +134,10 @@ class Job:
         return self.results_root / self.study / self.arm / f"seed{self.seed}"
 
     @property
+    def recipe(self) -> str:
+        return STUDY_RECIPE.get(self.study, "dqn")
+
+    @property
     def total_frames(self) -> int:
         return int(self.overrides["total_frames"])
 
@@ -138,7 +155,7 @@ class Job:
         args += [f"seed={self.seed}", f"output_dir={self.run_dir}"]
         if self.status() == "resumable":
             args.append(f"resume={self.run_dir}")
-        return [sys.executable, "-m", "vlmrb_torchrl.cli", "train", "dqn", *args]
+        return [sys.executable, "-m", "vlmrb_torchrl.cli", "train", self.recipe, *args]
 
 
 def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path = RUNS,
@@ -147,7 +164,8 @@ def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path 
     unknown = [a for a in arms if a not in table]
     if unknown:
         raise SystemExit(f"unknown arms {unknown}; known: {sorted(table)} or groups {sorted(ARM_GROUPS)}")
-    return [Job(study, arm, seed, {**COMMON, **STUDIES[study], **table[arm]}, runs_root, results_root)
+    common = {**COMMON, **RECIPE_COMMON[STUDY_RECIPE.get(study, "dqn")]}
+    return [Job(study, arm, seed, {**common, **STUDIES[study], **table[arm]}, runs_root, results_root)
             for seed in seeds for arm in arms]
 
 
