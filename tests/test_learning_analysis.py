@@ -296,3 +296,25 @@ def test_script_runs_from_command_line(study: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "reach 90%" in proc.stdout and "up to 50k frames" in proc.stdout
     assert (out / "success.png").stat().st_size > 0
+
+
+def test_metric_other_than_success(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Returns on no fixed scale: frames to a return, AUC and final/peak read eval_return.
+    write_run(tmp_path, "uniform", 0, {"env_steps": STEPS, "eval_success": [0.0] * 11,
+                                       "eval_return": [float(i) for i in range(11)]})
+    write_run(tmp_path, "vlm_td_oracle", 0, {"env_steps": STEPS, "eval_success": [0.0] * 11,
+                                             "eval_return": [2.0 * i for i in range(11)]})
+    s = analyze.summarize(analyze.load_study(tmp_path, "toy"), study="toy", target=8.0, metric="eval_return")
+    assert s.arms["uniform"].frames == {0: 80_000} and s.arms["vlm_td_oracle"].frames == {0: 40_000}
+    assert s.arms["vlm_td_oracle"].vs_baseline == pytest.approx(0.5)
+    assert s.arms["uniform"].auc[0] == pytest.approx(5.0) and s.arms["vlm_td_oracle"].final[0] == 20.0
+    assert s.arms["vlm_td_oracle"].peak[0] == 20.0
+    table = analyze.render_table(s)
+    assert "| reach 8 | frames to 8 per seed |" in table and "| final return | peak return |" in table
+    assert "time-averaged return" in table
+    out = tmp_path / "out"
+    assert analyze.main(["--study", "toy", "--results", str(tmp_path), "--out", str(out),
+                         "--metric", "eval_return", "--target", "8"]) == 0
+    assert (out / "success.png").stat().st_size > 0
+    assert analyze.main(["--study", "toy", "--results", str(tmp_path), "--metric", "eval_retrun"]) == 1
+    assert "no run logged a column 'eval_retrun'" in capsys.readouterr().err

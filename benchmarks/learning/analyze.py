@@ -29,6 +29,8 @@ and computes, per arm, over its seeds:
 - for VLM arms, the mean ``positive_fraction`` (share of scored buffer slots scored positive)
   and ``sampled_positive_fraction`` (share of sampled transitions that were positive) over
   the second half of each run, and their ratio, the over-sampling factor;
+- ``--metric`` picks the evaluation column all of the above read (default ``eval_success``;
+  e.g. ``eval_return`` with ``--target 20`` for a task no arm solves within the budget);
 - relative to a baseline arm (``--baseline``, ``uniform`` by default), the ratio of median
   frames to target (arm / baseline; below 1 is faster).
 
@@ -72,6 +74,7 @@ KNOWN_ARMS = (
     "vlm_random", "vlm_td_oracle",
 )
 
+SUCCESS = "eval_success"
 MATPLOTLIB_HINT = "matplotlib is needed for the plots: pip install 'vlmrb-torchrl[bench]'"
 
 
@@ -272,19 +275,20 @@ def load_study(root: str | Path, study: str) -> dict[str, list[Run]]:
 # Metrics
 
 
-def frames_to_target(run: Run, target: float) -> int | None:
-    """First ``env_steps`` whose ``eval_success >= target``; None if the run never got there."""
-    hit = np.flatnonzero(run.col("eval_success") >= target)  # nan compares False
+def frames_to_target(run: Run, target: float, metric: str = SUCCESS) -> int | None:
+    """First ``env_steps`` whose ``metric >= target``; None if the run never got there."""
+    hit = np.flatnonzero(run.col(metric) >= target)  # nan compares False
     return int(run.steps[hit[0]]) if hit.size else None
 
 
-def auc(run: Run, horizon: float) -> float:
-    """Time-averaged success from the first evaluation to ``horizon`` (trapezoid), in [0, 1].
+def auc(run: Run, horizon: float, metric: str = SUCCESS) -> float:
+    """Time-averaged ``metric`` from the first evaluation to ``horizon`` (trapezoid); for
+    success, in [0, 1].
 
     nan when the run stops before the horizon (it would be judged on a shorter window).
     """
-    ok = np.isfinite(run.col("eval_success"))
-    s, y = run.steps[ok], run.col("eval_success")[ok]
+    ok = np.isfinite(run.col(metric))
+    s, y = run.steps[ok], run.col(metric)[ok]
     if s.size == 0 or s[-1] < horizon or horizon <= s[0]:
         return math.nan
     keep = s <= horizon
@@ -296,9 +300,9 @@ def auc(run: Run, horizon: float) -> float:
     return area / (horizon - s_in[0])
 
 
-def final_success(run: Run) -> float:
-    """``eval_success`` at the run's last evaluation that logged one."""
-    y = run.col("eval_success")
+def final_success(run: Run, metric: str = SUCCESS) -> float:
+    """``metric`` (eval success by default) at the run's last evaluation that logged one."""
+    y = run.col(metric)
     y = y[np.isfinite(y)]
     return float(y[-1]) if y.size else math.nan
 
@@ -370,6 +374,12 @@ class StudySummary:
     horizon: float
     baseline: str
     arms: dict[str, ArmSummary]
+    metric: str = SUCCESS
+
+
+def _nanmax(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else math.nan
 
 
 def _nanmean(values: Iterable[float]) -> float:
@@ -391,9 +401,11 @@ def summarize(
     target: float = 0.8,
     horizon: float | None = None,
     baseline: str = "uniform",
+    metric: str = SUCCESS,
 ) -> StudySummary:
     """Per-arm metrics (see the module docstring). Pass every arm of the study, not a subset:
-    "finished" and the default horizon are judged against the whole study."""
+    "finished" and the default horizon are judged against the whole study. ``metric`` is the
+    evaluation column that the curves, target, AUC, final and peak values read."""
     all_runs = [r for runs in runs_by_arm.values() for r in runs]
     if not all_runs:
         raise ValueError("no runs to summarize")
@@ -408,7 +420,7 @@ def summarize(
     arms: dict[str, ArmSummary] = {}
     censored_by_arm: dict[str, list[float]] = {}
     for arm, runs in runs_by_arm.items():
-        per_run = [frames_to_target(r, target) for r in runs]
+        per_run = [frames_to_target(r, target, metric) for r in runs]
         hits = [f for f in per_run if f is not None]
         censored_frames = [f if f is not None else r.last_step for r, f in zip(runs, per_run)]
         censored_by_arm[arm] = censored_frames
@@ -424,16 +436,16 @@ def summarize(
             median_frames=float(np.median(hits)) if hits else math.nan,
             censored_mean_frames=float(np.mean(censored_frames)),
             censored=len(hits) < len(runs),
-            auc=mean_ci(auc(r, horizon) for r in runs),
-            final=mean_ci(final_success(r) for r in done),
-            peak=mean_ci(float(np.nanmax(r.col("eval_success"))) for r in runs),
-            collapsed=sum(1 for r in done if frames_to_target(r, target) is not None
-                          and final_success(r) < target / 2),
+            auc=mean_ci(auc(r, horizon, metric) for r in runs),
+            final=mean_ci(final_success(r, metric) for r in done),
+            peak=mean_ci(_nanmax(r.col(metric)) for r in runs),
+            collapsed=sum(1 for r in done if frames_to_target(r, target, metric) is not None
+                          and final_success(r, metric) < target / 2),
             wall_clock_min=_nanmean(r.wall_clock_s / 60 for r in done),
             buffer_positive=buffer_pos,
             sampled_positive=sampled_pos,
             oversampling=sampled_pos / buffer_pos if buffer_pos > 0 else math.nan,
-            success=curve(runs, "eval_success"),
+            success=curve(runs, metric),
             buffer_curve=curve(runs, "positive_fraction"),
             sampled_curve=curve(runs, "sampled_positive_fraction"),
         )
@@ -447,7 +459,7 @@ def summarize(
                 s.vs_baseline_mean = s.censored_mean_frames / base.censored_mean_frames
             if arm != baseline:
                 s.p_vs_baseline = welch_p(censored_by_arm[arm], censored_by_arm[baseline])
-    return StudySummary(study, target, float(horizon), baseline, arms)
+    return StudySummary(study, target, float(horizon), baseline, arms, metric)
 
 
 # --------------------------------------------------------------------------------------------
@@ -486,11 +498,11 @@ def _fmt(x: float, spec: str, suffix: str = "") -> str:
 
 def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> str:
     """Markdown table of the summary (``arms`` selects and orders rows), with a legend."""
-    pct = f"{summary.target:.0%}"
+    pct, what = _target_label(summary), _metric_label(summary)
     header = [
         "arm", "seeds", f"reach {pct}", f"frames to {pct} per seed", f"median frames to {pct}", "censored mean frames",
-        "vs baseline", "vs baseline (mean)", "p (Welch)", "AUC", "final success", "peak success", "collapsed", "wall-clock (min)", "buffer positive",
-        "sampled positive", "over-sampling",
+        "vs baseline", "vs baseline (mean)", "p (Welch)", "AUC", f"final {what}", f"peak {what}", "collapsed",
+        "wall-clock (min)", "buffer positive", "sampled positive", "over-sampling",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for arm in arms if arms is not None else list(summary.arms):
@@ -509,18 +521,32 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
         ]
         lines.append("| " + " | ".join(row) + " |")
     notes = (
-        f"Study `{summary.study}`. Median frames to {pct} eval success over the seeds that "
+        f"Study `{summary.study}`. Median frames to {pct} eval {what} over the seeds that "
         f"reached it; the censored mean counts the others at their last step (≥: a lower "
         f"bound). Per seed: seeds in order, — where the target was not reached. vs baseline: median "
         f"(and censored mean) frames relative to `{summary.baseline}` (< 1 is faster); p: Welch's "
         f"t-test of the per-seed censored frames against `{summary.baseline}`'s (the evaluation grid "
         f"makes them coarse). "
-        f"AUC: time-averaged success up to {fmt_frames(summary.horizon)} frames. Final success "
+        f"AUC: time-averaged {what} up to {fmt_frames(summary.horizon)} frames. Final {what} "
         f"and wall-clock over finished runs; peak: each run's best evaluation; collapsed: finished "
-        f"runs that reached {pct} and ended below {summary.target / 2:.0%}. ± is a 95% t-interval over seeds. Positive shares "
+        f"runs that reached {pct} and ended below {_half_target_label(summary)}. ± is a 95% t-interval over seeds. Positive shares "
         f"are means over the second half of each run; over-sampling = sampled / buffer."
     )
     return "\n".join(lines) + "\n\n" + notes + "\n"
+
+
+def _metric_label(summary: StudySummary) -> str:
+    """"success" for the success rate, else the column's name without its ``eval_`` prefix."""
+    return "success" if summary.metric == SUCCESS else summary.metric.removeprefix("eval_")
+
+
+def _target_label(summary: StudySummary) -> str:
+    return f"{summary.target:.0%}" if summary.metric == SUCCESS else f"{summary.target:g}"
+
+
+def _half_target_label(summary: StudySummary) -> str:
+    half = summary.target / 2
+    return f"{half:.0%}" if summary.metric == SUCCESS else f"{half:g}"
 
 
 def _pyplot():
@@ -547,10 +573,12 @@ def _kilo_axis(ax) -> None:
 
 
 def plot_success(summary: StudySummary, path: str | Path, arms: Sequence[str] | None = None) -> Path:
-    """Mean eval success vs env steps per arm with shaded 95% bands; returns the path."""
+    """Mean eval success (or ``summary.metric``) vs env steps per arm with shaded 95% bands;
+    returns the path."""
     plt = _pyplot()
     arms = list(arms) if arms is not None else list(summary.arms)
     colors = _colors(arms)
+    is_rate = summary.metric == SUCCESS
     fig, ax = plt.subplots(figsize=(8, 5))
     for arm in arms:
         s = summary.arms[arm]
@@ -558,13 +586,18 @@ def plot_success(summary: StudySummary, path: str | Path, arms: Sequence[str] | 
         # A single seed has no interval: draw no band rather than a zero-width one.
         half = np.nan_to_num(c.half, nan=0.0)
         ax.plot(c.steps, c.mean, color=colors[arm], label=f"{arm} (n={s.n_runs})")
-        ax.fill_between(c.steps, np.clip(c.mean - half, 0, 1), np.clip(c.mean + half, 0, 1),
-                        color=colors[arm], alpha=0.2, linewidth=0)
+        low, high = c.mean - half, c.mean + half
+        if is_rate:  # a rate's interval past [0, 1] is an artefact of the t-interval
+            low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
+        ax.fill_between(c.steps, low, high, color=colors[arm], alpha=0.2, linewidth=0)
     ax.axhline(summary.target, color="grey", linestyle=":", linewidth=1)
     counts = sorted({summary.arms[a].n_runs for a in arms})
     seeds = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds per arm"
-    ax.set(title=f"{summary.study}: eval success ({seeds}, mean ± 95% CI)",
-           xlabel="env steps", ylabel="eval success rate", ylim=(-0.02, 1.02))
+    what = _metric_label(summary)
+    ax.set(title=f"{summary.study}: eval {what} ({seeds}, mean ± 95% CI)", xlabel="env steps",
+           ylabel="eval success rate" if is_rate else f"eval {what}")
+    if is_rate:
+        ax.set_ylim(-0.02, 1.02)
     _kilo_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")  # success curves rise to the right
@@ -617,7 +650,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="output folder (default docs/results/<study>)")
     p.add_argument("--arms", default=None, help="comma-separated arms to show, in this order")
     p.add_argument("--baseline", default="uniform", help="arm the frame ratios are relative to")
-    p.add_argument("--target", type=float, default=0.8, help="success rate for frames-to-target")
+    p.add_argument("--metric", default=SUCCESS,
+                   help="evaluation column for curves, target, AUC, final and peak (e.g. eval_return)")
+    p.add_argument("--target", type=float, default=0.8, help="value of --metric for frames-to-target")
     p.add_argument("--horizon", type=float, default=None,
                    help="AUC horizon in env steps (default: shortest finished run)")
     p.add_argument("--name", default=None, help="suffix for the output files, e.g. ablation")
@@ -632,10 +667,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"arms without runs: {', '.join(missing)} (have: {', '.join(runs)})", file=sys.stderr)
         return 1
+    if not any(args.metric in r.columns for rs in runs.values() for r in rs):
+        print(f"no run logged a column {args.metric!r}", file=sys.stderr)
+        return 1
     # Every arm goes into the summary (not just the shown ones) so the baseline, "finished"
     # and the default horizon do not depend on which arms a plot shows.
     summary = summarize(runs, study=args.study, target=args.target, horizon=args.horizon,
-                        baseline=args.baseline)
+                        baseline=args.baseline, metric=args.metric)
     if args.baseline not in runs:
         print(f"note: baseline arm {args.baseline!r} has no runs; no ratios", file=sys.stderr)
 
