@@ -77,7 +77,8 @@ STUDIES: dict[str, dict[str, str]] = {
     # A pilot sized to 2 cores (~40 SAC updates/s): far below the paper's budget, so the shaped
     # reward, whose return shows reaching and grasping long before the first lift succeeds.
     "lift": {"env": "robosuite/Lift", "total_frames": "50000", "eval_every": "10000",
-             "checkpoint_every": "10000", "reward_shaping": "true"},
+             "checkpoint_every": "10000", "reward_shaping": "true",
+             "buffer_size": "50000"},  # holds the whole run; a checkpoint saves the storage's capacity
 }
 #: The recipe a study runs (``vlmrb train <recipe>``); DQN unless listed.
 STUDY_RECIPE: dict[str, str] = {"lift": "sac"}
