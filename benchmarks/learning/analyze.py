@@ -35,7 +35,7 @@ and computes, per arm, over its seeds:
   frames to target (arm / baseline; below 1 is faster).
 
 Writes to ``--out`` (default ``docs/results/<study>/``) ``success.png`` (curves with shaded
-95% bands), ``replay.png`` (buffer vs sampled positive share, VLM arms only) and ``table.md``
+95% bands; ``return.png`` for ``--metric eval_return``), ``replay.png`` (buffer vs sampled positive share, VLM arms only) and ``table.md``
 (also printed). ``--name X`` suffixes the files (``success_X.png``, ``replay_X.png``,
 ``table_X.md``) so a subset of arms (``--arms``, which also sets the order) can be plotted
 separately, e.g. an ablation::
@@ -684,7 +684,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / f"table{suffix}.md").write_text(table)
     print(table)
     try:
-        written = [plot_success(summary, out / f"success{suffix}.png", arms),
+        curves = "success" if args.metric == SUCCESS else args.metric.removeprefix("eval_")
+        written = [plot_success(summary, out / f"{curves}{suffix}.png", arms),
                    plot_replay(summary, out / f"replay{suffix}.png", arms)]
     except ImportError as e:
         print(e, file=sys.stderr)
