@@ -74,8 +74,9 @@ STUDIES: dict[str, dict[str, str]] = {
                  "checkpoint_every": "40000"},
     "doorkey8": {"env": "MiniGrid-DoorKey-8x8-v0", "total_frames": "1000000", "eval_every": "20000",
                  "checkpoint_every": "100000"},
-    # A pilot sized to 2 cores (~40 SAC updates/s): far below the paper's budget, so the shaped
-    # reward, whose return shows reaching and grasping long before the first lift succeeds.
+    # A pilot sized to 2 cores (~40 SAC updates/s: ~25 min per run alone), far below the paper's
+    # budget; hence the shaped reward, whose return shows reaching and grasping long before a
+    # first lift succeeds.
     "lift": {"env": "robosuite/Lift", "total_frames": "50000", "eval_every": "10000",
              "checkpoint_every": "10000", "reward_shaping": "true",
              "buffer_size": "50000"},  # holds the whole run; a checkpoint saves the storage's capacity
