@@ -316,5 +316,6 @@ def test_metric_other_than_success(tmp_path: Path, capsys: pytest.CaptureFixture
     assert analyze.main(["--study", "toy", "--results", str(tmp_path), "--out", str(out),
                          "--metric", "eval_return", "--target", "8"]) == 0
     assert (out / "return.png").stat().st_size > 0 and not (out / "success.png").exists()
+    assert "| final return |" in (out / "table_return.md").read_text() and not (out / "table.md").exists()
     assert analyze.main(["--study", "toy", "--results", str(tmp_path), "--metric", "eval_retrun"]) == 1
     assert "no run logged a column 'eval_retrun'" in capsys.readouterr().err

@@ -36,7 +36,7 @@ and computes, per arm, over its seeds:
 
 Writes to ``--out`` (default ``docs/results/<study>/``) ``success.png`` (curves with shaded
 95% bands; ``return.png`` for ``--metric eval_return``), ``replay.png`` (buffer vs sampled positive share, VLM arms only) and ``table.md``
-(also printed). ``--name X`` suffixes the files (``success_X.png``, ``replay_X.png``,
+(also printed; ``table_return.md`` for ``--metric eval_return``). ``--name X`` suffixes the files (``success_X.png``, ``replay_X.png``,
 ``table_X.md``) so a subset of arms (``--arms``, which also sets the order) can be plotted
 separately, e.g. an ablation::
 
@@ -680,17 +680,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path("docs/results") / args.study
     out.mkdir(parents=True, exist_ok=True)
     suffix = f"_{args.name}" if args.name else ""
+    # Another metric's table and curves sit next to the success ones: return.png, table_return.md.
+    curves = "success" if args.metric == SUCCESS else args.metric.removeprefix("eval_")
+    table_path = out / (f"table{suffix}.md" if args.metric == SUCCESS else f"table_{curves}{suffix}.md")
     table = render_table(summary, arms)
-    (out / f"table{suffix}.md").write_text(table)
+    table_path.write_text(table)
     print(table)
     try:
-        curves = "success" if args.metric == SUCCESS else args.metric.removeprefix("eval_")
         written = [plot_success(summary, out / f"{curves}{suffix}.png", arms),
                    plot_replay(summary, out / f"replay{suffix}.png", arms)]
     except ImportError as e:
         print(e, file=sys.stderr)
         return 1
-    for path in [out / f"table{suffix}.md", *written]:
+    for path in [table_path, *written]:
         if path is not None:
             print(f"wrote {path}")
     return 0
