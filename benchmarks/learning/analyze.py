@@ -496,6 +496,15 @@ def _fmt(x: float, spec: str, suffix: str = "") -> str:
     return f"{x:{spec}}{suffix}" if math.isfinite(x) else DASH
 
 
+def _fmt_share(x: float) -> str:
+    """A share in [0, 1] to 2 decimals; rare ones (< 1%) to 3, so they do not read as 0.
+
+    >>> _fmt_share(0.6), _fmt_share(0.0043), _fmt_share(0.0)
+    ('0.60', '0.004', '0.00')
+    """
+    return _fmt(x, ".3f" if 0 < x < 0.01 else ".2f")
+
+
 def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> str:
     """Markdown table of the summary (``arms`` selects and orders rows), with a legend."""
     pct, what = _target_label(summary), _metric_label(summary)
@@ -516,8 +525,8 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
             _fmt(s.vs_baseline, ".2f", "×"), _fmt(s.vs_baseline_mean, ".2f", "×"), _fmt(s.p_vs_baseline, ".2f"),
             fmt_ci(s.auc), fmt_ci(s.final), fmt_ci(s.peak),
             f"{s.collapsed}/{s.n_finished}",
-            _fmt(s.wall_clock_min, ".1f"), _fmt(s.buffer_positive, ".2f"),
-            _fmt(s.sampled_positive, ".2f"), _fmt(s.oversampling, ".2f", "×"),
+            _fmt(s.wall_clock_min, ".1f"), _fmt_share(s.buffer_positive),
+            _fmt_share(s.sampled_positive), _fmt(s.oversampling, ".2f", "×"),
         ]
         lines.append("| " + " | ".join(row) + " |")
     notes = (
