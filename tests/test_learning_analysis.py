@@ -267,6 +267,7 @@ def test_fmt() -> None:
     assert analyze.fmt_frames(float("nan")) == "—"
     assert analyze.fmt_ci((0.8312, 0.0712, 5)) == "0.83 ± 0.07"
     assert analyze.fmt_ci((0.8312, float("nan"), 1)) == "0.83"
+    assert [analyze._fmt_share(x) for x in (0.6, 0.0043, 0.0, float("nan"))] == ["0.60", "0.004", "0.00", "—"]
 
 
 def test_plots_and_cli(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
