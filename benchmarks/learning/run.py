@@ -104,6 +104,8 @@ ABLATIONS: dict[str, dict[str, str]] = {
     "vlm_oracle_warmup0": {"replay": "vlm", "vlm_warmup": "0"},  # no warm-up
     # no warm-up with an imperfect scorer: early over-sampling of false positives
     "vlm_noise20_warmup0": {"replay": "vlm", "label_noise": "0.2", "vlm_warmup": "0"},
+    # Lift: do importance weights undo the over-sampling of rare grasp clips?
+    "vlm_td_oracle_beta04": {"replay": "vlm_td", "vlm_beta": "0.4"},
 }
 #: Uniform replay under other learner settings: is the collapse after solving a tuning problem?
 TUNING: dict[str, dict[str, str]] = {
