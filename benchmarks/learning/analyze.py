@@ -35,9 +35,10 @@ and computes, per arm, over its seeds:
   frames to target (arm / baseline; below 1 is faster).
 
 Writes to ``--out`` (default ``docs/results/<study>/``) ``success.png`` (curves with shaded
-95% bands; ``return.png`` for ``--metric eval_return``), ``replay.png`` (buffer vs sampled positive share, VLM arms only) and ``table.md``
-(also printed; ``table_return.md`` for ``--metric eval_return``). ``--name X`` suffixes the files (``success_X.png``, ``replay_X.png``,
-``table_X.md``) so a subset of arms (``--arms``, which also sets the order) can be plotted
+95% bands), ``replay.png`` (buffer vs sampled positive share, VLM arms only) and ``table.md``
+(also printed); another ``--metric`` names its curves and table after itself (``return.png``,
+``table_return.md`` for ``eval_return``). ``--name X`` suffixes the files (``success_X.png``,
+``replay_X.png``, ``table_X.md``) so a subset of arms (``--arms``, which also sets the order) can be plotted
 separately, e.g. an ablation::
 
     python benchmarks/learning/analyze.py --study doorkey6
@@ -507,7 +508,7 @@ def _fmt_share(x: float) -> str:
 
 def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> str:
     """Markdown table of the summary (``arms`` selects and orders rows), with a legend."""
-    pct, what = _target_label(summary), _metric_label(summary)
+    pct, what = _fmt_level(summary, summary.target), _metric_label(summary)
     header = [
         "arm", "seeds", f"reach {pct}", f"frames to {pct} per seed", f"median frames to {pct}", "censored mean frames",
         "vs baseline", "vs baseline (mean)", "p (Welch)", "AUC", f"final {what}", f"peak {what}", "collapsed",
@@ -538,7 +539,7 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
         f"makes them coarse). "
         f"AUC: time-averaged {what} up to {fmt_frames(summary.horizon)} frames. Final {what} "
         f"and wall-clock over finished runs; peak: each run's best evaluation; collapsed: finished "
-        f"runs that reached {pct} and ended below {_half_target_label(summary)}. ± is a 95% t-interval over seeds. Positive shares "
+        f"runs that reached {pct} and ended below {_fmt_level(summary, summary.target / 2)}. ± is a 95% t-interval over seeds. Positive shares "
         f"are means over the second half of each run; over-sampling = sampled / buffer."
     )
     return "\n".join(lines) + "\n\n" + notes + "\n"
@@ -549,13 +550,9 @@ def _metric_label(summary: StudySummary) -> str:
     return "success" if summary.metric == SUCCESS else summary.metric.removeprefix("eval_")
 
 
-def _target_label(summary: StudySummary) -> str:
-    return f"{summary.target:.0%}" if summary.metric == SUCCESS else f"{summary.target:g}"
-
-
-def _half_target_label(summary: StudySummary) -> str:
-    half = summary.target / 2
-    return f"{half:.0%}" if summary.metric == SUCCESS else f"{half:g}"
+def _fmt_level(summary: StudySummary, value: float) -> str:
+    """A level of the metric: a percentage for the success rate, else plain (``40``)."""
+    return f"{value:.0%}" if summary.metric == SUCCESS else f"{value:g}"
 
 
 def _pyplot():
@@ -690,7 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     suffix = f"_{args.name}" if args.name else ""
     # Another metric's table and curves sit next to the success ones: return.png, table_return.md.
-    curves = "success" if args.metric == SUCCESS else args.metric.removeprefix("eval_")
+    curves = _metric_label(summary)
     table_path = out / (f"table{suffix}.md" if args.metric == SUCCESS else f"table_{curves}{suffix}.md")
     table = render_table(summary, arms)
     table_path.write_text(table)

@@ -74,15 +74,19 @@ STUDIES: dict[str, dict[str, str]] = {
                  "checkpoint_every": "40000"},
     "doorkey8": {"env": "MiniGrid-DoorKey-8x8-v0", "total_frames": "1000000", "eval_every": "20000",
                  "checkpoint_every": "100000"},
-    # A pilot sized to 2 cores (~40 SAC updates/s: ~25 min per run alone), far below the paper's
-    # budget; hence the shaped reward, whose return shows reaching and grasping long before a
-    # first lift succeeds.
+    # A pilot sized to 2 cores (~40 SAC updates/s; ~29 min per run two at a time), far below
+    # the paper's budget; hence the shaped reward, whose return shows reaching and grasping
+    # long before a first lift succeeds.
     "lift": {"env": "robosuite/Lift", "total_frames": "50000", "eval_every": "10000",
              "checkpoint_every": "10000", "reward_shaping": "true",
              "buffer_size": "50000"},  # holds the whole run; a checkpoint saves the storage's capacity
 }
 #: The recipe a study runs (``vlmrb train <recipe>``); DQN unless listed.
 STUDY_RECIPE: dict[str, str] = {"lift": "sac"}
+
+
+def study_recipe(study: str) -> str:
+    return STUDY_RECIPE.get(study, "dqn")
 
 _RANDOM = "python:vlmrb_torchrl.scorers.baselines:RandomScorer"
 ARMS: dict[str, dict[str, str]] = {
@@ -139,7 +143,7 @@ class Job:
 
     @property
     def recipe(self) -> str:
-        return STUDY_RECIPE.get(self.study, "dqn")
+        return study_recipe(self.study)
 
     @property
     def total_frames(self) -> int:
@@ -168,7 +172,7 @@ def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path 
     unknown = [a for a in arms if a not in table]
     if unknown:
         raise SystemExit(f"unknown arms {unknown}; known: {sorted(table)} or groups {sorted(ARM_GROUPS)}")
-    common = {**COMMON, **RECIPE_COMMON[STUDY_RECIPE.get(study, "dqn")]}
+    common = {**COMMON, **RECIPE_COMMON[study_recipe(study)]}
     return [Job(study, arm, seed, {**common, **STUDIES[study], **table[arm]}, runs_root, results_root)
             for seed in seeds for arm in arms]
 
