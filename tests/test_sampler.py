@@ -1,7 +1,10 @@
-"""Tests for VLMPrioritizedSampler: distribution, weights, schedule, generations, state."""
+"""Tests for VLMPrioritizedSampler (distribution, weights, schedule, generations, state)
+and for its lock-free slot state and trees (vlmrb_torchrl._slot_state)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import pickle
 import threading
@@ -18,6 +21,7 @@ from torchrl.data import (
 from torchrl.data.replay_buffers.scheduler import LinearScheduler
 
 from vlmrb_torchrl import VLMPrioritizedSampler
+from vlmrb_torchrl._slot_state import PriorityConfig, SlotState
 from vlmrb_torchrl._sumtree import torchrl_trees_available
 
 BACKENDS = [
@@ -98,8 +102,9 @@ class TestConstruction:
             ({"warmup": -1}, ValueError, "warmup must be an int >= 0"),
             ({"warmup": 1.5}, ValueError, "warmup"),
             ({"threshold": 2.0}, ValueError, "threshold"),
+            ({"unscored_priority": "median"}, ValueError, "unscored_priority must be 'mean', 'max'"),
+            ({"unscored_priority": -1.0}, ValueError, "unscored_priority"),
             ({"default_priority": "median"}, ValueError, "default_priority must be 'mean', 'max'"),
-            ({"default_priority": -1.0}, ValueError, "default_priority"),
             ({"td_boost": 1}, TypeError, "td_boost must be a bool"),
             ({"reduction": "avg"}, ValueError, "reduction"),
             ({"tree_backend": "cuda"}, ValueError, "tree_backend"),
@@ -124,6 +129,54 @@ class TestConstruction:
         rb, _ = make_rb(10)
         with pytest.raises(RuntimeError, match="empty storage"):
             rb.sample(4)
+
+    def test_settings_are_checked_on_assignment(self):
+        s = VLMPrioritizedSampler(8)
+        for name, value, error in [("lambda_max", 1.5, ValueError), ("warmup", -1, ValueError),
+                                   ("beta", -1.0, ValueError), ("alpha", "x", TypeError),
+                                   ("unscored_priority_mode", "median", ValueError)]:
+            with pytest.raises(error, match=name):
+                setattr(s, name, value)
+        s.beta = np.float64(0.25)  # schedulers may assign NumPy floats
+        assert s.beta == 0.25 and type(s.beta) is float
+        for name in ("threshold", "eps", "td_boost"):
+            with pytest.raises(AttributeError, match=f"{name} is fixed at construction"):
+                setattr(s, name, getattr(s, name))
+        assert (s.threshold, s.eps, s.td_boost, s.alpha, s.max_size) == (0.5, 0.01, False, 0.6, 8)
+
+
+class TestRenamedNames:
+    """``default_priority`` was both the constructor's unscored-slot mode and TorchRL's TD default."""
+
+    def test_default_priority_argument_is_a_deprecated_alias(self):
+        with pytest.warns(DeprecationWarning, match="use unscored_priority"):
+            s = VLMPrioritizedSampler(8, default_priority="max")
+        assert s.unscored_priority_mode == "max"
+        assert repr(s).count("unscored_priority='max'") == 1
+
+    def test_both_names_is_an_error(self):
+        with pytest.raises(TypeError, match="deprecated alias"):
+            VLMPrioritizedSampler(8, unscored_priority="max", default_priority="max")
+
+    def test_default_priority_mode_is_a_deprecated_alias(self):
+        s = VLMPrioritizedSampler(8, unscored_priority=0.3)
+        with pytest.warns(DeprecationWarning, match="unscored_priority_mode"):
+            assert s.default_priority_mode == 0.3
+        with pytest.warns(DeprecationWarning, match="unscored_priority_mode"):
+            s.default_priority_mode = "max"
+        assert s.unscored_priority_mode == "max"
+
+    def test_each_name_means_one_thing(self):
+        rb, s = make_rb(8, unscored_priority="mean", warmup=0)
+        index = fill(rb, 4)
+        s.update_scores(index[:2], torch.tensor([1.0, 0.0]))
+        s.update_priority(index, torch.tensor([0.5, 3.0, 0.1, 0.2]))
+        assert s.unscored_priority_mode == "mean"  # the setting
+        assert s.unscored_priority == pytest.approx((1 + 0.01) / 2)  # its current value
+        assert s.stats()["unscored_priority"] == s.unscored_priority
+        assert s.default_priority == 3.0  # TorchRL's: TD priority of new slots
+        s.unscored_priority_mode = 0.25  # takes effect at once
+        assert s.unscored_priority == 0.25
 
 
 class TestUpdateScoresErrors:
@@ -181,7 +234,7 @@ class TestDistribution:
     @pytest.mark.parametrize("default", ["mean", "max", 0.3])
     def test_default_priority(self, backend, default):
         n = 16
-        rb, sampler = make_rb(16, lambda_max=1.0, warmup=0, threshold=None, default_priority=default,
+        rb, sampler = make_rb(16, lambda_max=1.0, warmup=0, threshold=None, unscored_priority=default,
                               tree_backend=backend)
         index = fill(rb, n)
         scores = np.linspace(0.05, 0.9, 6).astype(np.float32)
@@ -252,20 +305,29 @@ class TestDistribution:
         assert_matches(draw_counts(rb, 8, draws=40_000), np.full(8, 1 / 8))
 
     def test_large_capacity(self, backend):
-        cap = 1 << 20
+        # 2**20 slots (a 20-level tree): three hot slots near the first, middle and last
+        # leaves scored 1, 10_000 slots scored 0 (priority eps), and ~1M unscored slots at
+        # the mean scored priority; lambda = 1, so every draw follows the trees
+        cap, eps = 1 << 20, 0.01
         sampler = VLMPrioritizedSampler(cap, lambda_max=1.0, warmup=0, tree_backend=backend)
         storage = LazyTensorStorage(cap)
         rb = TensorDictReplayBuffer(storage=storage, sampler=sampler, generator=torch.Generator().manual_seed(0))
         rb.extend(TensorDict(obs=torch.zeros(cap, dtype=torch.uint8), batch_size=[cap]))
-        hot = torch.tensor([5, cap // 2, cap - 1])
-        sampler.update_scores(hot, torch.ones(3))
+        hot = [5, cap // 2, cap - 1]
+        sampler.update_scores(torch.tensor(hot), torch.ones(3))
         sampler.update_scores(torch.arange(100, 10_100), torch.zeros(10_000))
-        idx = rb.sample(4096)["index"]
-        # unscored slots get the mean of scored priorities, 3 positives among 10_003 scored
-        q_hot = 1.0 / sampler.probabilities().numpy().sum()  # sanity: distribution sums to 1
-        assert q_hot == pytest.approx(1.0)
-        assert torch.isin(idx, hot).float().mean() < 0.01
-        assert idx.max() < cap and idx.min() >= 0
+        p_bar = (3 * 1.0 + 10_000 * eps) / 10_003
+        mass = np.array([1.0, 1.0, 1.0, 10_000 * eps, (cap - 10_003) * p_bar])
+        q = mass / mass.sum()  # each hot slot, the zero-scored block, the unscored rest
+        np.testing.assert_allclose(sampler.probabilities().numpy()[hot], q[:3], rtol=1e-9)
+        counts = np.zeros(5, dtype=np.int64)
+        for _ in range(8):  # 2**21 draws: ~194 per hot slot (q ~ 9.3e-5), 5 sigma ~ 70
+            idx = rb.sample(1 << 18)["index"].numpy()
+            assert idx.min() >= 0 and idx.max() < cap
+            zero = (idx >= 100) & (idx < 10_100)
+            counts += [*(np.count_nonzero(idx == h) for h in hot), zero.sum(), (~zero & ~np.isin(idx, hot)).sum()]
+        # a hot slot treated as unscored would get p_bar / 1 ~ 1% of its share: ~2 draws
+        assert_matches(counts, q)
 
 
 class TestImportanceWeights:
@@ -386,16 +448,29 @@ class TestGenerations:
         assert sampler.update_scores(index2, torch.zeros(3), gen2) == 3
         assert sampler.stats()["fraction_scored"] == 1.0
         assert sampler.stats()["stale_drops"] == 3
-        np.testing.assert_allclose(sampler._score[:6], [0, 0, 0, 1, 1, 1])
+        np.testing.assert_allclose(sampler.scores(torch.arange(6)), [0, 0, 0, 1, 1, 1])
 
     def test_reduce_max(self):
         rb, sampler = make_rb(4)
         index = fill(rb, 4)
         sampler.update_scores(torch.tensor([0, 0, 1]), torch.tensor([0.2, 0.7, 0.4]), reduce="max")
         sampler.update_scores(torch.tensor([1, 2]), torch.tensor([0.1, 0.3]), reduce="max")
-        np.testing.assert_allclose(sampler._score[:3], [0.7, 0.4, 0.3])
+        np.testing.assert_allclose(sampler.scores(torch.arange(3)), [0.7, 0.4, 0.3])
         sampler.update_scores(torch.tensor([0]), torch.tensor([0.1]))  # replace
-        assert sampler._score[0] == pytest.approx(0.1)
+        assert sampler.scores(0).item() == pytest.approx(0.1)
+
+    def test_scores_nan_without_a_score(self):
+        rb, sampler = make_rb(6)
+        index = fill(rb, 4)
+        sampler.update_scores(index[:3], torch.tensor([0.0, 0.6, 1.0]))
+        fill(rb, 2, start=4)
+        fill(rb, 1, start=6)  # wraps: slot 0 rewritten, its score gone
+        got = sampler.scores(torch.arange(6))
+        assert got.dtype == torch.float32 and got.shape == (6,)
+        np.testing.assert_array_equal(got.numpy(), np.array([np.nan, 0.6, 1.0, np.nan, np.nan, np.nan], np.float32))
+        assert sampler.scores(torch.tensor([[2, 1]])).tolist() == [1.0, pytest.approx(0.6)]  # flattened
+        with pytest.raises(ValueError, match="index out of range"):
+            sampler.scores(6)
 
     def test_empty_keeps_generations(self):
         rb, sampler = make_rb(4)
@@ -436,10 +511,11 @@ def test_concurrent_updates_while_sampling(backend):
         stop.set()
         thread.join()
     assert not errors
-    p, g, is_scored, is_unscored = sampler._leaves(slice(None))
-    assert sampler._tree_v.root() == pytest.approx(np.where(is_scored, p * g, 0).sum(), rel=1e-9)
-    assert sampler._tree_u.root() == pytest.approx(np.where(is_unscored, g, 0).sum(), rel=1e-9)
-    assert sampler._n_scored == int(is_scored.sum())
+    state = sampler._state
+    p, g, is_scored, is_unscored = state.leaves(slice(None))
+    assert state.tree_v.root() == pytest.approx(np.where(is_scored, p * g, 0).sum(), rel=1e-9)
+    assert state.tree_u.root() == pytest.approx(np.where(is_unscored, g, 0).sum(), rel=1e-9)
+    assert state.n_scored == int(is_scored.sum())
     assert sampler.stats()["stale_drops"] > 0
 
 
@@ -493,6 +569,103 @@ class TestCheckpoint:
             VLMPrioritizedSampler(16).load_state_dict(state)
 
 
+def v1_checkpoint() -> dict:
+    """A schema-1 state as ``state_dict()`` wrote it before the slot state was split out.
+
+    Frozen here on purpose: checkpoints written by earlier versions must keep loading and
+    sampling the same (the expected numbers below come from that earlier code).
+    """
+    return {
+        "_schema_version": 1,
+        "config": {"max_capacity": 6, "lambda_max": 0.6, "warmup": 10, "default_priority": "max",
+                   "threshold": 0.5, "eps": 0.01, "td_boost": True, "alpha": 0.5, "beta": 0.3,
+                   "reduction": "max"},
+        "sample_calls": 4, "drawn": 40, "drawn_positive": 12, "lambda_override": None,
+        "stale_drops": 3, "max_p": 1.0, "max_td": 2.0, "provenance": {"backend": "oracle"},
+        "score": torch.tensor([0.9, 0.2, 0.0, 0.7, 0.0, 0.0]),
+        "scored": torch.tensor([True, True, False, True, False, False]),
+        "filled": torch.tensor([True, True, True, True, True, False]),
+        "td": torch.tensor([0.5, 1.0, 2.0, 0.1, 2.0, 0.0]),
+        "generation": torch.tensor([2, 1, 1, 1, 1, 0]),
+    }
+
+
+class TestSchemaV1:
+    def check_restored(self, sampler):
+        assert sampler.unscored_priority_mode == "max" and sampler.td_boost and sampler.alpha == 0.5
+        assert sampler.provenance == {"backend": "oracle"}
+        assert sampler.stats() == {
+            "num_filled": 5, "fraction_scored": 0.6, "mean_score": pytest.approx(0.6), "positive_fraction": 2 / 3,
+            "lambda": pytest.approx(0.24), "unscored_priority": 1.0, "stale_drops": 3, "sample_calls": 4,
+            "drawn": 40, "drawn_positive": 12,
+        }
+        np.testing.assert_allclose(
+            sampler.probabilities(5).numpy(),
+            [0.19604500268717834, 0.1526198294965317, 0.23943988574840758, 0.1724553963194748, 0.23943988574840758],
+            rtol=1e-12,
+        )
+        np.testing.assert_array_equal(sampler.scores(torch.arange(6)).numpy(),
+                                      np.array([0.9, 0.2, np.nan, 0.7, np.nan, np.nan], np.float32))
+        assert sampler.generations(torch.arange(6)).tolist() == [2, 1, 1, 1, 1, 0]
+        storage = LazyTensorStorage(6)
+        storage.set(torch.arange(5), TensorDict(obs=torch.arange(5.0), batch_size=[5]))
+        sampler._rng = torch.Generator().manual_seed(0)
+        index, info = sampler.sample(storage, 12)
+        assert index.tolist() == [1, 3, 2, 2, 2, 1, 4, 3, 1, 3, 0, 2]
+        np.testing.assert_allclose(
+            info["priority_weight"].numpy(),
+            [1.0, 0.9640071392059326, 0.8736235499382019, 0.8736235499382019, 0.8736235499382019, 1.0,
+             0.8736235499382019, 0.9640071392059326, 1.0, 0.9640071392059326, 0.9276337623596191,
+             0.8736235499382019],
+            rtol=1e-7,
+        )
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_load_state_dict(self, backend):
+        sampler = VLMPrioritizedSampler(6, tree_backend=backend)
+        sampler.load_state_dict(v1_checkpoint())
+        self.check_restored(sampler)
+
+    def test_state_dict_still_writes_schema_1(self):
+        sampler = VLMPrioritizedSampler(6)
+        sampler.load_state_dict(v1_checkpoint())
+        written, expected = sampler.state_dict(), v1_checkpoint()
+        assert list(written) == list(expected)
+        for key, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert written[key].dtype == value.dtype and torch.equal(written[key], value), key
+            else:
+                assert written[key] == value, key
+
+    def test_loads_directory_in_the_v1_layout(self, tmp_path):
+        # what dumps() wrote: per-slot arrays as a memory-mapped TensorDict, the rest as JSON
+        state = v1_checkpoint()
+        arrays = {k: state.pop(k) for k in ("score", "scored", "filled", "td", "generation")}
+        TensorDict(arrays, batch_size=[6]).memmap(tmp_path / "slots")
+        (tmp_path / "sampler_metadata.json").write_text(json.dumps(state, indent=2))
+        sampler = VLMPrioritizedSampler(6)
+        sampler.loads(tmp_path)
+        sampler.dumps(tmp_path / "again")  # and dumps() writes the same layout back
+        assert json.loads((tmp_path / "again" / "sampler_metadata.json").read_text()) == state
+        again = TensorDict.load_memmap(tmp_path / "again" / "slots")
+        assert sorted(again.keys()) == sorted(arrays) and all(torch.equal(again[k], v) for k, v in arrays.items())
+        self.check_restored(sampler)
+        sampler2 = VLMPrioritizedSampler(6)
+        sampler2.loads(tmp_path / "again")
+        self.check_restored(sampler2)
+
+    def test_unpickles_v1_pickle_state(self):
+        sampler = VLMPrioritizedSampler.__new__(VLMPrioritizedSampler)
+        sampler.__setstate__({"state": v1_checkpoint(), "tree_backend": "numpy"})
+        self.check_restored(sampler)
+
+    def test_other_schema_rejected(self):
+        state = v1_checkpoint()
+        state["_schema_version"] = 2
+        with pytest.raises(ValueError, match="Unsupported VLMPrioritizedSampler state schema 2"):
+            VLMPrioritizedSampler(6).load_state_dict(state)
+
+
 def test_prefilled_storage():
     storage = LazyTensorStorage(10)
     storage.set(torch.arange(6), TensorDict(obs=torch.zeros(6), batch_size=[6]))
@@ -501,3 +674,169 @@ def test_prefilled_storage():
     idx = rb.sample(500)["index"]
     assert idx.max() < 6
     assert sampler.stats()["num_filled"] == 6
+
+
+# ---------------------------------------------------------------------- the slot state itself
+def tree_snapshot(tree) -> tuple:
+    """What a tree answers: its root and the leaf found for a grid of masses."""
+    root = tree.root()
+    if tree.kind == "min" or not root > 0:
+        return (root,)
+    return root, tree.find(np.linspace(0.0, root, 257)[:-1]).tolist()
+
+
+def snapshot(state: SlotState) -> list:
+    trees = [state.tree_v, state.tree_u, state.tree_p, *(state.min_trees or ())]
+    return [None if t is None else tree_snapshot(t) for t in trees]
+
+
+def random_workload(state: SlotState, rng: np.random.Generator, steps: int = 60) -> None:
+    cap = state.capacity
+    for _ in range(steps):
+        op = rng.integers(0, 4)
+        index = rng.integers(0, cap, int(rng.integers(1, 24)))  # with duplicates
+        if op == 0:
+            state.write(index)
+        elif op == 1:
+            generation = state.generation[index] - (rng.random(index.size) < 0.2)  # some stale
+            state.set_scores(index, rng.random(index.size), generation, "max" if rng.random() < 0.5 else "replace")
+        elif op == 2:
+            state.set_td(index, rng.random(index.size) * 3)
+        else:
+            state.fill(np.unique(index))
+
+
+class TestSlotState:
+    def test_priority_config(self):
+        scores = np.array([0.0, 0.5, 0.6, 1.0], dtype=np.float32)
+        assert PriorityConfig(threshold=0.5, eps=0.01).priority(scores).tolist() == [0.01, 0.01, 1.0, 1.0]
+        np.testing.assert_array_equal(PriorityConfig(threshold=None, eps=0.1).priority(scores),
+                                      np.maximum(scores.astype(np.float64), 0.1))
+        config = PriorityConfig(eps=0.5, alpha=2.0)
+        assert config.td_factor(np.array([0.5, 1.5], np.float32)).tolist() == [1.0, 4.0]
+        assert (PriorityConfig(threshold=0.3).cut, PriorityConfig(threshold=None).cut) == (0.3, 0.5)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            config.alpha = 1.0
+
+    def test_leaves_and_counts(self):
+        state = SlotState(6, PriorityConfig(td_boost=True, alpha=1.0, eps=0.5))
+        state.write(np.array([0, 1, 2, 3, 3]))
+        assert (state.n_filled, state.n_scored, state.generation.tolist()) == (4, 0, [1, 1, 1, 1, 0, 0])
+        assert state.set_scores(np.array([0, 1, 5]), np.array([0.9, 0.1, 0.9])) == 2  # slot 5 never written
+        assert (state.n_scored, state.stale_drops, state.max_p) == (2, 1, 1.0)
+        state.set_td(np.array([2, 4]), np.array([1.5, 0.5]))  # slot 4 gets filled
+        assert state.n_filled == 5 and state.max_td == 1.5
+        p, g, is_scored, is_unscored = state.leaves(slice(None))
+        assert p.tolist() == [1.0, 0.5, 0.5, 0.5, 0.5, 0.5]
+        assert g.tolist() == [1.5, 1.5, 2.0, 1.5, 1.0, 0.5]  # td (1 for new slots, PER) + eps
+        assert is_scored.tolist() == [True, True, False, False, False, False]
+        assert is_unscored.tolist() == [False, False, True, True, True, False]
+        assert state.tree_v.root() == 1.0 * 1.5 + 0.5 * 1.5
+        assert state.tree_u.root() == 2.0 + 1.5 + 1.0
+        assert state.tree_p.root() == 1.5
+        state.write(np.array([0]))  # rewritten: unscored again, with the largest TD seen
+        assert (state.n_scored, state.td[0], np.isnan(state.scores(np.array([0]))[0])) == (1, 1.5, True)
+
+    @pytest.mark.parametrize("mode, expected", [("mean", (1.0 + 0.01 + 0.01) / 3), ("max", 1.0), (0.3, 0.3),
+                                                (0.001, 0.01)])
+    def test_unscored_priority(self, mode, expected):
+        state = SlotState(8, PriorityConfig(unscored=mode))
+        state.write(np.arange(6))
+        assert state.unscored_priority() == (1.0 if isinstance(mode, str) else expected)  # nothing scored yet
+        state.set_scores(np.arange(3), np.array([0.9, 0.2, 0.1]))
+        assert state.unscored_priority() == pytest.approx(expected)
+
+    def test_dedupe(self):
+        state = SlotState(8)
+        index, values = state.dedupe(np.array([3, 1, 3, 2]), np.array([0.1, 0.2, 0.3, 0.4]))
+        assert sorted(zip(index.tolist(), values.tolist())) == [(1, 0.2), (2, 0.4), (3, 0.3)]  # last wins
+        index, values = state.dedupe(np.array([3, 1, 3]), np.array([0.5, 0.2, 0.3]), "max")
+        assert (index.tolist(), values.tolist()) == ([1, 3], [0.2, 0.5])
+
+    def test_reduce_max_and_generations(self):
+        state = SlotState(4)
+        state.write(np.arange(4))
+        gen = state.generation[:2].copy()
+        state.set_scores(np.array([0, 1]), np.array([0.7, 0.4]), gen)
+        assert state.set_scores(np.array([0, 1]), np.array([0.2, 0.9]), gen, "max") == 2
+        np.testing.assert_allclose(state.scores(np.arange(2)), [0.7, 0.9])
+        state.write(np.array([1]))
+        assert state.set_scores(np.array([0, 1]), np.array([0.1, 0.1]), gen) == 1  # slot 1 is stale
+        assert state.stale_drops == 1
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    @pytest.mark.parametrize("config", [PriorityConfig(), PriorityConfig(threshold=None, td_boost=True, alpha=0.7),
+                                        PriorityConfig(unscored="max", td_boost=True)])
+    def test_incremental_trees_equal_rebuild(self, backend, config):
+        rng = np.random.default_rng(0)
+        live = SlotState(37, config, backend)
+        live.ensure_min_trees()
+        random_workload(live, rng)
+        fresh = SlotState(37, config, backend)
+        fresh.load(live.arrays(), max_p=live.max_p, max_td=live.max_td, stale_drops=live.stale_drops)
+        fresh.ensure_min_trees()
+        assert (fresh.n_filled, fresh.n_scored) == (live.n_filled, live.n_scored)
+        assert snapshot(fresh) == snapshot(live)
+        if backend == "numpy":  # every node recomputed from its children: bit-identical arrays
+            for name in ("tree_v", "tree_u", "tree_p"):
+                if getattr(live, name) is not None:
+                    np.testing.assert_array_equal(getattr(live, name).tree, getattr(fresh, name).tree)
+            for a, b in zip(live.min_trees, fresh.min_trees):
+                np.testing.assert_array_equal(a.tree, b.tree)
+        p, g, is_scored, is_unscored = live.leaves(slice(None))
+        assert live.tree_v.root() == pytest.approx(np.where(is_scored, p * g, 0).sum(), rel=1e-12)
+        assert live.tree_u.root() == pytest.approx(np.where(is_unscored, g, 0).sum(), rel=1e-12)
+        assert live.unscored_priority() == fresh.unscored_priority()
+
+    def test_refresh_of_rescored_slots_leaves_unscored_tree_alone(self):
+        state = SlotState(8)
+        state.write(np.arange(8))
+        state.set_scores(np.arange(4), np.full(4, 0.9))
+        before = state.tree_u.tree.copy()
+        state.set_scores(np.arange(4), np.full(4, 0.1))  # re-scores: no unscored leaf changes
+        np.testing.assert_array_equal(state.tree_u.tree, before)
+        assert state.tree_v.root() == pytest.approx(4 * 0.01)
+
+    def test_reconfigure(self):
+        state = SlotState(8, PriorityConfig(td_boost=True, alpha=0.5))
+        state.write(np.arange(8))
+        state.set_td(np.arange(8), np.linspace(0, 2, 8))
+        state.reconfigure(alpha=2.0)  # leaves depend on alpha with td_boost: rebuilt
+        assert state.tree_u.root() == pytest.approx(((np.linspace(0, 2, 8).astype(np.float32) + 0.01) ** 2).sum())
+        state.reconfigure(td_boost=False)  # no TD factor, no tree_p
+        assert state.tree_p is None and state.tree_u.root() == 8.0
+        state.reconfigure(unscored=0.5)
+        assert state.unscored_priority() == 0.5 and state.tree_u.root() == 8.0
+
+    def test_draw(self):
+        state = SlotState(8, PriorityConfig(threshold=None, eps=0.0, unscored=1.0))
+        state.write(np.arange(4))  # 4 of 8 filled
+        state.set_scores(np.arange(3), np.array([0.5, 0.0, 0.25]))  # v = [.5, 0, .25], slot 3 unscored: 1
+        u = np.array([0.0, 0.2, 0.4, 0.5, 0.99])
+        index, total, p_bar = state.draw(np.stack([np.ones(5), u]), lam=0.5, n=4)  # no draw prioritized
+        assert (index.tolist(), total, p_bar) == ([0, 0, 1, 2, 3], 1.75, 1.0)
+        index, _, _ = state.draw(np.stack([np.zeros(5), u]), lam=0.5, n=4)  # all by mass in [0, 1.75)
+        assert index.tolist() == [0, 0, 2, 3, 3]  # mass .35 -> slot 0, .7 -> slot 2, .875+ -> slot 3
+        assert state.count_positive(np.array([0, 0, 2, 3])) == 0  # 0.5 is not above the cut
+        state.set_scores(np.array([3]), np.array([0.75]))
+        assert state.count_positive(np.array([0, 3, 3])) == 2
+
+    def test_probabilities_and_weights(self):
+        state = SlotState(4)
+        state.write(np.arange(4))
+        state.set_scores(np.arange(3), np.array([1.0, 0.0, 0.0]))
+        p_bar = (1 + 0.01 + 0.01) / 3
+        v = np.array([1.0, 0.01, 0.01, p_bar])
+        q = 0.5 * v / v.sum() + 0.5 / 4
+        np.testing.assert_allclose(state.probabilities(4, 0.5), q, rtol=1e-12)
+        w = state.importance_weights(np.arange(4), 0.5, 4, v.sum(), p_bar, 0.5)
+        np.testing.assert_allclose(w, (q / q.min()) ** -0.5, rtol=1e-12)
+
+    def test_reset(self):
+        state = SlotState(4)
+        state.write(np.arange(4))
+        state.set_scores(np.arange(4), np.ones(4))
+        state.reset(keep_generations=True)
+        assert (state.n_filled, state.n_scored, state.generation.tolist(), state.tree_v.root()) == (0, 0, [1] * 4, 0.0)
+        state.reset()
+        assert state.generation.tolist() == [0] * 4

@@ -130,7 +130,7 @@ def test_every_transition_gets_its_clip_score(scorer_batch):
         assert worker.drain(timeout=30)
     flat = torch.cat(flat_all)
     expected = expected_start_scores(flat, clip_len)
-    got = sampler._score[: len(flat)]
+    got = sampler.scores(torch.arange(len(flat)))
     assert sampler.stats()["fraction_scored"] == 1.0
     np.testing.assert_allclose(got, [expected[i] for i in range(len(flat))], rtol=1e-6)
     stats = worker.stats()
@@ -157,7 +157,7 @@ def test_wraparound_with_slow_scorer_drops_stale_scores():
     for slot in slots:  # every score that landed belongs to the data now in its slot
         row = len(written) - capacity + slot  # 200 % 40 == 0: the last 40 rows fill slots 0..39
         assert rb.storage[int(slot)]["obs"] == written[row]["obs"]
-        assert sampler._score[slot] == pytest.approx(expected[row])
+        assert sampler.scores(int(slot)).item() == pytest.approx(expected[row])
     assert worker.stats()["scored"] == worker.stats()["submitted"]
 
 
@@ -266,7 +266,7 @@ def test_process_backend_scores_and_shuts_down():
         worker.submit(stream.flush())
         assert worker.drain(timeout=120)
     expected = expected_start_scores(flat, 5)
-    np.testing.assert_allclose(sampler._score[: len(flat)], [expected[i] for i in range(len(flat))], rtol=1e-6)
+    np.testing.assert_allclose(sampler.scores(torch.arange(len(flat))), [expected[i] for i in range(len(flat))], rtol=1e-6)
     assert multiprocessing.active_children() == []
 
 
@@ -291,7 +291,7 @@ class TestMakeVLMReplayBuffer:
             px = flat["pixels"][rows][..., 0, 0, 0].float()
             for k, row in enumerate(rows.tolist()):
                 exp[row] = px[k : k + 4].max().item() / 255
-        np.testing.assert_allclose(rb.sampler._score[index.numpy()], [exp[i] for i in range(60)], rtol=1e-6)
+        np.testing.assert_allclose(rb.sampler.scores(index), [exp[i] for i in range(60)], rtol=1e-6)
         assert rb.sample().shape == (16,)
         stats = rb.vlm_stats()
         assert stats["fraction_scored"] == 1.0 and stats["scorer/scored"] == 60

@@ -175,7 +175,7 @@ def make_vlm_replay_buffer(
         ...                     ("next", "progress_event"): torch.arange(10) == 6}, batch_size=[10])
         >>> index = rb.extend(batch)
         >>> rb.close()
-        >>> rb.sampler._score[:10].tolist()  # clips starting at 3..6 contain the event
+        >>> rb.sampler.scores(torch.arange(10)).tolist()  # clips starting at 3..6 contain the event
         [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
         >>> rb.sample().batch_size
         torch.Size([8])

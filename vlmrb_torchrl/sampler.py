@@ -1,12 +1,18 @@
-"""VLMPrioritizedSampler: a mixture of VLM-prioritized and uniform replay (VLM-RB)."""
+"""VLMPrioritizedSampler: a mixture of VLM-prioritized and uniform replay (VLM-RB).
+
+The TorchRL-facing class: argument checks, the lock, the random draws, checkpoints and
+TorchRL's ``Sampler`` API. The per-slot state and the trees it samples from live in
+:mod:`vlmrb_torchrl._slot_state` (plain NumPy, lock-free).
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import threading
+import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -14,15 +20,18 @@ from tensordict import TensorDict
 from torchrl.data.replay_buffers import PrioritizedSampler
 from torchrl.data.replay_buffers.storages import Storage
 
-from vlmrb_torchrl._sumtree import TreeBackend, make_tree, resolve_backend
+from vlmrb_torchrl._slot_state import PriorityConfig, SlotState, UnscoredMode
+from vlmrb_torchrl._sumtree import TreeBackend, resolve_backend
 
 __all__ = ["VLMPrioritizedSampler"]
 
 _STATE_SCHEMA_VERSION = 1
+_ARRAY_KEYS = ("score", "scored", "filled", "td", "generation")  # per-slot arrays of a checkpoint
 _EMPTY_STORAGE_ERROR = "Cannot sample from an empty storage: extend the replay buffer first."
 _REDUCTIONS = ("max", "min", "mean", "median", "sum")
 
 
+# ---------------------------------------------------------------------- argument conversion
 def _as_index(index: int | torch.Tensor | np.ndarray, capacity: int) -> np.ndarray:
     """Flattens a storage index to a 1-D int64 NumPy array and checks its range."""
     if isinstance(index, tuple):
@@ -65,6 +74,110 @@ def _as_values(values: float | torch.Tensor | np.ndarray, n: int, name: str) -> 
     return arr
 
 
+def _as_index_like(generation: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
+    if isinstance(generation, torch.Tensor):
+        arr = generation.detach().reshape(-1).to("cpu", torch.int64).numpy()
+    else:
+        arr = np.asarray(generation, dtype=np.int64).reshape(-1)
+    if arr.size != n:
+        raise ValueError(f"generation has {arr.size} values but index has {n} entries.")
+    return arr
+
+
+def _numpy(value: torch.Tensor | np.ndarray | Any) -> np.ndarray:
+    return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+# ---------------------------------------------------------------------- argument checks
+def _check_nonneg(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {name}={value!r}.")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {name}={value!r}.")
+    return float(value)
+
+
+def _check_beta(name: str, value: float) -> float:
+    # schedulers may assign NumPy floats
+    return _check_nonneg(name, float(value) if isinstance(value, np.floating) else value)
+
+
+def _check_unit(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+        raise TypeError(f"{name} must be a number in [0, 1], got {name}={value!r}.")
+    value = float(value)
+    if not 0.0 <= value <= 1.0:  # also rejects NaN
+        raise ValueError(f"{name} must be in [0, 1], got {name}={value!r}.")
+    return value
+
+
+def _check_threshold(name: str, value: float | None) -> float | None:
+    return None if value is None else _check_unit(name, value)
+
+
+def _check_warmup(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0 (sample calls), got {name}={value!r}.")
+    return value
+
+
+def _check_unscored(name: str, value: UnscoredMode) -> UnscoredMode:
+    if isinstance(value, str):
+        if value not in ("mean", "max"):
+            raise ValueError(f"{name} must be 'mean', 'max' or a float >= 0, got {value!r}.")
+        return value
+    return _check_nonneg(name, value)
+
+
+def _warn_renamed(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}.", DeprecationWarning, stacklevel=3)
+
+
+# ---------------------------------------------------------------------- public settings
+class _Setting:
+    """A sampler setting stored in ``_<name>``, checked on every assignment."""
+
+    def __init__(self, check: Callable[[str, Any], Any], doc: str) -> None:
+        self._check = check
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name, self._attr = name, f"_{name}"
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self if obj is None else getattr(obj, self._attr)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(obj, self._attr, self._check(self._name, value))
+
+
+class _PrioritySetting:
+    """A :class:`PriorityConfig` field seen through the sampler; read-only without ``check``.
+
+    An assignment is checked, then applied under the sampler's lock (the slot state
+    rebuilds its trees when their leaves depend on the field).
+    """
+
+    def __init__(self, field: str, doc: str, check: Callable[[str, Any], Any] | None = None) -> None:
+        self._field, self._check = field, check
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self if obj is None else getattr(obj._state.config, self._field)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if self._check is None:
+            raise AttributeError(
+                f"{self._name} is fixed at construction (load_state_dict restores a checkpoint's)."
+            )
+        value = self._check(self._name, value)
+        with obj._lock:
+            obj._state.reconfigure(**{self._field: value})
+
+
 class VLMPrioritizedSampler(PrioritizedSampler):
     r"""Samples transitions from a mixture of VLM-prioritized and uniform replay.
 
@@ -83,11 +196,12 @@ class VLMPrioritizedSampler(PrioritizedSampler):
     The priority :math:`p_i` of a scored slot is its VLM score binarised at
     ``threshold`` (1 if ``score > threshold`` else 0, as in the paper) or the raw
     score when ``threshold=None``, floored at ``eps`` so that no transition becomes
-    unreachable. An unscored slot (its clip is not scored yet) uses the current
-    ``default_priority``: ``"mean"`` of the priorities of the scored slots,
-    ``"max"`` priority written so far, or a fixed float. Both are recomputed at
+    unreachable. An unscored slot (its clip is not scored yet) gets the priority
+    :math:`\bar p` (:attr:`unscored_priority`) that the ``unscored_priority``
+    argument sets: ``"mean"`` of the priorities of the scored slots, ``"max"``
+    priority written so far, or a fixed float. :math:`\bar p` is recomputed at
     every sample, so a slot inserted before any score arrived is not frozen at a
-    stale default.
+    stale value.
 
     With ``td_boost=True`` (the paper's continuous-control variant) the prioritized
     component becomes :math:`\propto p_i \cdot (|\delta_i| + \epsilon)^\alpha`, where
@@ -128,8 +242,10 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             ``lambda_max``. Assigning :attr:`lambda_` (e.g. from a TorchRL
             :class:`~torchrl.data.replay_buffers.scheduler.LinearScheduler`)
             replaces this built-in schedule. Defaults to 100_000.
-        default_priority (str or float, optional): priority of unscored slots:
-            ``"mean"``, ``"max"`` or a float >= 0. Defaults to ``"mean"``.
+        unscored_priority (str or float, optional): priority of unscored slots:
+            ``"mean"``, ``"max"`` or a float >= 0 (floored at ``eps``); readable
+            and assignable afterwards as :attr:`unscored_priority_mode`.
+            ``None`` means ``"mean"``. Defaults to ``None``.
         threshold (float or None, optional): binarisation threshold in [0, 1], or
             ``None`` to use continuous scores. Defaults to 0.5.
         eps (float, optional): priority floor (and TD offset with ``td_boost``).
@@ -143,6 +259,10 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             to one per slot. Defaults to ``"max"``.
         tree_backend (str, optional): ``"auto"``, ``"torchrl"`` or ``"numpy"``.
             Defaults to ``"auto"``.
+        default_priority (str or float, optional): deprecated alias of
+            ``unscored_priority`` (a :class:`DeprecationWarning`; passing both is a
+            :class:`TypeError`). Not to be confused with the :attr:`default_priority`
+            property, TorchRL's TD priority of new slots.
 
     Examples:
         >>> import torch
@@ -159,6 +279,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         >>> counts = torch.bincount(rb.sample()["index"], minlength=4)
         >>> (counts[0] / 1000).item() > 0.95  # p = [1, .01, .01, .01]
         True
+        >>> sampler.scores(index)
+        tensor([0.9000, 0.1000, 0.2000, 0.3000])
         >>> sampler.stats()["fraction_scored"]
         1.0
     """
@@ -169,7 +291,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         *,
         lambda_max: float = 0.5,
         warmup: int = 100_000,
-        default_priority: Literal["mean", "max"] | float = "mean",
+        unscored_priority: UnscoredMode | None = None,
         threshold: float | None = 0.5,
         eps: float = 0.01,
         td_boost: bool = False,
@@ -177,20 +299,35 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         beta: float = 0.0,
         reduction: str = "max",
         tree_backend: TreeBackend = "auto",
+        default_priority: UnscoredMode | None = None,
     ) -> None:
         # PrioritizedSampler.__init__ is deliberately not called: see the class note.
         if isinstance(max_capacity, bool) or not isinstance(max_capacity, int) or max_capacity < 1:
             raise ValueError(f"max_capacity must be an int >= 1, got max_capacity={max_capacity!r}.")
+        unscored_name = "unscored_priority"
+        if default_priority is not None:
+            if unscored_priority is not None:
+                raise TypeError(
+                    "Pass unscored_priority only: default_priority is its deprecated alias."
+                )
+            warnings.warn(
+                "VLMPrioritizedSampler(default_priority=...) is deprecated; use unscored_priority=.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            unscored_priority, unscored_name = default_priority, "default_priority"
         self._max_capacity = max_capacity
         self.lambda_max = lambda_max
         self.warmup = warmup
-        self.default_priority_mode = default_priority
-        self._threshold = self._check_threshold(threshold)
-        self._eps = self._check_nonneg("eps", eps)
+        unscored = _check_unscored(unscored_name, "mean" if unscored_priority is None else unscored_priority)
+        threshold = _check_threshold("threshold", threshold)
+        eps = _check_nonneg("eps", eps)
         if not isinstance(td_boost, bool):
             raise TypeError(f"td_boost must be a bool, got td_boost={td_boost!r}.")
-        self._td_boost = td_boost
-        self._alpha = self._check_nonneg("alpha", alpha)
+        alpha = _check_nonneg("alpha", alpha)
+        config = PriorityConfig(
+            threshold=threshold, eps=eps, td_boost=td_boost, alpha=alpha, unscored=unscored
+        )
         self.beta = beta
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
@@ -198,99 +335,33 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self._backend = resolve_backend(tree_backend)
         self.provenance: dict[str, Any] = {}
         self._lock = threading.RLock()
-        self._reset_state()
+        self._state = SlotState(max_capacity, config, self._backend)
+        self._reset_counters()
 
-    # ------------------------------------------------------------------ config
-    @staticmethod
-    def _check_nonneg(name: str, value: float) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a number, got {name}={value!r}.")
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {name}={value!r}.")
-        return float(value)
+    def _reset_counters(self) -> None:
+        self._sample_calls = 0
+        self._drawn = 0
+        self._drawn_positive = 0
+        self._lambda_override: float | None = None
 
-    @staticmethod
-    def _check_unit(name: str, value: float) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
-            raise TypeError(f"{name} must be a number in [0, 1], got {name}={value!r}.")
-        value = float(value)
-        if not 0.0 <= value <= 1.0:  # also rejects NaN
-            raise ValueError(f"{name} must be in [0, 1], got {name}={value!r}.")
-        return value
-
-    @classmethod
-    def _check_threshold(cls, threshold: float | None) -> float | None:
-        return None if threshold is None else cls._check_unit("threshold", threshold)
+    # ------------------------------------------------------------------ settings
+    lambda_max = _Setting(_check_unit, "Final weight of the prioritized component, in [0, 1].")
+    warmup = _Setting(_check_warmup, "Number of sample calls over which the built-in lambda_ rises.")
+    beta = _Setting(_check_beta, "Importance-sampling exponent (>= 0).")
+    threshold = _PrioritySetting("threshold", "Binarisation threshold of the scores, or None (read-only).")
+    eps = _PrioritySetting("eps", "Priority floor and TD offset (read-only).")
+    td_boost = _PrioritySetting("td_boost", "Whether TD priorities shape sampling (read-only).")
+    alpha = _PrioritySetting("alpha", "TD exponent; assigning it rebuilds the trees with td_boost (O(N)).",
+                             _check_nonneg)
+    unscored_priority_mode = _PrioritySetting(
+        "unscored",
+        'The unscored_priority setting ("mean", "max" or a float >= 0); assignable.',
+        _check_unscored,
+    )
 
     @property
     def max_size(self) -> int:
         return self._max_capacity
-
-    @property
-    def lambda_max(self) -> float:
-        return self._lambda_max
-
-    @lambda_max.setter
-    def lambda_max(self, value: float) -> None:
-        self._lambda_max = self._check_unit("lambda_max", value)
-
-    @property
-    def warmup(self) -> int:
-        return self._warmup
-
-    @warmup.setter
-    def warmup(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"warmup must be an int >= 0 (sample calls), got warmup={value!r}.")
-        self._warmup = value
-
-    @property
-    def default_priority_mode(self) -> str | float:
-        """The ``default_priority`` setting for unscored slots (``"mean"``, ``"max"`` or a float)."""
-        return self._default_priority_mode
-
-    @default_priority_mode.setter
-    def default_priority_mode(self, value: str | float) -> None:
-        if isinstance(value, str):
-            if value not in ("mean", "max"):
-                raise ValueError(
-                    f"default_priority must be 'mean', 'max' or a float >= 0, got {value!r}."
-                )
-        else:
-            value = self._check_nonneg("default_priority", value)
-        self._default_priority_mode = value
-
-    @property
-    def threshold(self) -> float | None:
-        return self._threshold
-
-    @property
-    def eps(self) -> float:
-        return self._eps
-
-    @property
-    def td_boost(self) -> bool:
-        return self._td_boost
-
-    @property
-    def alpha(self) -> float:
-        return self._alpha
-
-    @alpha.setter
-    def alpha(self, value: float) -> None:
-        value = self._check_nonneg("alpha", value)
-        with self._lock:
-            self._alpha = value
-            if self._td_boost:
-                self._rebuild_trees()
-
-    @property
-    def beta(self) -> float:
-        return self._beta
-
-    @beta.setter
-    def beta(self, value: float) -> None:
-        self._beta = self._check_nonneg("beta", float(value) if isinstance(value, np.floating) else value)
 
     @property
     def lambda_(self) -> float:
@@ -308,7 +379,17 @@ class VLMPrioritizedSampler(PrioritizedSampler):
 
     @lambda_.setter
     def lambda_(self, value: float) -> None:
-        self._lambda_override = self._check_unit("lambda_", value)
+        self._lambda_override = _check_unit("lambda_", value)
+
+    @property
+    def unscored_priority(self) -> float:
+        """The priority :math:`\\bar p` currently given to slots without a score.
+
+        The value the ``unscored_priority`` setting (:attr:`unscored_priority_mode`)
+        yields now: with ``"mean"`` it follows the scores as they arrive.
+        """
+        with self._lock:
+            return self._state.unscored_priority()
 
     @property
     def default_priority(self) -> float:
@@ -317,152 +398,31 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         This is the quantity TorchRL's buffers ask a prioritized sampler for; the
         priority of *unscored* slots is :attr:`unscored_priority`.
         """
-        return self._max_td
+        return self._state.max_td
 
     @property
-    def unscored_priority(self) -> float:
-        """The priority :math:`\\bar p` currently used for slots without a score."""
-        with self._lock:
-            return self._unscored_priority()
+    def default_priority_mode(self) -> str | float:
+        """Deprecated alias of :attr:`unscored_priority_mode`."""
+        _warn_renamed("default_priority_mode", "unscored_priority_mode")
+        return self.unscored_priority_mode
 
-    # ------------------------------------------------------------------ state
-    def _reset_state(self, keep_generations: bool = False) -> None:
-        cap = self._max_capacity
-        generation = getattr(self, "_generation", None)
-        self._score = np.zeros(cap, dtype=np.float32)
-        self._scored = np.zeros(cap, dtype=bool)
-        self._filled = np.zeros(cap, dtype=bool)
-        self._td = np.zeros(cap, dtype=np.float32)
-        if not (keep_generations and generation is not None):
-            self._generation = np.zeros(cap, dtype=np.int64)
-        # scratch for de-duplicating indices in O(M) rather than sorting
-        self._scratch = np.zeros(cap, dtype=np.int64)
-        self._n_filled = 0
-        self._n_scored = 0
-        self._sample_calls = 0
-        self._drawn = 0
-        self._drawn_positive = 0
-        self._lambda_override: float | None = None
-        self._stale_drops = 0
-        self._max_p: float | None = None
-        self._max_td = 1.0
-        self._tree_v = make_tree(cap, "sum", self._backend)  # scored: p * g
-        self._tree_u = make_tree(cap, "sum", self._backend)  # unscored: g
-        # sum of p over scored slots, for default_priority="mean"; equals tree_v without td_boost
-        self._tree_p = make_tree(cap, "sum", self._backend) if self._td_boost else None
-        self._min_trees = None  # built on first use with beta > 0
+    @default_priority_mode.setter
+    def default_priority_mode(self, value: str | float) -> None:
+        _warn_renamed("default_priority_mode", "unscored_priority_mode")
+        self.unscored_priority_mode = value
 
-    def _priority(self, score: np.ndarray) -> np.ndarray:
-        if self._threshold is None:
-            p = score.astype(np.float64)
-        else:
-            p = (score > self._threshold).astype(np.float64)
-        return np.maximum(p, self._eps)
-
-    def _td_factor(self, td: np.ndarray) -> np.ndarray:
-        return (td.astype(np.float64) + self._eps) ** self._alpha
-
-    def _leaves(self, index: np.ndarray | slice):
-        filled, scored = self._filled[index], self._scored[index]
-        p = self._priority(self._score[index])
-        g = self._td_factor(self._td[index]) if self._td_boost else np.ones_like(p)
-        is_scored = filled & scored
-        is_unscored = filled & ~scored
-        return p, g, is_scored, is_unscored
-
-    def _refresh(self, index: np.ndarray, unscored_changed: np.ndarray | None = None) -> None:
-        """Rewrites the tree leaves of ``index`` (unique) from the per-slot arrays.
-
-        ``unscored_changed`` (a mask over ``index``) limits the unscored tree's update
-        to the slots whose unscored leaf changed; ``None`` updates all of them.
-        """
-        p, g, is_scored, is_unscored = self._leaves(index)
-        self._tree_v.update(index, np.where(is_scored, p * g, 0.0))
-        if unscored_changed is None:
-            self._tree_u.update(index, np.where(is_unscored, g, 0.0))
-        elif unscored_changed.any():
-            self._tree_u.update(index[unscored_changed], np.where(is_unscored, g, 0.0)[unscored_changed])
-        if self._tree_p is not None:
-            self._tree_p.update(index, np.where(is_scored, p, 0.0))
-        if self._min_trees is not None:
-            min_v, min_u = self._min_trees
-            min_v.update(index, np.where(is_scored, p * g, np.inf))
-            min_u.update(index, np.where(is_unscored, g, np.inf))
-
-    def _rebuild_trees(self) -> None:
-        p, g, is_scored, is_unscored = self._leaves(slice(None))
-        self._tree_v.build(np.where(is_scored, p * g, 0.0))
-        self._tree_u.build(np.where(is_unscored, g, 0.0))
-        if self._tree_p is not None:
-            self._tree_p.build(np.where(is_scored, p, 0.0))
-        if self._min_trees is not None:
-            self._min_trees = None
-            self._ensure_min_trees()
-
-    def _ensure_min_trees(self) -> None:
-        if self._min_trees is None:
-            p, g, is_scored, is_unscored = self._leaves(slice(None))
-            min_v = make_tree(self._max_capacity, "min", self._backend)
-            min_u = make_tree(self._max_capacity, "min", self._backend)
-            min_v.build(np.where(is_scored, p * g, np.inf))
-            min_u.build(np.where(is_unscored, g, np.inf))
-            self._min_trees = (min_v, min_u)
-
-    def _unscored_priority(self) -> float:
-        mode = self._default_priority_mode
-        if mode == "mean":
-            if self._n_scored == 0:
-                return 1.0
-            p_sum_tree = self._tree_p if self._tree_p is not None else self._tree_v
-            total = p_sum_tree.root()
-            return max(total / self._n_scored, self._eps)
-        if mode == "max":
-            return 1.0 if self._max_p is None else self._max_p
-        return max(mode, self._eps)
-
-    def _dedupe(
-        self, index: np.ndarray, values: np.ndarray | None = None, reduce: str = "replace"
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """One entry per slot: the last write wins (``"replace"``) or the largest (``"max"``).
-
-        Must be called under the lock: it uses a shared scratch array so that the
-        common case costs two gathers instead of a sort.
-        """
-        if reduce == "max":
-            uniq, inverse = np.unique(index, return_inverse=True)
-            out = np.full(len(uniq), -np.inf)
-            np.maximum.at(out, inverse, values)
-            return uniq, out
-        position = np.arange(index.size)
-        self._scratch[index] = position  # each slot keeps the position of one write
-        keep = self._scratch[index] == position
-        if keep.all():
-            return index, values
-        return index[keep], None if values is None else values[keep]
-
-    def _fill(self, index: np.ndarray) -> None:
-        """Marks never-written slots of ``index`` (unique) as filled and unscored."""
-        new = index[~self._filled[index]]
-        if new.size:
-            self._filled[new] = True
-            self._td[new] = self._max_td
-            self._n_filled += int(new.size)
-            self._refresh(new)
+    # the raw per-slot arrays under their old names, for code written before scores()
+    # (the AsyncScorer doctest, tests/test_worker.py); new code uses scores()
+    _score = property(lambda self: self._state.score)
+    _scored = property(lambda self: self._state.scored)
+    _filled = property(lambda self: self._state.filled)
 
     # ------------------------------------------------------------------ writes
     def mark_update(self, index: int | torch.Tensor, *, storage: Storage | None = None) -> None:
         """Called by the writer on every write: bumps generations, resets the slots to unscored."""
         index = _as_index(index, self._max_capacity)
         with self._lock:
-            index, _ = self._dedupe(index)
-            self._generation[index] += 1
-            self._n_filled += int((~self._filled[index]).sum())
-            self._n_scored -= int((self._scored[index] & self._filled[index]).sum())
-            self._filled[index] = True
-            self._scored[index] = False
-            self._score[index] = 0.0
-            self._td[index] = self._max_td
-            self._refresh(index)
+            self._state.write(index)
 
     def add(self, index: int) -> None:  # work done in mark_update
         return
@@ -474,7 +434,28 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         """Current generation of each slot in ``index`` (what a producer records at insertion)."""
         index = _as_index(index, self._max_capacity)
         with self._lock:
-            return torch.from_numpy(self._generation[index].copy())
+            return torch.from_numpy(self._state.generation[index].copy())
+
+    def scores(self, index: int | torch.Tensor) -> torch.Tensor:
+        """The raw VLM scores of the slots in ``index``, flattened (float32).
+
+        A slot without a score, because its clip is not scored yet, it was rewritten
+        since, or it was never written, reads ``NaN``. (Internally such a slot holds
+        0.0, which never counts: priorities and statistics use only scored slots.)
+
+        Examples:
+            >>> import torch
+            >>> from vlmrb_torchrl import VLMPrioritizedSampler
+            >>> sampler = VLMPrioritizedSampler(4)
+            >>> sampler.mark_update(torch.arange(3))
+            >>> sampler.update_scores(torch.tensor([0, 1]), torch.tensor([0.5, 0.0]))
+            2
+            >>> sampler.scores(torch.arange(4))
+            tensor([0.5000, 0.0000,    nan,    nan])
+        """
+        index = _as_index(index, self._max_capacity)
+        with self._lock:
+            return torch.from_numpy(self._state.scores(index))
 
     def update_scores(
         self,
@@ -513,28 +494,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         if generation is not None:
             generation = _as_index_like(generation, index.size)
         with self._lock:
-            live = self._filled[index]
-            if generation is not None:
-                live &= self._generation[index] == generation
-            n_stale = live.size - int(np.count_nonzero(live))
-            if n_stale:
-                self._stale_drops += n_stale
-                index, scores = index[live], scores[live]
-            index, scores = self._dedupe(index, scores, reduce)
-            if index.size == 0:
-                return 0
-            was_scored = self._scored[index]
-            if reduce == "max":
-                scores = np.where(was_scored, np.maximum(self._score[index], scores), scores)
-            self._score[index] = scores
-            self._scored[index] = True
-            newly_scored = ~was_scored
-            self._n_scored += int(np.count_nonzero(newly_scored))
-            top = float(self._priority(scores).max())
-            self._max_p = top if self._max_p is None else max(self._max_p, top)
-            # a re-scored slot's unscored leaf stays 0: only newly scored ones change it
-            self._refresh(index, newly_scored)
-            return int(index.size)
+            return self._state.set_scores(index, scores, generation, reduce)
 
     def update_priority(
         self,
@@ -560,12 +520,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         if index.size == 0:
             return
         with self._lock:
-            index, priority = self._dedupe(index, priority)
-            self._fill(index)
-            self._td[index] = priority
-            self._max_td = max(self._max_td, float(priority.max()))
-            if self._td_boost:
-                self._refresh(index)
+            self._state.set_td(index, priority)
 
     # ------------------------------------------------------------------ sampling
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
@@ -583,56 +538,29 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 f"max_capacity={self._max_capacity}: give them the same size."
             )
         with self._lock:
-            if self._n_filled < n:
+            state = self._state
+            if state.n_filled < n:
                 # rows written without passing through this sampler's mark_update
                 # (a pre-filled storage): they count as new, unscored transitions
-                self._fill(np.arange(n, dtype=np.int64))
-            elif self._n_filled > n:
+                state.fill(np.arange(n, dtype=np.int64))
+            elif state.n_filled > n:
                 raise RuntimeError(
-                    f"The sampler tracks {self._n_filled} written slots but the storage "
+                    f"The sampler tracks {state.n_filled} written slots but the storage "
                     f"holds {n}: the storage was emptied or replaced without rb.empty()."
                 )
             lam = self.lambda_
             self._sample_calls += 1
             draws = torch.rand(2, batch_size, dtype=torch.float64, generator=self._rng).numpy()
-            index = np.minimum((draws[1] * n).astype(np.int64), n - 1)
-            prioritized = draws[0] < lam
-            scored_mass = self._tree_v.root()
-            p_bar = self._unscored_priority()
-            unscored_mass = p_bar * self._tree_u.root()
-            total = scored_mass + unscored_mass
-            if total > 0 and prioritized.any():
-                mass = draws[1][prioritized] * total
-                in_scored = mass < scored_mass
-                picked = np.empty(mass.size, dtype=np.int64)
-                picked[in_scored] = self._tree_v.find(mass[in_scored])
-                picked[~in_scored] = self._tree_u.find((mass[~in_scored] - scored_mass) / p_bar)
-                index[prioritized] = np.minimum(picked, n - 1)
+            index, total, p_bar = state.draw(draws, lam, n)
             self._drawn += batch_size
-            self._drawn_positive += int(np.count_nonzero(self._scored[index] & (self._score[index] > self._cut)))
+            self._drawn_positive += state.count_positive(index)
             if self._beta == 0.0 or total <= 0 or lam == 0.0:
                 weight = torch.ones(batch_size, dtype=torch.float32)
             else:
                 weight = torch.from_numpy(
-                    self._importance_weights(index, lam, n, total, p_bar).astype(np.float32)
+                    state.importance_weights(index, lam, n, total, p_bar, self._beta).astype(np.float32)
                 )
         return torch.from_numpy(index), {"priority_weight": weight}
-
-    def _importance_weights(
-        self, index: np.ndarray, lam: float, n: int, total: float, p_bar: float
-    ) -> np.ndarray:
-        self._ensure_min_trees()
-        p, g, is_scored, _ = self._leaves(index)
-        v = np.where(is_scored, p * g, p_bar * g)
-        q = lam * v / total + (1.0 - lam) / n
-        min_v, min_u = self._min_trees
-        candidates = []
-        if self._n_scored > 0:
-            candidates.append(min_v.root())
-        if self._n_filled > self._n_scored:
-            candidates.append(p_bar * min_u.root())
-        q_min = lam * min(candidates) / total + (1.0 - lam) / n
-        return np.minimum((q / q_min) ** -self._beta, 1.0)
 
     def probabilities(self, storage_len: int | None = None) -> torch.Tensor:
         """The exact sampling distribution :math:`q_t` over the filled slots, for inspection.
@@ -640,13 +568,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         ``O(N)``; meant for tests, debugging and plots, not for the training loop.
         """
         with self._lock:
-            n = self._n_filled if storage_len is None else storage_len
-            p, g, is_scored, _ = self._leaves(slice(0, n))
-            v = np.where(is_scored, p * g, self._unscored_priority() * g)
-            lam = self.lambda_
-            total = v.sum()
-            q = (1.0 - lam) / n + (lam * v / total if total > 0 else lam / n)
-            return torch.from_numpy(q)
+            n = self._state.n_filled if storage_len is None else storage_len
+            return torch.from_numpy(self._state.probabilities(n, self.lambda_))
 
     # ------------------------------------------------------------------ reporting
     def stats(self) -> dict[str, float | int]:
@@ -661,84 +584,71 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         says how much more often positives are replayed than they are stored.
         """
         with self._lock:
-            n = self._n_filled
-            scored = self._scored & self._filled
-            scores = self._score[scored]
-            cut = self._cut
+            state = self._state
+            n = state.n_filled
+            mean_score, positive_fraction = state.score_summary()
             return {
                 "num_filled": n,
-                "fraction_scored": self._n_scored / n if n else 0.0,
-                "mean_score": float(scores.mean()) if scores.size else float("nan"),
-                "positive_fraction": float((scores > cut).mean()) if scores.size else float("nan"),
+                "fraction_scored": state.n_scored / n if n else 0.0,
+                "mean_score": mean_score,
+                "positive_fraction": positive_fraction,
                 "lambda": self.lambda_,
-                "unscored_priority": self._unscored_priority(),
-                "stale_drops": self._stale_drops,
+                "unscored_priority": state.unscored_priority(),
+                "stale_drops": state.stale_drops,
                 "sample_calls": self._sample_calls,
                 "drawn": self._drawn,
                 "drawn_positive": self._drawn_positive,
             }
 
-    @property
-    def _cut(self) -> float:
-        # what counts as a positive in the statistics (the priority itself uses the threshold)
-        return 0.5 if self._threshold is None else self._threshold
-
     def _empty(self) -> None:
         with self._lock:
-            self._reset_state(keep_generations=True)
+            self._state.reset(keep_generations=True)
+            self._reset_counters()
 
     def __repr__(self) -> str:
+        c = self._state.config
         return (
             f"{type(self).__name__}(max_capacity={self._max_capacity}, lambda_max={self._lambda_max}, "
-            f"warmup={self._warmup}, default_priority={self._default_priority_mode!r}, "
-            f"threshold={self._threshold}, eps={self._eps}, td_boost={self._td_boost}, "
-            f"alpha={self._alpha}, beta={self._beta}, tree_backend={self._backend!r})"
+            f"warmup={self._warmup}, unscored_priority={c.unscored!r}, "
+            f"threshold={c.threshold}, eps={c.eps}, td_boost={c.td_boost}, "
+            f"alpha={c.alpha}, beta={self._beta}, tree_backend={self._backend!r})"
         )
 
     # ------------------------------------------------------------------ checkpoints
-    def _config(self) -> dict[str, Any]:
-        return {
-            "max_capacity": self._max_capacity,
-            "lambda_max": self._lambda_max,
-            "warmup": self._warmup,
-            "default_priority": self._default_priority_mode,
-            "threshold": self._threshold,
-            "eps": self._eps,
-            "td_boost": self._td_boost,
-            "alpha": self._alpha,
-            "beta": self._beta,
-            "reduction": self.reduction,
-        }
-
-    def _scalars(self) -> dict[str, Any]:
-        return {
-            "_schema_version": _STATE_SCHEMA_VERSION,
-            "config": self._config(),
-            "sample_calls": self._sample_calls,
-            "drawn": self._drawn,
-            "drawn_positive": self._drawn_positive,
-            "lambda_override": self._lambda_override,
-            "stale_drops": self._stale_drops,
-            "max_p": self._max_p,
-            "max_td": self._max_td,
-            "provenance": dict(self.provenance),
-        }
-
-    def _arrays(self) -> dict[str, torch.Tensor]:
-        return {
-            "score": torch.from_numpy(self._score.copy()),
-            "scored": torch.from_numpy(self._scored.copy()),
-            "filled": torch.from_numpy(self._filled.copy()),
-            "td": torch.from_numpy(self._td.copy()),
-            "generation": torch.from_numpy(self._generation.copy()),
-        }
-
-    def state_dict(self) -> dict[str, Any]:
-        """Raw scores, scored mask, TD priorities, generations, schedule position and config."""
+    # Every path goes through _to_state / _from_state: state_dict() is _to_state(), dumps()
+    # writes its per-slot arrays as a memory-mapped TensorDict and the rest as JSON, and
+    # pickling wraps it with the tree backend.
+    def _to_state(self) -> dict[str, Any]:
+        """The checkpoint, schema 1: scalars and config first, then the per-slot arrays."""
         with self._lock:
-            return {**self._scalars(), **self._arrays()}
+            state, c = self._state, self._state.config
+            return {
+                "_schema_version": _STATE_SCHEMA_VERSION,
+                "config": {
+                    "max_capacity": self._max_capacity,
+                    "lambda_max": self._lambda_max,
+                    "warmup": self._warmup,
+                    "default_priority": c.unscored,  # schema 1's name of unscored_priority
+                    "threshold": c.threshold,
+                    "eps": c.eps,
+                    "td_boost": c.td_boost,
+                    "alpha": c.alpha,
+                    "beta": self._beta,
+                    "reduction": self.reduction,
+                },
+                "sample_calls": self._sample_calls,
+                "drawn": self._drawn,
+                "drawn_positive": self._drawn_positive,
+                "lambda_override": self._lambda_override,
+                "stale_drops": state.stale_drops,
+                "max_p": state.max_p,
+                "max_td": state.max_td,
+                "provenance": dict(self.provenance),
+                **{name: torch.from_numpy(a) for name, a in state.arrays().items()},
+            }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def _from_state(self, state_dict: dict[str, Any]) -> None:
+        """Restores :meth:`_to_state`'s output; the checkpoint's config wins."""
         version = state_dict.get("_schema_version")
         if version != _STATE_SCHEMA_VERSION:
             raise ValueError(
@@ -755,36 +665,41 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             # the checkpoint's settings win, so that a resumed run samples as before
             self.lambda_max = config["lambda_max"]
             self.warmup = config["warmup"]
-            self.default_priority_mode = config["default_priority"]
-            self._threshold = self._check_threshold(config["threshold"])
-            self._eps = config["eps"]
-            self._td_boost = config["td_boost"]
-            self._alpha = config["alpha"]
+            priority_config = PriorityConfig(
+                threshold=_check_threshold("threshold", config["threshold"]),
+                eps=config["eps"],
+                td_boost=config["td_boost"],
+                alpha=config["alpha"],
+                unscored=_check_unscored("default_priority", config["default_priority"]),
+            )
             self.beta = config["beta"]
             self.reduction = config["reduction"]
-            self._reset_state()
-            for name in ("score", "scored", "filled", "td", "generation"):
-                value = state_dict[name]
-                value = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-                getattr(self, f"_{name}")[:] = value
-            self._n_filled = int(self._filled.sum())
-            self._n_scored = int((self._scored & self._filled).sum())
+            self._state = SlotState(self._max_capacity, priority_config, self._backend)
+            self._state.load(
+                {name: _numpy(state_dict[name]) for name in _ARRAY_KEYS},
+                max_p=state_dict["max_p"],
+                max_td=float(state_dict["max_td"]),
+                stale_drops=int(state_dict["stale_drops"]),
+            )
             self._sample_calls = int(state_dict["sample_calls"])
             self._drawn = int(state_dict.get("drawn", 0))  # absent in checkpoints before 0.2
             self._drawn_positive = int(state_dict.get("drawn_positive", 0))
             self._lambda_override = state_dict["lambda_override"]
-            self._stale_drops = int(state_dict["stale_drops"])
-            self._max_p = state_dict["max_p"]
-            self._max_td = float(state_dict["max_td"])
             self.provenance = dict(state_dict.get("provenance", {}))
-            self._rebuild_trees()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Raw scores, scored mask, TD priorities, generations, schedule position and config."""
+        return self._to_state()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._from_state(state_dict)
 
     def dumps(self, path: str | Path) -> None:
         """Writes the state to ``path``: memory-mapped per-slot arrays plus a JSON file."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            arrays, scalars = self._arrays(), self._scalars()
+        scalars = self._to_state()
+        arrays = {name: scalars.pop(name) for name in _ARRAY_KEYS}
         TensorDict(arrays, batch_size=[self._max_capacity]).memmap(path / "slots", existsok=True)
         (path / "sampler_metadata.json").write_text(json.dumps(scalars, indent=2))
 
@@ -793,22 +708,11 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         path = Path(path)
         scalars = json.loads((path / "sampler_metadata.json").read_text())
         arrays = TensorDict.load_memmap(path / "slots")
-        self.load_state_dict({**scalars, **{k: arrays[k].clone() for k in arrays.keys()}})
+        self._from_state({**scalars, **{k: arrays[k].clone() for k in arrays.keys()}})
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"state": self.state_dict(), "tree_backend": self._backend}
+        return {"state": self._to_state(), "tree_backend": self._backend}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        config = state["state"]["config"]
-        self.__init__(**config, tree_backend=state["tree_backend"])
-        self.load_state_dict(state["state"])
-
-
-def _as_index_like(generation: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
-    if isinstance(generation, torch.Tensor):
-        arr = generation.detach().reshape(-1).to("cpu", torch.int64).numpy()
-    else:
-        arr = np.asarray(generation, dtype=np.int64).reshape(-1)
-    if arr.size != n:
-        raise ValueError(f"generation has {arr.size} values but index has {n} entries.")
-    return arr
+        self.__init__(state["state"]["config"]["max_capacity"], tree_backend=state["tree_backend"])
+        self._from_state(state["state"])
