@@ -110,6 +110,16 @@ class TestConfig:
         out = subprocess.run([script, "train", "nope"], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and "unknown recipe 'nope'" in out.stderr
 
+    def test_common_keeps_the_moved_names_as_deprecated_aliases(self):
+        from vlmrb_torchrl.recipes import common, envs, evaluate
+
+        with pytest.warns(DeprecationWarning, match="moved to vlmrb_torchrl.recipes.evaluate"):
+            assert common.evaluate is evaluate.evaluate
+        with pytest.warns(DeprecationWarning):
+            assert common.minigrid_actions is envs.minigrid_actions
+        with pytest.raises(AttributeError, match="moved"):
+            common.store  # noqa: B018 - now Replay.store
+
     def test_help_names_the_default_run_directory(self, capsys, tmp_path, monkeypatch):
         from vlmrb_torchrl.recipes.run import Run
 
@@ -152,7 +162,11 @@ def test_n_step_returns_take_done_flags_at_the_end_of_the_window():
     assert not MultiStep(gamma=0.5, n_steps=3)(batch.clone())["next", "terminated"][0, 1]
 
 
-@pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("replay", [pytest.param("uniform", marks=_SLOW), pytest.param("per", marks=_SLOW), "vlm",
+                                    pytest.param("vlm_td", marks=_SLOW)])
 def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
     cfg = apply_overrides(DQNConfig(), {**TINY, "replay": replay, "output_dir": str(tmp_path / replay)})
     summary = dqn_main(cfg)
@@ -196,9 +210,14 @@ def test_a_failing_run_closes_its_replay_and_restores_torch_threads(tmp_path, mo
         made.append(make_replay.original(*args, **kwargs))
         return made[-1]
 
-    def failing_evaluation(*args, **kwargs):
-        raise RuntimeError("evaluation failed")
+    def failing_evaluation(*args, counters, **kwargs):  # fails once learning is under way
+        seen.append(counters["env_steps"])
+        if counters["env_steps"] >= 256:
+            raise RuntimeError("evaluation failed")
+        return loop_maybe_evaluate(*args, counters=counters, **kwargs)
 
+    seen = []
+    loop_maybe_evaluate = loop.maybe_evaluate
     make_replay.original = dqn.make_replay
     monkeypatch.setattr(dqn, "make_replay", make_replay)
     monkeypatch.setattr(loop, "maybe_evaluate", failing_evaluation)
@@ -208,6 +227,7 @@ def test_a_failing_run_closes_its_replay_and_restores_torch_threads(tmp_path, mo
                                         "torch_threads": threads_before + 1, "tensorboard": False})
     with pytest.raises(RuntimeError, match="evaluation failed"):
         dqn_main(cfg)
+    assert seen == [64, 128, 192, 256]  # it failed mid-run, with updates made
     assert torch.get_num_threads() == threads_before
     assert len(made) == 1 and made[0].closed
     assert not [t for t in threading.enumerate()
@@ -221,6 +241,7 @@ def _equal_metrics(a, b):
         assert {k: v for k, v in ra.items() if k not in timing} == {k: v for k, v in rb.items() if k not in timing}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replay", ["vlm", "per"])
 def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
     # bit-exact only with MKL_CBWR set before MKL's first call (conftest.py does, as the vlmrb command does)
@@ -252,6 +273,7 @@ def test_cli_quick_preset_and_resume_dir(tmp_path, capsys):
     assert int(rows[-1]["env_steps"]) == 640
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
 def test_atari_smoke_each_replay_mode(tmp_path, replay):
     pytest.importorskip("ale_py")

@@ -53,6 +53,7 @@ def make_policy(qnet: QValueActor, action_spec, *, eps_init: float, eps_end: flo
     return TensorDictSequential(qnet, EGreedyModule(action_spec, annealing_num_steps=max(1, steps),
                                                     eps_init=eps_init, eps_end=eps_end))
 
+
 def n_step_returns(multistep: MultiStep, batch: TensorDictBase) -> TensorDictBase:
     """TorchRL's ``MultiStep`` on a collector batch ``[envs, time]``, with the done flags it forgets.
 
