@@ -1,4 +1,4 @@
-"""Batched evaluation (``common.evaluate`` with ``num_envs > 1``) against a scripted env."""
+"""Batched evaluation (``recipes.evaluate.evaluate`` with ``num_envs > 1``) against a scripted env."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from vlmrb_torchrl.recipes.common import evaluate
+from vlmrb_torchrl.recipes.evaluate import evaluate
 
 
 def policy(td):

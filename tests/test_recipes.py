@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -52,7 +54,7 @@ class TestConfig:
         with pytest.raises(ConfigError, match="actions='left,right' is invalid: expected 'auto' or 'all'"):
             apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "actions=left,right"]).validate()
         from vlmrb_torchrl.envs import DOORKEY_ACTIONS
-        from vlmrb_torchrl.recipes.common import minigrid_actions
+        from vlmrb_torchrl.recipes.envs import minigrid_actions
 
         assert minigrid_actions("MiniGrid-DoorKey-6x6-v0", "auto") == DOORKEY_ACTIONS
         assert minigrid_actions("MiniGrid-Empty-5x5-v0", "auto") is None
@@ -68,7 +70,7 @@ class TestConfig:
 
     def test_scorer_kwargs_reach_the_scorer(self, tmp_path):
         from vlmrb_torchrl.cli import _train_parser, build_config
-        from vlmrb_torchrl.recipes.common import make_scorer_from_config
+        from vlmrb_torchrl.recipes.replay import make_scorer_from_config
 
         spec = "scorer=python:vlmrb_torchrl.scorers.baselines:RandomScorer"
         cfg = apply_overrides(DQNConfig(), [spec, 'scorer_kwargs={"p": 0.3, "seed": 7}']).validate()
@@ -98,15 +100,44 @@ class TestConfig:
             assert key in out
 
     def test_console_script_installed(self):
-        out = subprocess.run([sys.executable, "-m", "vlmrb_torchrl.cli", "--help"], capture_output=True, text=True)
-        assert out.returncode == 0 and "train dqn" in out.stdout
+        # the `vlmrb` entry point pip generates next to the interpreter (or anywhere on PATH)
+        script = Path(sys.executable).parent / "vlmrb"
+        script = str(script) if script.exists() else shutil.which("vlmrb")
+        assert script is not None, "the vlmrb console script is not installed (pip install -e .)"
+        out = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "vlmrb train dqn" in out.stdout and "vlmrb train sac" in out.stdout
+        out = subprocess.run([script, "train", "nope"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and "unknown recipe 'nope'" in out.stderr
+
+    def test_common_keeps_the_moved_names_as_deprecated_aliases(self):
+        from vlmrb_torchrl.recipes import common, envs, evaluate
+
+        with pytest.warns(DeprecationWarning, match="moved to vlmrb_torchrl.recipes.evaluate"):
+            assert common.evaluate is evaluate.evaluate
+        with pytest.warns(DeprecationWarning):
+            assert common.minigrid_actions is envs.minigrid_actions
+        with pytest.raises(AttributeError, match="moved"):
+            common.store  # noqa: B018 - now Replay.store
+
+    def test_help_names_the_default_run_directory(self, capsys, tmp_path, monkeypatch):
+        from vlmrb_torchrl.recipes.run import Run
+
+        with pytest.raises(SystemExit):
+            cli_main(["train", "dqn", "--help"])
+        assert "runs/<recipe>__<env>__<replay>__seed<seed>__<time>" in capsys.readouterr().out
+        monkeypatch.chdir(tmp_path)
+        cfg = apply_overrides(DQNConfig(), {**TINY, "tensorboard": False})
+        with Run(cfg, recipe="dqn", total=1) as run:  # output_dir=None: the documented default
+            assert run.dir.parent == Path("runs")
+            assert run.dir.name.startswith("dqn__MiniGrid-DoorKey-5x5-v0__vlm__seed0__")
 
 
 def test_n_step_returns_take_done_flags_at_the_end_of_the_window():
     from tensordict import TensorDict
     from torchrl.data.postprocs import MultiStep
 
-    from vlmrb_torchrl.recipes.common import n_step_returns
+    from vlmrb_torchrl.recipes.dqn import n_step_returns
 
     # env 0 terminates at t=3; env 1 is truncated (time limit) at t=2
     steps = 6
@@ -131,7 +162,11 @@ def test_n_step_returns_take_done_flags_at_the_end_of_the_window():
     assert not MultiStep(gamma=0.5, n_steps=3)(batch.clone())["next", "terminated"][0, 1]
 
 
-@pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("replay", [pytest.param("uniform", marks=_SLOW), pytest.param("per", marks=_SLOW), "vlm",
+                                    pytest.param("vlm_td", marks=_SLOW)])
 def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
     cfg = apply_overrides(DQNConfig(), {**TINY, "replay": replay, "output_dir": str(tmp_path / replay)})
     summary = dqn_main(cfg)
@@ -163,6 +198,42 @@ def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
         assert slots["scored"][:512].all() and not slots["scored"][512:].any()
 
 
+@pytest.mark.parametrize("replay", ["uniform", "vlm"])
+def test_a_failing_run_closes_its_replay_and_restores_torch_threads(tmp_path, monkeypatch, replay):
+    import threading
+
+    from vlmrb_torchrl.recipes import dqn, loop
+
+    made = []
+
+    def make_replay(*args, **kwargs):
+        made.append(make_replay.original(*args, **kwargs))
+        return made[-1]
+
+    def failing_evaluation(*args, counters, **kwargs):  # fails once learning is under way
+        seen.append(counters["env_steps"])
+        if counters["env_steps"] >= 256:
+            raise RuntimeError("evaluation failed")
+        return loop_maybe_evaluate(*args, counters=counters, **kwargs)
+
+    seen = []
+    loop_maybe_evaluate = loop.maybe_evaluate
+    make_replay.original = dqn.make_replay
+    monkeypatch.setattr(dqn, "make_replay", make_replay)
+    monkeypatch.setattr(loop, "maybe_evaluate", failing_evaluation)
+    threads_before = torch.get_num_threads()
+    scorers_before = {t.ident for t in threading.enumerate() if t.name == "vlmrb-async-scorer"}
+    cfg = apply_overrides(DQNConfig(), {**TINY, "replay": replay, "output_dir": str(tmp_path / replay),
+                                        "torch_threads": threads_before + 1, "tensorboard": False})
+    with pytest.raises(RuntimeError, match="evaluation failed"):
+        dqn_main(cfg)
+    assert seen == [64, 128, 192, 256]  # it failed mid-run, with updates made
+    assert torch.get_num_threads() == threads_before
+    assert len(made) == 1 and made[0].closed
+    assert not [t for t in threading.enumerate()
+                if t.name == "vlmrb-async-scorer" and t.ident not in scorers_before and t.is_alive()]
+
+
 def _equal_metrics(a, b):
     timing = {"env_steps_per_s", "time_s", "scorer_clips_per_s"}
     assert len(a) == len(b)
@@ -170,6 +241,7 @@ def _equal_metrics(a, b):
         assert {k: v for k, v in ra.items() if k not in timing} == {k: v for k, v in rb.items() if k not in timing}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replay", ["vlm", "per"])
 def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
     # bit-exact only with MKL_CBWR set before MKL's first call (conftest.py does, as the vlmrb command does)
@@ -201,6 +273,7 @@ def test_cli_quick_preset_and_resume_dir(tmp_path, capsys):
     assert int(rows[-1]["env_steps"]) == 640
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
 def test_atari_smoke_each_replay_mode(tmp_path, replay):
     pytest.importorskip("ale_py")

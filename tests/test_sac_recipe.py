@@ -50,7 +50,12 @@ class TestSACConfig:
             assert key in out
 
 
-@pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
+_SLOW = pytest.mark.slow
+
+
+# vlm_td (the default, with the gallery) stays in the default run; the other modes are slow
+@pytest.mark.parametrize("replay", [pytest.param("uniform", marks=_SLOW), pytest.param("per", marks=_SLOW),
+                                    pytest.param("vlm", marks=_SLOW), "vlm_td"])
 def test_lift_smoke_each_replay_mode(tmp_path, replay):
     cfg = apply_overrides(SACConfig(), {**TINY, "replay": replay, "output_dir": str(tmp_path / replay),
                                         "gallery_clips": 1 if replay == "vlm_td" else 0})

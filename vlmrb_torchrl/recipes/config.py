@@ -33,7 +33,9 @@ class RecipeConfig:
         "vlm", "replay mode: uniform | per (TD-error PER, TorchRL's sampler) | vlm (VLM-RB) | vlm_td (TD-boosted VLM-RB)")
     seed: int = _field(0, "seeds the envs, torch, numpy and the replay buffer's generator")
     total_frames: int = _field(150_000, "environment steps to collect (all envs together)")
-    output_dir: str | None = _field(None, "run directory; default runs/<env>__<replay>__seed<seed>__<time>")
+    output_dir: str | None = _field(None, "run directory; default runs/<recipe>__<env>__<replay>__seed<seed>__<time> "
+                                          "(recipe dqn or sac, '/' in env as '-'), e.g. "
+                                          "runs/dqn__MiniGrid-DoorKey-5x5-v0__vlm__seed0__20250101-120000")
     resume: str | None = _field(None, "a run directory or checkpoint directory to continue from")
     stop_at: int | None = _field(None, "stop (with a checkpoint) once this many frames are collected; schedules "
                                        "still follow total_frames, so resume=<run dir> continues exactly")
@@ -204,7 +206,6 @@ class SACConfig(RecipeConfig):
     alpha_init: float = _field(1.0, "initial entropy temperature (tuned automatically)")
     # replay
     scorer: str = _field("oracle:robosuite", "scorer spec for vlm modes (oracle:robosuite, python:mod:fn, hf:<id or dir>, ...)")
-    clip_len: int = _field(16, "steps per scored clip")
     # evaluation
     eval_every: int = _field(20_000, "frames between evaluations")
     eval_episodes: int = _field(10, "episodes per evaluation (deterministic actor)")
@@ -215,7 +216,7 @@ class SACConfig(RecipeConfig):
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "alpha_init")
 
     def _checks(self) -> list[tuple[str, bool, str]]:
-        return [("env", self.env.startswith("robosuite/"), "robosuite/<Task>, e.g. robosuite/Lift"),
+        return [*super()._checks(), ("env", self.env.startswith("robosuite/"), "robosuite/<Task>, e.g. robosuite/Lift"),
                 ("env_backend", self.env_backend in ("serial", "parallel"), "'serial' or 'parallel'")]
 
     def validate(self) -> SACConfig:

@@ -1,8 +1,10 @@
 """Double DQN with uniform, PER or VLM-guided replay, on MiniGrid or Atari.
 
 Reads top to bottom: run setup, envs, networks, loss and optimizer, replay, resume, the
-collect-store-learn loop (evaluation and checkpoints inside it), outputs. Every replay mode
-shares everything but the replay buffer. Entry point: ``vlmrb train dqn key=value ...``.
+collect-store-learn loop, outputs. Every replay mode shares everything but the replay
+(:mod:`~vlmrb_torchrl.recipes.replay`); :class:`~vlmrb_torchrl.recipes.loop.Training` drives the
+collector, evaluations, progress and checkpoints around the loop body written here. Entry point:
+``vlmrb train dqn key=value ...``.
 
 Checkpoints re-create the collector with seeds derived from ``(seed, env_steps)`` — in the
 uninterrupted run too — so a resumed run reproduces the uninterrupted one exactly when
@@ -11,8 +13,8 @@ uninterrupted run too — so a resumed run reproduces the uninterrupted one exac
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import time
 
 import torch
 from tensordict import TensorDictBase
@@ -22,8 +24,12 @@ from torchrl.data.postprocs import MultiStep
 from torchrl.modules import MLP, ConvNet, EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
 
-from vlmrb_torchrl.recipes import common
 from vlmrb_torchrl.recipes.config import DQNConfig
+from vlmrb_torchrl.recipes.envs import env_factory, make_collector, minigrid_actions
+from vlmrb_torchrl.recipes.gallery import clip_gallery
+from vlmrb_torchrl.recipes.loop import Training
+from vlmrb_torchrl.recipes.replay import make_replay
+from vlmrb_torchrl.recipes.run import Run, latest_checkpoint, resume_counters, start_run
 
 
 class _Scale(nn.Module):
@@ -48,108 +54,96 @@ def make_policy(qnet: QValueActor, action_spec, *, eps_init: float, eps_end: flo
                                                     eps_init=eps_init, eps_end=eps_end))
 
 
+def n_step_returns(multistep: MultiStep, batch: TensorDictBase) -> TensorDictBase:
+    """TorchRL's ``MultiStep`` on a collector batch ``[envs, time]``, with the done flags it forgets.
+
+    ``MultiStep`` (torchrl 0.14) replaces ``("next", obs)`` by the observation at the end of the
+    n-step window and sums the rewards up to a termination, but keeps the *first* step's
+    ``("next", "terminated" | "truncated" | "done")``. A transition 1 to n-1 steps before a
+    termination then bootstraps from the terminal observation — a state the agent never acts
+    from, whose Q-values are whatever the network extrapolates. Here the flags are taken at the
+    window's last step, where the new next observation comes from.
+    """
+    out = multistep(batch.clone(False))
+    steps = out.get("steps_to_next_obs")
+    steps = steps.reshape(out.shape)
+    last = torch.arange(out.shape[-1]).expand(out.shape) + steps - 1  # window's last step
+    for key in ("terminated", "truncated", "done"):
+        flag = batch.get(("next", key), None)
+        if flag is not None:
+            out.set(("next", key), flag.gather(-2, last.unsqueeze(-1).expand_as(flag)))
+    return out
+
+
 def main(cfg: DQNConfig) -> dict:
     cfg = dataclasses.replace(cfg).validate()
-    checkpoint = common.latest_checkpoint(cfg.resume) if cfg.resume else None
+    checkpoint = latest_checkpoint(cfg.resume) if cfg.resume else None
+    with contextlib.ExitStack() as cleanup:  # closes the replay and run, restores torch threads; on errors too
+        # --- run setup: seeds, the learner's torch threads, device, the scorer (VLM modes)
+        start = cleanup.enter_context(start_run(cfg))
 
-    # --- run setup: seeds, device, run directory, loggers, progress bar
-    generator, device, vlm_mode, scorer, needs_frames, updates_total, threads_before = common.start_run(cfg)
+        # --- envs: the agent sees symbolic (MiniGrid) or stacked grey (Atari) observations;
+        # frames for the VLM are rendered only when the scorer reads them
+        env_kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
+        actions = minigrid_actions(cfg.env, cfg.actions)
+        if actions is not None:
+            env_kwargs["actions"] = actions
+        train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, **env_kwargs)
+        eval_env_fn = env_factory(cfg.env, train=False, render=False, **env_kwargs)
+        probe = eval_env_fn()
+        obs_shape = probe.observation_spec["observation"].shape
+        action_spec = probe.action_spec
+        probe.close()
 
-    # --- envs: the agent sees symbolic (MiniGrid) or stacked grey (Atari) observations;
-    # frames for the VLM are rendered only when the scorer reads them
-    env_kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
-    actions = common.minigrid_actions(cfg.env, cfg.actions)
-    if actions is not None:
-        env_kwargs["actions"] = actions
-    train_env_fn = common.env_factory(cfg.env, train=True, render=needs_frames, **env_kwargs)
-    eval_env_fn = common.env_factory(cfg.env, train=False, render=False, **env_kwargs)
-    probe = eval_env_fn()
-    obs_shape = probe.observation_spec["observation"].shape
-    action_spec = probe.action_spec
-    probe.close()
+        # --- networks, loss, optimizer
+        qnet = QValueActor(make_q_network(obs_shape, action_spec.space.n, cfg.hidden), in_keys=["observation"],
+                           spec=action_spec).to(start.device)
+        explore = make_policy(qnet, action_spec, eps_init=cfg.eps_start, eps_end=cfg.eps_end,
+                              steps=int(cfg.eps_fraction * cfg.total_frames))
+        eval_policy = make_policy(qnet, action_spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps, steps=1)
+        loss = DQNLoss(qnet, action_space=action_spec, delay_value=True, double_dqn=True, loss_function="smooth_l1")
+        loss.make_value_estimator(gamma=cfg.gamma)  # n-step targets use gamma ** steps_to_next_obs
+        target_update = HardUpdate(loss, value_network_update_interval=1)  # stepped every target_update updates
+        optim = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
+        multistep = MultiStep(gamma=cfg.gamma, n_steps=cfg.n_steps) if cfg.n_steps > 1 else None
 
-    # --- networks, loss, optimizer
-    qnet = QValueActor(make_q_network(obs_shape, action_spec.space.n, cfg.hidden), in_keys=["observation"],
-                       spec=action_spec).to(device)
-    explore = make_policy(qnet, action_spec, eps_init=cfg.eps_start, eps_end=cfg.eps_end,
-                          steps=int(cfg.eps_fraction * cfg.total_frames))
-    eval_policy = make_policy(qnet, action_spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps, steps=1)
-    loss = DQNLoss(qnet, action_space=action_spec, delay_value=True, double_dqn=True, loss_function="smooth_l1")
-    loss.make_value_estimator(gamma=cfg.gamma)  # n-step targets use gamma ** steps_to_next_obs
-    target_update = HardUpdate(loss, value_network_update_interval=1)  # stepped every target_update updates
-    optim = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
-    multistep = MultiStep(gamma=cfg.gamma, n_steps=cfg.n_steps) if cfg.n_steps > 1 else None
+        # --- replay: the only thing that differs between replay modes
+        replay = cleanup.enter_context(make_replay(cfg, generator=start.generator, updates=start.updates_total,
+                                                   scorer=start.scorer))
 
-    # --- replay: the only thing that differs between replay modes
-    rb = common.make_replay(cfg, generator=generator, updates=updates_total, scorer=scorer)
+        # --- resume
+        modules = {"loss": loss, "optim": optim, "explore": explore}
+        counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
+        run = cleanup.enter_context(Run(cfg, recipe="dqn", total=cfg.total_frames,
+                                        resumed_from=counters["env_steps"]))
+        training = cleanup.enter_context(Training(
+            cfg, run=run, replay=replay, counters=counters, modules=modules, device=start.device,
+            eval_policy=eval_policy, eval_env_fn=eval_env_fn,
+            make_collector=lambda env_steps: make_collector(
+                train_env_fn, explore, num_envs=cfg.num_envs, frames_per_batch=cfg.frames_per_batch,
+                total_frames=cfg.total_frames, seed=cfg.seed, env_steps=env_steps)))
 
-    # --- resume
-    modules = {"loss": loss, "optim": optim, "explore": explore}
-    counters = common.resume_counters(cfg, checkpoint, modules=modules, rb=rb)
-    run = common.Run(cfg, recipe="dqn", total=cfg.total_frames, resumed_from=counters["env_steps"])
+        # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
+        loss_value = float("nan")
+        for batch in training.batches():
+            replay.store(n_step_returns(multistep, batch) if multistep is not None else batch, batch)
+            explore[1].step(batch.numel())
+            for sample in training.samples(batch):  # counters["updates"] counts this update
+                loss_td = loss(sample)
+                optim.zero_grad()
+                loss_td["loss"].backward()
+                nn.utils.clip_grad_norm_(loss.parameters(), cfg.max_grad_norm)
+                optim.step()
+                if counters["updates"] % cfg.target_update == 0:
+                    target_update.step()
+                loss_value = float(loss_td["loss"].detach())
+            training.end_batch({"loss": loss_value, "epsilon": float(explore[1].eps)}, show=("loss", "epsilon"))
 
-    def make_collector(env_steps: int):
-        return common.make_collector(train_env_fn, explore, num_envs=cfg.num_envs,
-                                     frames_per_batch=cfg.frames_per_batch, total_frames=cfg.total_frames,
-                                     seed=cfg.seed, env_steps=env_steps)
-
-    # --- the loop: collect -> store (and queue clips) -> learn
-    metrics_last: dict = {}
-    loss_value = float("nan")
-    start = time.perf_counter()
-    steps_at_start = counters["env_steps"]
-    stop_at = min(cfg.total_frames, cfg.stop_at or cfg.total_frames)
-    collector = make_collector(counters["env_steps"])
-    while counters["env_steps"] < stop_at:
-        recreate = False
-        for batch in collector:
-            frames = batch.numel()
-            counters["env_steps"] += frames
-            stored = common.n_step_returns(multistep, batch) if multistep is not None else batch
-            common.store(rb, stored, batch, vlm_mode=vlm_mode, sync=not cfg.async_scoring)
-            done = batch["next", "done"]
-            counters["episodes"] += int(done.sum())
-            explore[1].step(frames)
-
-            if counters["env_steps"] >= cfg.learning_starts:
-                for _ in range(frames // cfg.train_every):
-                    sample = rb.sample().to(device)
-                    loss_td = loss(sample)
-                    optim.zero_grad()
-                    loss_td["loss"].backward()
-                    nn.utils.clip_grad_norm_(loss.parameters(), cfg.max_grad_norm)
-                    optim.step()
-                    if cfg.replay != "uniform":
-                        rb.update_tensordict_priority(sample)  # PER priorities / vlm_td boost
-                    counters["updates"] += 1
-                    if counters["updates"] % cfg.target_update == 0:
-                        target_update.step()
-                    loss_value = float(loss_td["loss"].detach())
-                collector.update_policy_weights_()
-
-            steps_per_s = (counters["env_steps"] - steps_at_start) / (time.perf_counter() - start)
-            row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], "loss": loss_value,
-                   "epsilon": float(explore[1].eps), "env_steps_per_s": steps_per_s,
-                   "time_s": time.perf_counter() - start, **common.replay_stats(rb, counters)}
-            if common.maybe_evaluate(run, row, cfg=cfg, counters=counters, policy=eval_policy,
-                                     make_env=eval_env_fn):
-                metrics_last = row
-            run.progress(frames, success=common.fmt(metrics_last.get("eval_success")), loss=common.fmt(loss_value),
-                         eps=common.fmt(float(explore[1].eps)), scored=common.fmt(row.get("fraction_scored")))
-            recreate = common.maybe_checkpoint(run, rb, cfg=cfg, counters=counters, stop_at=stop_at,
-                                               modules=modules, vlm_mode=vlm_mode)
-            if recreate is not None:  # checkpointed: leave this collector
-                break
-        collector.shutdown()
-        if recreate:
-            collector = make_collector(counters["env_steps"])
-
-    # --- outputs: clip gallery, summary
-    gallery = []
-    if vlm_mode and cfg.gallery_clips > 0:
-        gallery = common.clip_gallery(
-            run.dir / "gallery", scorer=scorer, make_env=common.env_factory(cfg.env, train=False, render=True, **env_kwargs),
-            policy=eval_policy, clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed,
-            max_steps=cfg.max_episode_steps or 1_000)
-    torch.set_num_threads(threads_before)
-    return common.finish(run, rb, counters=counters, metrics=metrics_last, vlm_mode=vlm_mode, gallery=gallery)
+        # --- outputs: clip gallery, summary
+        gallery = []
+        if start.scorer is not None and cfg.gallery_clips > 0:
+            gallery = clip_gallery(
+                run.dir / "gallery", scorer=start.scorer,
+                make_env=env_factory(cfg.env, train=False, render=True, **env_kwargs), policy=eval_policy,
+                clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, max_steps=cfg.max_episode_steps or 1_000)
+        return run.write_summary(counters, training.metrics_last, gallery)

@@ -1,20 +1,22 @@
 """SAC with uniform, PER or VLM-guided replay (TD-boosted by default), on robosuite manipulation.
 
 Reads top to bottom: run setup, envs, networks, loss and optimizers, replay, resume, the
-collect-store-learn loop (evaluation and checkpoints inside it), outputs. Every replay mode
-shares everything but the replay buffer. Entry point: ``vlmrb train sac key=value ...``.
+collect-store-learn loop, outputs. Every replay mode shares everything but the replay
+(:mod:`~vlmrb_torchrl.recipes.replay`); :class:`~vlmrb_torchrl.recipes.loop.Training` drives the
+collector, evaluations, progress and checkpoints around the loop body written here. Entry point:
+``vlmrb train sac key=value ...``.
 
 TorchRL's SAC recipe (``sota-implementations/sac``): tanh-normal ``ProbabilisticActor``, twin
 ``ValueOperator`` critics, ``SACLoss`` with automatic entropy tuning, ``SoftUpdate`` targets.
-Priorities go back through ``rb.update_tensordict_priority(sample)`` (TorchRL's recipe calls
+Priorities go back through ``update_tensordict_priority(sample)`` (``Training.samples``) (TorchRL's recipe calls
 ``update_priority(td)``, a ``TypeError`` in 0.14.1). The first ``learning_starts`` frames use
 uniform random actions.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import time
 
 import torch
 from tensordict.nn import InteractionType, NormalParamExtractor, TensorDictModule
@@ -24,8 +26,12 @@ from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import SACLoss, SoftUpdate
 
 from vlmrb_torchrl.clips import ClipSpec
-from vlmrb_torchrl.recipes import common
 from vlmrb_torchrl.recipes.config import SACConfig
+from vlmrb_torchrl.recipes.envs import env_factory, make_collector
+from vlmrb_torchrl.recipes.gallery import clip_gallery
+from vlmrb_torchrl.recipes.loop import Training
+from vlmrb_torchrl.recipes.replay import make_replay
+from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, latest_checkpoint, resume_counters, start_run
 
 
 def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
@@ -58,120 +64,91 @@ class _Deterministic(nn.Module):
 
 def main(cfg: SACConfig) -> dict:
     cfg = dataclasses.replace(cfg).validate()
-    checkpoint = common.latest_checkpoint(cfg.resume) if cfg.resume else None
+    checkpoint = latest_checkpoint(cfg.resume) if cfg.resume else None
+    with contextlib.ExitStack() as cleanup:  # closes the replay and run, restores torch threads; on errors too
+        # --- run setup: seeds, the learner's torch threads, device, the scorer (VLM modes)
+        start = cleanup.enter_context(start_run(cfg))
 
-    # --- run setup: seeds, device, run directory, loggers, progress bar
-    generator, device, vlm_mode, scorer, needs_frames, updates_total, threads_before = common.start_run(cfg)
+        # --- envs: the agent sees proprio + object state; camera frames for the VLM are rendered only
+        # when the scorer reads them, and then only on the steps some clip sends to it
+        spec = ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames, assign=cfg.clip_assign)
+        env_kwargs = {"max_episode_steps": cfg.max_episode_steps, "camera": cfg.camera, "frame_size": cfg.frame_size,
+                      "reward_shaping": cfg.reward_shaping}
+        render_steps = None
+        if start.needs_frames and cfg.render_clip_frames_only:
+            from vlmrb_torchrl.envs.robosuite import ClipRenderSteps
 
-    # --- envs: the agent sees proprio + object state; camera frames for the VLM are rendered only
-    # when the scorer reads them, and then only on the steps some clip sends to it
-    spec = ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames, assign=cfg.clip_assign)
-    env_kwargs = {"max_episode_steps": cfg.max_episode_steps, "camera": cfg.camera, "frame_size": cfg.frame_size,
-                  "reward_shaping": cfg.reward_shaping}
-    render_steps = None
-    if needs_frames and cfg.render_clip_frames_only:
-        from vlmrb_torchrl.envs.robosuite import ClipRenderSteps
+            render_steps = ClipRenderSteps(spec, horizon=cfg.max_episode_steps or 500)
+        train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, render_steps=render_steps,
+                                   **env_kwargs)
+        eval_env_fn = env_factory(cfg.env, train=False, render=False, **env_kwargs)
+        probe = eval_env_fn()
+        obs_dim = probe.observation_spec["observation"].shape[-1]
+        action_spec = probe.action_spec
+        fake = probe.fake_tensordict()
+        probe.close()
 
-        render_steps = ClipRenderSteps(spec, horizon=cfg.max_episode_steps or 500)
-    train_env_fn = common.env_factory(cfg.env, train=True, render=needs_frames, render_steps=render_steps,
-                                      **env_kwargs)
-    eval_env_fn = common.env_factory(cfg.env, train=False, render=False, **env_kwargs)
-    probe = eval_env_fn()
-    obs_dim = probe.observation_spec["observation"].shape[-1]
-    action_spec = probe.action_spec
-    fake = probe.fake_tensordict()
-    probe.close()
+        # --- networks, loss, optimizers
+        actor = make_actor(obs_dim, action_spec, cfg.hidden).to(start.device)
+        critic = make_critic(obs_dim, action_spec.shape[-1], cfg.hidden).to(start.device)
+        with torch.no_grad():  # initialise lazy shapes / check the wiring on a fake step
+            actor(fake.to(start.device))
+            critic(fake.to(start.device))
+        loss = SACLoss(actor, critic, num_qvalue_nets=2, loss_function="l2", delay_actor=False, delay_qvalue=True,
+                       alpha_init=cfg.alpha_init, action_spec=action_spec)
+        loss.make_value_estimator(gamma=cfg.gamma)
+        target_update = SoftUpdate(loss, eps=1.0 - cfg.tau)
+        optim = torch.optim.Adam([
+            {"params": list(loss.actor_network_params.flatten_keys().values())},
+            {"params": list(loss.qvalue_network_params.flatten_keys().values())},
+            {"params": [loss.log_alpha]},
+        ], lr=cfg.lr)
+        eval_policy = _Deterministic(actor)
 
-    # --- networks, loss, optimizers
-    actor = make_actor(obs_dim, action_spec, cfg.hidden).to(device)
-    critic = make_critic(obs_dim, action_spec.shape[-1], cfg.hidden).to(device)
-    with torch.no_grad():  # initialise lazy shapes / check the wiring on a fake step
-        actor(fake.to(device))
-        critic(fake.to(device))
-    loss = SACLoss(actor, critic, num_qvalue_nets=2, loss_function="l2", delay_actor=False, delay_qvalue=True,
-                   alpha_init=cfg.alpha_init, action_spec=action_spec)
-    loss.make_value_estimator(gamma=cfg.gamma)
-    target_update = SoftUpdate(loss, eps=1.0 - cfg.tau)
-    optim = torch.optim.Adam([
-        {"params": list(loss.actor_network_params.flatten_keys().values())},
-        {"params": list(loss.qvalue_network_params.flatten_keys().values())},
-        {"params": [loss.log_alpha]},
-    ], lr=cfg.lr)
-    eval_policy = _Deterministic(actor)
+        # --- replay: the only thing that differs between replay modes
+        replay = cleanup.enter_context(make_replay(cfg, generator=start.generator, updates=start.updates_total,
+                                                   scorer=start.scorer))
 
-    # --- replay: the only thing that differs between replay modes
-    rb = common.make_replay(cfg, generator=generator, updates=updates_total, scorer=scorer)
+        # --- resume
+        modules = {"loss": loss, "optim": optim}
+        counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
+        run = cleanup.enter_context(Run(cfg, recipe="sac", total=cfg.total_frames,
+                                        resumed_from=counters["env_steps"], columns=SAC_METRIC_COLUMNS))
+        training = cleanup.enter_context(Training(
+            cfg, run=run, replay=replay, counters=counters, modules=modules, device=start.device,
+            eval_policy=eval_policy, eval_env_fn=eval_env_fn, eval_max_steps=cfg.max_episode_steps or 500,
+            make_collector=lambda env_steps: make_collector(
+                train_env_fn, actor, num_envs=cfg.num_envs, frames_per_batch=cfg.frames_per_batch,
+                total_frames=cfg.total_frames, seed=cfg.seed, env_steps=env_steps,
+                parallel=cfg.env_backend == "parallel",
+                init_random_frames=max(0, cfg.learning_starts - env_steps))))
 
-    # --- resume
-    modules = {"loss": loss, "optim": optim}
-    counters = common.resume_counters(cfg, checkpoint, modules=modules, rb=rb)
-    run = common.Run(cfg, recipe="sac", total=cfg.total_frames, resumed_from=counters["env_steps"],
-                     columns=common.SAC_METRIC_COLUMNS)
-
-    def make_collector(env_steps: int):
-        return common.make_collector(train_env_fn, actor, num_envs=cfg.num_envs,
-                                     frames_per_batch=cfg.frames_per_batch, total_frames=cfg.total_frames,
-                                     seed=cfg.seed, env_steps=env_steps, parallel=cfg.env_backend == "parallel",
-                                     init_random_frames=max(0, cfg.learning_starts - env_steps))
-
-    # --- the loop: collect -> store (and queue clips) -> learn
-    metrics_last: dict = {}
-    losses = {"loss": float("nan"), "loss_actor": float("nan"), "loss_qvalue": float("nan"),
-              "alpha": float(loss.log_alpha.detach().exp()), "entropy": float("nan")}
-    start = time.perf_counter()
-    steps_at_start = counters["env_steps"]
-    stop_at = min(cfg.total_frames, cfg.stop_at or cfg.total_frames)
-    collector = make_collector(counters["env_steps"])
-    while counters["env_steps"] < stop_at:
-        recreate = False
-        for batch in collector:
-            frames = batch.numel()
-            counters["env_steps"] += frames
-            common.store(rb, batch, batch, vlm_mode=vlm_mode, sync=not cfg.async_scoring)
-            counters["episodes"] += int(batch["next", "done"].sum())
-
-            if counters["env_steps"] >= cfg.learning_starts:
-                for _ in range(frames // cfg.train_every):
-                    sample = rb.sample().to(device)
-                    loss_td = loss(sample)
-                    total = loss_td["loss_actor"] + loss_td["loss_qvalue"] + loss_td["loss_alpha"]
-                    optim.zero_grad()
-                    total.backward()
-                    optim.step()
-                    target_update.step()
-                    if cfg.replay != "uniform":
-                        rb.update_tensordict_priority(sample)  # PER priorities / vlm_td boost
-                    counters["updates"] += 1
+        # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
+        losses = {"loss": float("nan"), "loss_actor": float("nan"), "loss_qvalue": float("nan"),
+                  "alpha": float(loss.log_alpha.detach().exp()), "entropy": float("nan")}
+        for batch in training.batches():
+            replay.store(batch, batch)
+            loss_td = None
+            for sample in training.samples(batch):
+                loss_td = loss(sample)
+                total = loss_td["loss_actor"] + loss_td["loss_qvalue"] + loss_td["loss_alpha"]
+                optim.zero_grad()
+                total.backward()
+                optim.step()
+                target_update.step()
+            if loss_td is not None:  # the last update's losses
                 losses = {"loss": float(total.detach()),
                           "loss_actor": float(loss_td["loss_actor"].detach()),
                           "loss_qvalue": float(loss_td["loss_qvalue"].detach()),
                           "alpha": float(loss_td["alpha"]), "entropy": float(loss_td["entropy"])}
-                collector.update_policy_weights_()
+            training.end_batch(losses, show=("loss", "alpha"))
 
-            steps_per_s = (counters["env_steps"] - steps_at_start) / (time.perf_counter() - start)
-            row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], **losses,
-                   "env_steps_per_s": steps_per_s, "time_s": time.perf_counter() - start, **common.replay_stats(rb, counters)}
-            if common.maybe_evaluate(run, row, cfg=cfg, counters=counters, policy=eval_policy,
-                                     make_env=eval_env_fn, max_steps=cfg.max_episode_steps or 500):
-                metrics_last = row
-            run.progress(frames, success=common.fmt(metrics_last.get("eval_success")),
-                         loss=common.fmt(losses["loss"]), alpha=common.fmt(losses["alpha"]),
-                         scored=common.fmt(row.get("fraction_scored")))
-            recreate = common.maybe_checkpoint(run, rb, cfg=cfg, counters=counters, stop_at=stop_at,
-                                               modules=modules, vlm_mode=vlm_mode)
-            if recreate is not None:  # checkpointed: leave this collector
-                break
-        collector.shutdown()
-        if recreate:
-            collector = make_collector(counters["env_steps"])
-
-    # --- outputs: clip gallery (frames rendered every step here), summary
-    gallery = []
-    if vlm_mode and cfg.gallery_clips > 0:
-        gallery = common.clip_gallery(
-            run.dir / "gallery", scorer=scorer, make_env=common.env_factory(cfg.env, train=False, render=True,
-                                                                           **env_kwargs),
-            policy=eval_policy, clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, episodes=2,
-            max_steps=cfg.max_episode_steps or 500)
-    torch.set_num_threads(threads_before)
-    return common.finish(run, rb, counters=counters, metrics=metrics_last, vlm_mode=vlm_mode, gallery=gallery)
+        # --- outputs: clip gallery (frames rendered every step here), summary
+        gallery = []
+        if start.scorer is not None and cfg.gallery_clips > 0:
+            gallery = clip_gallery(
+                run.dir / "gallery", scorer=start.scorer,
+                make_env=env_factory(cfg.env, train=False, render=True, **env_kwargs), policy=eval_policy,
+                clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, episodes=2,
+                max_steps=cfg.max_episode_steps or 500)
+        return run.write_summary(counters, training.metrics_last, gallery)

@@ -1,0 +1,83 @@
+"""The recipes' env and collector factories (MiniGrid, Atari, robosuite)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+__all__ = ["env_factory", "minigrid_actions", "make_collector"]
+
+
+def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> Callable[[], Any]:
+    """A picklable zero-argument env constructor for MiniGrid (``MiniGrid-*``, ``BabyAI-*``), ALE or
+    robosuite (``robosuite/<Task>``) ids.
+
+    Args:
+        env_id (str): the env id.
+
+    Keyword Args:
+        train (bool): training env (Atari: life-loss episodes, clipped rewards) or evaluation env.
+        render (bool): write rendered frames (``"pixels"``) for a scorer that reads them.
+        **kwargs: passed to the env's constructor.
+
+    Examples:
+        >>> env_factory("CartPole-v1")
+        Traceback (most recent call last):
+        ...
+        ValueError: env='CartPole-v1' is not supported: ...
+    """
+    if env_id.startswith("robosuite/"):
+        from vlmrb_torchrl.envs.robosuite import make_robosuite_env
+
+        return functools.partial(make_robosuite_env, env_id, render=render, **kwargs)
+    if env_id.startswith(("MiniGrid-", "BabyAI-")):
+        from vlmrb_torchrl.envs.minigrid import make_minigrid_env
+
+        return functools.partial(make_minigrid_env, env_id, render=render, **kwargs)
+    if env_id.startswith("ALE/"):
+        from vlmrb_torchrl.envs.atari import make_atari_env
+
+        return functools.partial(make_atari_env, env_id, train=train, render=render, **kwargs)
+    raise ValueError(
+        f"env={env_id!r} is not supported: use a MiniGrid id (e.g. MiniGrid-DoorKey-6x6-v0) "
+        "an Atari id (e.g. ALE/Pong-v5) or robosuite/<Task> (e.g. robosuite/Lift)."
+    )
+
+
+def minigrid_actions(env_id: str, actions: str) -> tuple[str, ...] | None:
+    """The ``actions=`` of a MiniGrid env for the config value ``actions`` (auto | all | a,b,c);
+    ``None`` (all actions, or not a MiniGrid id) means the env's full action set.
+
+    Examples:
+        >>> minigrid_actions("MiniGrid-Empty-5x5-v0", "left, right,forward")
+        ('left', 'right', 'forward')
+        >>> minigrid_actions("ALE/Pong-v5", "auto") is None
+        True
+    """
+    if not env_id.startswith(("MiniGrid-", "BabyAI-")) or actions == "all":
+        return None
+    if actions == "auto":
+        from vlmrb_torchrl.envs.minigrid import DOORKEY_ACTIONS
+
+        return DOORKEY_ACTIONS if "DoorKey" in env_id else None
+    return tuple(name.strip() for name in actions.split(",") if name.strip())
+
+
+def make_collector(env_fn, policy, *, num_envs: int, frames_per_batch: int, total_frames: int, seed: int,
+                   env_steps: int, parallel: bool = False, init_random_frames: int = 0):
+    """A ``Collector`` over ``num_envs`` copies of ``env_fn`` for the frames left after ``env_steps``.
+
+    Env seeds derive from ``(seed, env_steps)``, in the uninterrupted run too, so a run resumed
+    from a checkpoint re-creates exactly the collector the uninterrupted run re-created there.
+    ``parallel=True`` steps each env in its own process (``ParallelEnv``).
+    """
+    from torchrl.collectors import Collector
+    from torchrl.envs import ParallelEnv, SerialEnv
+
+    env = (ParallelEnv if parallel else SerialEnv)(num_envs, env_fn)
+    env.set_seed(seed * 1_000_003 + env_steps)
+    remaining = total_frames - env_steps
+    kwargs = {"init_random_frames": init_random_frames} if init_random_frames > 0 else {}
+    return Collector(env, policy, frames_per_batch=frames_per_batch,
+                     total_frames=-(-remaining // frames_per_batch) * frames_per_batch,
+                     device="cpu", auto_register_policy_transforms=False, **kwargs)

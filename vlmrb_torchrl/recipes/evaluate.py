@@ -1,0 +1,97 @@
+"""Policy evaluation: full episodes in batched env copies, and the schedule that logs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["evaluate", "maybe_evaluate"]
+
+
+@torch.no_grad()
+def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100_000,
+             num_envs: int = 1) -> dict[str, float]:
+    """Runs ``episodes`` full episodes of ``policy`` (already at its evaluation epsilon).
+
+    With ``num_envs > 1`` the episodes run in ``num_envs`` env copies stepped together
+    (``SerialEnv``, one batched policy call per step), ``episodes // num_envs`` per copy and one
+    more for the first ``episodes % num_envs`` copies: exactly ``episodes`` i.i.d. episodes (each
+    copy counts its first episodes, so short successful ones are not favoured), several times
+    faster with small networks. Episodes still running
+    after ``max_steps`` steps count as failures with their partial return.
+
+    Returns the success rate (NaN when the env reports no ``success``) and the mean return
+    (``raw_reward`` when the env provides it, e.g. unclipped Atari scores).
+    (``tests/test_evaluate.py`` checks the episode accounting against a scripted env.)
+    """
+    if num_envs <= 1:
+        return _evaluate_serial(policy, make_env, episodes=episodes, seed=seed, max_steps=max_steps)
+    from torchrl.envs import SerialEnv
+
+    env = SerialEnv(num_envs, make_env)
+    env.set_seed(seed)
+    quota = torch.full((num_envs,), episodes // num_envs, dtype=torch.long)
+    quota[: episodes % num_envs] += 1
+    td = env.reset()
+    reward_key = "raw_reward" if "raw_reward" in env.observation_spec.keys() else "reward"
+    has_success = "success" in env.observation_spec.keys()
+    running_return = torch.zeros(num_envs, dtype=torch.float64)
+    running_success = torch.zeros(num_envs, dtype=torch.bool)
+    finished = torch.zeros(num_envs, dtype=torch.long)
+    successes, returns = [], []
+    for _ in range(max_steps):
+        td, td_root = env.step_and_maybe_reset(policy(td))
+        nxt = td["next"]
+        running_return += nxt[reward_key].reshape(num_envs).double()
+        if has_success:
+            running_success |= nxt["success"].reshape(num_envs)
+        for i in nxt["done"].reshape(num_envs).nonzero().flatten().tolist():
+            if finished[i] < quota[i]:
+                finished[i] += 1
+                returns.append(float(running_return[i]))
+                successes.append(float(running_success[i]))
+            running_return[i], running_success[i] = 0.0, False
+        if bool((finished >= quota).all()):
+            break
+        td = td_root
+    else:  # episodes cut by max_steps: failures with their partial returns
+        for i in (finished < quota).nonzero().flatten().tolist():
+            returns.append(float(running_return[i]))
+            successes.append(0.0)
+    env.close()
+    return {"eval_success": float(np.mean(successes)) if has_success else float("nan"),
+            "eval_return": float(np.mean(returns))}
+
+
+def _evaluate_serial(policy, make_env, *, episodes: int, seed: int, max_steps: int) -> dict[str, float]:
+    env = make_env()
+    env.set_seed(seed)
+    successes, returns = [], []
+    for _ in range(episodes):
+        rollout = env.rollout(max_steps, policy, break_when_any_done=True)
+        nxt = rollout["next"]
+        reward_key = "raw_reward" if "raw_reward" in nxt.keys() else "reward"
+        returns.append(float(nxt[reward_key].sum()))
+        if "success" in nxt.keys():
+            successes.append(float(nxt["success"].any()))
+    env.close()
+    return {"eval_success": float(np.mean(successes)) if successes else float("nan"),
+            "eval_return": float(np.mean(returns))}
+
+
+def maybe_evaluate(run, row: dict[str, Any], *, cfg: Any, counters: dict[str, Any], policy, make_env,
+                   max_steps: int = 100_000) -> bool:
+    """When an evaluation is due (every ``eval_every`` frames and at the end), adds its results
+    to ``row`` and logs the row with ``run.log``; returns whether it did.
+
+    Evaluation episodes are seeded with ``seed + 10_000 + env_steps``: the same in a resumed run.
+    """
+    if counters["env_steps"] < counters["next_eval"] and counters["env_steps"] < cfg.total_frames:
+        return False
+    counters["next_eval"] += cfg.eval_every
+    row.update(evaluate(policy, make_env, episodes=cfg.eval_episodes, seed=cfg.seed + 10_000 + counters["env_steps"],
+                        max_steps=max_steps, num_envs=min(cfg.eval_envs, cfg.eval_episodes)))
+    run.log(row)
+    return True

@@ -1,0 +1,66 @@
+"""The clip gallery: the top- and bottom-scored clips of a few rendered episodes, as GIFs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from vlmrb_torchrl.clips import ClipSpec, ClipStream
+from vlmrb_torchrl.transform import VLMScoreTransform
+
+__all__ = ["clip_gallery"]
+
+
+@torch.no_grad()
+def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clips: int, seed: int,
+                 episodes: int = 6, max_steps: int = 1_000) -> list[Path]:
+    """Scores clips from a few rendered episodes and saves the top/bottom ``clips`` as GIFs.
+
+    Each GIF carries its score and the scorer's prompt in the frame's caption strip.
+    """
+    from PIL import Image, ImageDraw
+
+    env = make_env()
+    env.set_seed(seed)
+    stream = ClipStream(ClipSpec(clip_len=clip_len), frame_key="pixels",
+                        extra_keys=VLMScoreTransform(scorer, clip_len=clip_len).score_key_list())
+    batches = []
+    offset = 0
+    for episode in range(episodes):
+        rollout = env.rollout(max_steps, policy, break_when_any_done=True)
+        rollout["collector", "traj_ids"] = torch.full(rollout.shape, episode, dtype=torch.long)
+        index = torch.arange(offset, offset + rollout.numel())
+        offset += rollout.numel()
+        for out in (stream.push(rollout, index), stream.flush()):
+            if out is not None:
+                batches.append(out)
+    env.close()
+    if not batches:
+        return []
+    from vlmrb_torchrl.clips import ClipBatch
+
+    batch = ClipBatch.cat(batches)
+    transform = VLMScoreTransform(scorer, clip_len=clip_len)
+    scores = torch.cat([transform.score_clips(c) for c in batch.clips.split(64)])
+    order = torch.argsort(scores, descending=True, stable=True)
+    picks = [("top", i) for i in order[:clips].tolist()] + [("bottom", i) for i in order.flip(0)[:clips].tolist()]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    prompt = getattr(scorer, "prompt", "") or ""
+    for rank, (kind, i) in enumerate(picks):
+        frames = batch.clips["pixels"][i][batch.clips["mask"][i]]
+        images = []
+        for frame in frames.numpy():
+            img = Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3), Image.NEAREST)
+            canvas = Image.new("RGB", (img.width, img.height + 28), "black")
+            canvas.paste(img, (0, 28))
+            draw = ImageDraw.Draw(canvas)
+            draw.text((2, 1), f"score {scores[i]:.2f}", fill="white")
+            draw.text((2, 14), prompt[:60], fill="gray")
+            images.append(canvas)
+        path = out_dir / f"{kind}_{rank % clips if clips else rank}_score{scores[i]:.2f}.gif"
+        images[0].save(path, save_all=True, append_images=images[1:], duration=150, loop=0)
+        paths.append(path)
+    (out_dir / "prompt.txt").write_text(prompt)
+    return paths

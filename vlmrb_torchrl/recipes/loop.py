@@ -1,0 +1,172 @@
+"""The machinery the recipes' collect -> store -> learn loops share: collector lifetimes, frame and
+update counters, metric rows, evaluation, progress and checkpoints."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+from tensordict import TensorDictBase
+
+from vlmrb_torchrl.recipes.evaluate import maybe_evaluate
+from vlmrb_torchrl.recipes.replay import Replay
+from vlmrb_torchrl.recipes.run import Run, maybe_checkpoint
+
+__all__ = ["Training", "fmt"]
+
+
+def fmt(value) -> str | None:
+    """Progress-bar number: 3 significant digits, None for missing/NaN.
+
+    Examples:
+        >>> fmt(0.123456), fmt(float("nan")), fmt(None)
+        ('0.123', None, None)
+    """
+    return None if value is None or value != value else f"{value:.3g}"
+
+
+class Training:
+    """Drives a recipe's loop; the recipe writes the loop body (store, gradient steps, its metrics).
+
+    .. code-block:: python
+
+        with Training(cfg, ...) as training:
+            for batch in training.batches():            # counts frames and episodes
+                replay.store(batch, batch)
+                for sample in training.samples(batch):  # frames // train_every once learning started
+                    ...                                 # one gradient step on `sample`
+                training.end_batch({"loss": loss_value}, show=["loss"])
+
+    :meth:`batches` creates the collector for the frames left and, after every checkpoint, leaves
+    it and creates a new one seeded from ``(seed, env_steps)`` — exactly what a run resumed from
+    that checkpoint does — until ``stop_at`` (or ``total_frames``) frames are collected.
+    :meth:`samples` draws the learner's batches, hands their TD errors back to the replay after
+    each gradient step and, once all are done, syncs the collector's policy weights.
+    :meth:`end_batch` logs the metrics row when an evaluation is due (every ``eval_every`` frames
+    and at the end), advances the progress bar and checkpoints when one is due.
+
+    Args:
+        cfg: the recipe config (``total_frames``, ``stop_at``, ``learning_starts``,
+            ``train_every``, ``eval_*``, ``checkpoint_every``, ``seed``).
+
+    Keyword Args:
+        run (Run): the run directory.
+        replay (Replay): the replay buffer.
+        counters (dict): ``env_steps``, ``episodes``, ``updates``, ``next_eval``,
+            ``next_checkpoint`` (fresh or from a checkpoint), updated in place.
+        modules (dict): what a checkpoint saves (``name -> object with state_dict()``).
+        make_collector (Callable[[int], Collector]): the collector for the frames after ``env_steps``.
+        device: where learner batches go.
+        eval_policy: the evaluation policy.
+        eval_env_fn (Callable): the evaluation env constructor.
+        eval_max_steps (int): evaluation episodes' step limit.
+
+    Attributes:
+        metrics_last (dict): the last logged row ({} before the first evaluation).
+    """
+
+    def __init__(self, cfg: Any, *, run: Run, replay: Replay, counters: dict[str, Any], modules: dict[str, Any],
+                 make_collector: Callable[[int], Any], device: Any, eval_policy: Any, eval_env_fn: Callable[[], Any],
+                 eval_max_steps: int = 100_000) -> None:
+        self.cfg = cfg
+        self.run = run
+        self.replay = replay
+        self.counters = counters
+        self.modules = modules
+        self.device = device
+        self.eval_policy = eval_policy
+        self.eval_env_fn = eval_env_fn
+        self.eval_max_steps = eval_max_steps
+        self.stop_at = min(cfg.total_frames, cfg.stop_at or cfg.total_frames)
+        self.metrics_last: dict[str, Any] = {}
+        self.collector = None
+        self._make_collector = make_collector
+        self._frames = 0
+        self._ended = True
+        self._checkpointed = False
+        self._start = time.perf_counter()
+        self._steps_at_start = counters["env_steps"]
+
+    def batches(self) -> Iterator[TensorDictBase]:
+        """Collector batches ``[envs, time]`` until the run stops; counts their frames and episodes.
+
+        Call :meth:`end_batch` at the end of each batch.
+        """
+        counters = self.counters
+        self._start = time.perf_counter()
+        self._steps_at_start = counters["env_steps"]
+        while counters["env_steps"] < self.stop_at:
+            self.collector = self._make_collector(counters["env_steps"])
+            try:
+                for batch in self.collector:
+                    self._frames = batch.numel()
+                    counters["env_steps"] += self._frames
+                    counters["episodes"] += int(batch["next", "done"].sum())
+                    self._ended = self._checkpointed = False
+                    yield batch
+                    if not self._ended:
+                        raise RuntimeError("Training.batches(): call end_batch(...) at the end of each batch.")
+                    if self._checkpointed:  # leave this collector (and, unless the run stops, make a new one)
+                        break
+            finally:
+                self._shutdown_collector()
+
+    def samples(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
+        """The learner batches for the frames of ``batch``: ``len(batch) // train_every`` of them
+        once ``learning_starts`` frames are collected, none before.
+
+        ``counters["updates"]`` already counts the update being made when a sample arrives; after
+        the loop body, the sample's TD errors go back to the replay (PER priorities, the
+        ``vlm_td`` boost).
+        """
+        if self.counters["env_steps"] < self.cfg.learning_starts:
+            return
+        for _ in range(batch.numel() // self.cfg.train_every):
+            sample = self.replay.sample().to(self.device)
+            self.counters["updates"] += 1
+            yield sample
+            self.replay.update_priority(sample)
+        self.collector.update_policy_weights_()
+
+    def end_batch(self, train_metrics: dict[str, float], *, show: Sequence[str] = ()) -> dict[str, Any]:
+        """Ends a batch: metrics row (logged with an evaluation when one is due), progress bar, checkpoint.
+
+        Args:
+            train_metrics (dict): the recipe's own columns (losses, epsilon, ...).
+
+        Keyword Args:
+            show (Sequence[str]): keys of ``train_metrics`` shown in the progress bar.
+
+        Returns:
+            the row (with evaluation results when one ran).
+        """
+        counters = self.counters
+        steps_per_s = (counters["env_steps"] - self._steps_at_start) / (time.perf_counter() - self._start)
+        row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], **train_metrics,
+               "env_steps_per_s": steps_per_s, "time_s": time.perf_counter() - self._start,
+               **self.replay.stats(counters)}
+        if maybe_evaluate(self.run, row, cfg=self.cfg, counters=counters, policy=self.eval_policy,
+                          make_env=self.eval_env_fn, max_steps=self.eval_max_steps):
+            self.replay.logged(row, counters)
+            self.metrics_last = row
+        self.run.progress(self._frames, success=fmt(self.metrics_last.get("eval_success")),
+                          **{key: fmt(train_metrics[key]) for key in show}, scored=fmt(row.get("fraction_scored")))
+        self._checkpointed = maybe_checkpoint(self.run, self.replay, cfg=self.cfg, counters=counters,
+                                              stop_at=self.stop_at, modules=self.modules)
+        self._ended = True
+        return row
+
+    def _shutdown_collector(self) -> None:
+        if self.collector is not None:
+            collector, self.collector = self.collector, None
+            collector.shutdown()
+
+    def close(self) -> None:
+        """Shuts the collector down if a loop left it running (an error in the loop body)."""
+        self._shutdown_collector()
+
+    def __enter__(self) -> Training:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()

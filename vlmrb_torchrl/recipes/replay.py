@@ -1,0 +1,264 @@
+"""Replay modes behind one interface: the only part of a recipe that differs between them.
+
+``make_replay(cfg, ...)`` returns a :class:`Replay` for ``cfg.replay``:
+
+| ``replay=`` | class | TorchRL buffer |
+|---|---|---|
+| ``uniform`` | :class:`UniformReplay` | ``TensorDictReplayBuffer`` + ``RandomSampler`` |
+| ``per`` | :class:`PrioritizedReplay` | ``TensorDictReplayBuffer`` + ``PrioritizedSampler`` (TD errors) |
+| ``vlm``, ``vlm_td`` | :class:`VLMReplay` | :class:`~vlmrb_torchrl.VLMReplayBuffer` (clip scoring, VLM priorities) |
+
+A recipe stores each collector batch with ``replay.store(stored, batch)``, samples with
+``replay.sample()``, hands the learner's TD errors back with ``replay.update_priority(sample)``,
+calls ``replay.before_checkpoint()`` before saving ``replay.buffer``, adds ``replay.stats(counters)``
+to its metric rows and closes the replay at the end (``with replay:``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torchrl.data import LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
+
+__all__ = ["FRAME_KEY", "VLM_MODES", "Replay", "UniformReplay", "PrioritizedReplay", "VLMReplay", "make_replay",
+           "make_scorer_from_config", "uses_scorer", "needs_frames"]
+
+#: Where the recipe envs write rendered frames (when the scorer reads them).
+FRAME_KEY = "pixels"
+#: The replay modes that score clips with a scorer.
+VLM_MODES = ("vlm", "vlm_td")
+
+
+def uses_scorer(replay: str) -> bool:
+    """Whether the replay mode ``replay`` scores clips (and so needs a scorer).
+
+    Examples:
+        >>> uses_scorer("vlm_td"), uses_scorer("per")
+        (True, False)
+    """
+    return replay in VLM_MODES
+
+
+def needs_frames(scorer) -> bool:
+    """Whether ``scorer`` reads rendered frames (:data:`FRAME_KEY`), so the training envs must render.
+
+    Examples:
+        >>> from vlmrb_torchrl.scorers import make_scorer
+        >>> needs_frames(make_scorer("oracle:minigrid")), needs_frames(None)
+        (False, False)
+    """
+    return scorer is not None and FRAME_KEY in list(getattr(scorer, "in_keys", []))
+
+
+def make_scorer_from_config(cfg: Any):
+    """``make_scorer(cfg.scorer, prompt=cfg.prompt, **cfg.scorer_kwargs)``, wrapped in a
+    :class:`~vlmrb_torchrl.scorers.NoisyScorer` when ``cfg.label_noise > 0``."""
+    from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
+
+    kwargs = dict(cfg.scorer_kwargs or {})
+    if cfg.prompt is not None:
+        kwargs["prompt"] = cfg.prompt
+    scorer = make_scorer(cfg.scorer, **kwargs)
+    if cfg.label_noise > 0:
+        scorer = NoisyScorer(scorer, flip_prob=cfg.label_noise, seed=cfg.seed)
+    return scorer
+
+
+class Replay:
+    """A replay mode as the recipes see it: a TorchRL buffer and what a training loop does with it.
+
+    Subclasses implement :meth:`store`; the other hooks default to nothing. A context manager:
+    leaving it calls :meth:`close`, on errors too.
+
+    Attributes:
+        buffer (TensorDictReplayBuffer): the TorchRL buffer (sampled, and saved in checkpoints
+            with ``buffer.dumps``).
+        closed (bool): whether :meth:`close` ran.
+    """
+
+    def __init__(self, buffer: TensorDictReplayBuffer) -> None:
+        self.buffer = buffer
+        self.closed = False
+
+    def store(self, stored: TensorDictBase, batch: TensorDictBase) -> None:
+        """Writes a collector batch ``[envs, time]``.
+
+        Args:
+            stored (TensorDictBase): what the learner samples (e.g. with n-step returns).
+            batch (TensorDictBase): the raw collector batch ``stored`` was computed from (same
+                layout): clips are cut from its 1-step data and frames.
+        """
+        raise NotImplementedError
+
+    def sample(self) -> TensorDictBase:
+        """A learner batch (``buffer.sample()``)."""
+        return self.buffer.sample()
+
+    def update_priority(self, sample: TensorDictBase) -> None:
+        """Hands the learner's TD errors (``sample["td_error"]``) back to the sampler; nothing for uniform replay."""
+
+    def sync(self) -> None:
+        """Waits for what the replay still computes for stored data when the run asked for synchronous
+        scoring; :meth:`store` calls it."""
+
+    def before_checkpoint(self) -> None:
+        """Brings the buffer to a state worth saving (e.g. every pending score written)."""
+
+    def stats(self, counters: dict[str, Any]) -> dict[str, Any]:
+        """The replay columns of a metrics row (none for uniform/PER)."""
+        return {}
+
+    def logged(self, row: dict[str, Any], counters: dict[str, Any]) -> None:
+        """Called after ``row`` (with :meth:`stats`) was logged; interval statistics restart here."""
+
+    def close(self) -> None:
+        """Stops what runs in the background; the buffer stays readable."""
+        self.closed = True
+
+    def __enter__(self) -> Replay:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except RuntimeError:  # e.g. the scorer's own failure: do not mask the body's exception
+            pass
+
+
+class UniformReplay(Replay):
+    """Uniform replay: TorchRL's ``RandomSampler``.
+
+    Args:
+        buffer (TensorDictReplayBuffer): the buffer to store into.
+        frame_key (NestedKey): rendered frames, dropped before storing (the learner never reads
+            them). Defaults to :data:`FRAME_KEY`.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> cfg = DQNConfig(replay="uniform", buffer_size=100, batch_size=4)
+        >>> with make_replay(cfg, generator=torch.Generator().manual_seed(0), updates=10) as replay:
+        ...     batch = TensorDict({"observation": torch.zeros(2, 8, 3)}, [2, 8])  # [envs, time]
+        ...     replay.store(batch, batch)
+        ...     len(replay.buffer), replay.sample().batch_size, replay.stats({})
+        (16, torch.Size([4]), {})
+    """
+
+    def __init__(self, buffer: TensorDictReplayBuffer, *, frame_key: NestedKey = FRAME_KEY) -> None:
+        super().__init__(buffer)
+        self._drop = (frame_key, ("next",) + ((frame_key,) if isinstance(frame_key, str) else tuple(frame_key)))
+
+    def store(self, stored: TensorDictBase, batch: TensorDictBase) -> None:
+        self.buffer.extend(stored.reshape(-1).exclude(*self._drop))
+
+
+class PrioritizedReplay(UniformReplay):
+    """Prioritized replay on TD errors: TorchRL's ``PrioritizedSampler``."""
+
+    def update_priority(self, sample: TensorDictBase) -> None:
+        self.buffer.update_tensordict_priority(sample)
+
+
+class VLMReplay(Replay):
+    """VLM-RB: a :class:`~vlmrb_torchrl.VLMReplayBuffer` scoring clips of the stored data.
+
+    Args:
+        buffer (VLMReplayBuffer): from :func:`~vlmrb_torchrl.make_vlm_replay_buffer`.
+        sync (bool): wait for every queued score after each :meth:`store` (fully deterministic
+            runs) instead of letting them land in the background.
+    """
+
+    def __init__(self, buffer, *, sync: bool = False) -> None:
+        super().__init__(buffer)
+        self._sync = sync
+
+    def store(self, stored: TensorDictBase, batch: TensorDictBase) -> None:
+        self.buffer.extend(stored, clips_from=batch)  # clips see the raw 1-step data and frames
+        self.sync()
+
+    def update_priority(self, sample: TensorDictBase) -> None:
+        self.buffer.update_tensordict_priority(sample)  # the vlm_td boost (the plain vlm sampler ignores it)
+
+    def sync(self) -> None:
+        if self._sync:
+            self.buffer.async_scorer.drain()
+
+    def before_checkpoint(self) -> None:
+        # the clips of unfinished episodes too: the checkpoint then holds every transition's score
+        self.buffer.flush_clips()
+        self.buffer.async_scorer.drain()
+
+    def stats(self, counters: dict[str, Any]) -> dict[str, Any]:
+        """Sampler and scorer statistics.
+
+        ``sampled_positive_fraction`` is the share of positives among the transitions sampled
+        since the last logged row (``counters["drawn_logged"]``, set by :meth:`logged` and
+        checkpointed with the counters, so resumed runs log the same intervals).
+        """
+        stats = self.buffer.vlm_stats()
+        drawn_before, positive_before = counters.get("drawn_logged", (0, 0))
+        drawn = stats["drawn"] - drawn_before
+        return {"lambda": stats["lambda"], "fraction_scored": stats["fraction_scored"],
+                "positive_fraction": stats["positive_fraction"],
+                "sampled_positive_fraction": (stats["drawn_positive"] - positive_before) / drawn if drawn
+                else float("nan"),
+                "stale_drops": stats["stale_drops"],
+                "scorer_clips_per_s": stats["scorer/clips_per_s"], "scorer_backlog": stats["scorer/backlog"],
+                "scorer_dropped": stats["scorer/dropped"], "drawn": stats["drawn"],
+                "drawn_positive": stats["drawn_positive"]}
+
+    def logged(self, row: dict[str, Any], counters: dict[str, Any]) -> None:
+        counters["drawn_logged"] = (row["drawn"], row["drawn_positive"])
+
+    def close(self) -> None:
+        """Stops the scorer without scoring what is still queued (the run is over)."""
+        if self.closed:
+            return
+        try:
+            self.buffer.close(flush=False)
+        finally:
+            super().close()
+
+
+def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=None) -> Replay:
+    """The :class:`Replay` for ``cfg.replay``; everything but the sampler is identical across modes.
+
+    Args:
+        cfg: a recipe config (replay, buffer, clip and sampler keys).
+
+    Keyword Args:
+        generator (torch.Generator): the buffer's sampling generator.
+        updates (int): gradient updates of the whole run (the default VLM warm-up is half of them).
+        scorer: the VLM modes' scorer (see :func:`make_scorer_from_config`).
+    """
+    storage = LazyTensorStorage(cfg.buffer_size)  # CPU: TorchRL's PyPI wheel has no CUDA trees
+    if cfg.replay == "uniform":
+        return UniformReplay(TensorDictReplayBuffer(storage=storage, sampler=RandomSampler(),
+                                                    batch_size=cfg.batch_size, generator=generator))
+    if cfg.replay == "per":
+        sampler = PrioritizedSampler(cfg.buffer_size, alpha=cfg.per_alpha, beta=cfg.per_beta)
+        return PrioritizedReplay(TensorDictReplayBuffer(storage=storage, sampler=sampler, batch_size=cfg.batch_size,
+                                                        generator=generator))
+    if cfg.replay not in VLM_MODES:
+        raise ValueError(f"replay={cfg.replay!r} is not a replay mode: use uniform, per, {' or '.join(VLM_MODES)}.")
+    from vlmrb_torchrl.buffer import make_vlm_replay_buffer
+    from vlmrb_torchrl.clips import ClipSpec
+
+    default = cfg.default_priority if cfg.default_priority in ("mean", "max") else float(cfg.default_priority)
+    warmup = cfg.vlm_warmup if cfg.vlm_warmup is not None else max(1, updates // 2)
+    buffer = make_vlm_replay_buffer(
+        cfg.buffer_size, scorer,
+        clip_spec=ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames,
+                           assign=cfg.clip_assign),
+        storage=storage, batch_size=cfg.batch_size, generator=generator, frame_key=FRAME_KEY,
+        sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": cfg.threshold,
+                        "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "default_priority": default,
+                        "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},
+    )
+    return VLMReplay(buffer, sync=not cfg.async_scoring)
