@@ -204,15 +204,38 @@ class TestDefaults:
             _hf.default_device_dtype("cpu", "float8", owner="X")
 
     def test_subsample_and_grid(self):
-        assert _hf.subsample(8, None) == list(range(8))
-        assert _hf.subsample(8, 3) == [0, 4, 7]
-        assert _hf.subsample(8, 1) == [7]
+        from vlmrb_torchrl.scorers import _frames
+
+        assert _frames.subsample(8, None) == list(range(8))
+        assert _frames.subsample(8, 3) == [0, 4, 7]
+        assert _frames.subsample(8, 1) == [7]
         import numpy as np
 
         frames = np.arange(5)[:, None, None, None].repeat(2, 1).repeat(2, 2).repeat(3, 3).astype(np.uint8)
-        grid = _hf.grid_image(frames)
-        assert grid.shape == (6, 4, 3)
+        grid = _frames.grid_image(frames)
+        assert grid.shape == (6, 4, 3) and grid.dtype == np.uint8 and grid.flags["C_CONTIGUOUS"]
         assert grid[::2, ::2, 0].tolist() == [[0, 1], [2, 3], [4, 0]]
+
+    def test_grid_image_matches_the_transform_grid(self):
+        # one tiling rule: the NumPy image a backend builds is the transform's grid=True image
+        import torch
+        from tensordict import TensorDict
+
+        from vlmrb_torchrl import VLMScoreTransform
+        from vlmrb_torchrl.scorers import _frames
+
+        seen = []
+
+        class Grab:
+            in_keys, prompt, provenance = ["pixels", "mask"], "", {}
+
+            def score(self, clips):
+                seen.append(clips["pixels"][0, 0].numpy())
+                return torch.zeros(clips.shape[0])
+
+        frames = torch.randint(0, 255, (5, 3, 4, 3), dtype=torch.uint8)
+        VLMScoreTransform(Grab(), clip_len=5, grid=True)(TensorDict(pixels=frames, batch_size=[5]))
+        assert (seen[0] == _frames.grid_image(frames.numpy())).all()
 
 
 class TestOptionalDependencies:
