@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -56,21 +57,28 @@ def grid_shape(num: int) -> tuple[int, int]:
     return rows, math.ceil(num / rows)
 
 
-def tile_frames(frames: Tensor) -> Tensor:
+def tile_frames(frames: Tensor | np.ndarray) -> Tensor | np.ndarray:
     """Tiles ``[..., T, H, W, C]`` frames row-major into one ``[..., rows*H, cols*W, C]`` image.
 
-    Cells past the last frame are black (zeros). See :func:`grid_shape` for the grid.
+    Cells past the last frame are black (zeros). See :func:`grid_shape` for the grid. Takes a
+    tensor (the scoring transform) or a NumPy array (the scorer backends) and returns the same
+    kind, so both sides tile with this one function.
 
     Examples:
         >>> frames = torch.arange(1, 4, dtype=torch.uint8).view(3, 1, 1, 1)  # 3 one-pixel frames
         >>> tile_frames(frames)[..., 0].tolist()
         [[1, 2], [3, 0]]
+        >>> tile_frames(frames.numpy())[..., 0].tolist()
+        [[1, 2], [3, 0]]
     """
     *lead, t, h, w, c = frames.shape
     rows, cols = grid_shape(t)
-    canvas = frames.new_zeros(*lead, rows * cols, h, w, c)
+    shape = (*lead, rows * cols, h, w, c)
+    numpy = isinstance(frames, np.ndarray)
+    canvas = np.zeros(shape, dtype=frames.dtype) if numpy else frames.new_zeros(shape)
     canvas[..., :t, :, :, :] = frames
-    canvas = canvas.view(*lead, rows, cols, h, w, c)
+    canvas = canvas.reshape(*lead, rows, cols, h, w, c)
     n = len(lead)
-    canvas = canvas.permute(*range(n), n, n + 2, n + 1, n + 3, n + 4)
+    axes = (*range(n), n, n + 2, n + 1, n + 3, n + 4)  # rows, H, cols, W: row-major tiles
+    canvas = canvas.transpose(axes) if numpy else canvas.permute(*axes)
     return canvas.reshape(*lead, rows * h, cols * w, c)

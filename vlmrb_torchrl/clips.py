@@ -202,7 +202,7 @@ class ClipBatch(_ClipBatchFields):
     The class owns the layout: the entry names (:attr:`MASK_KEY`, :attr:`INDEX_KEY`,
     :attr:`FRAME_ROW_KEY`), cutting a batch in two (:meth:`split`), joining batches
     (:meth:`cat`) and reading frames back from the pool (:meth:`gather_frames`,
-    :meth:`inline_frames`).
+    :meth:`inline_frames`, :meth:`pooled_frames`).
 
     Examples:
         >>> clips = TensorDict(pixels=torch.zeros(2, 3, 1), batch_size=[2, 3])
@@ -326,11 +326,21 @@ class ClipBatch(_ClipBatchFields):
             return clips
         clips = clips.copy()
         rows = clips.pop(_FRAME_ROW_KEY)
-        flat = rows.reshape(-1)
         for key, pool in frames.items(include_nested=True, leaves_only=True):
-            gathered = torch.index_select(pool, 0, flat.to(pool.device))
-            clips.set(key, gathered.reshape(*rows.shape, *pool.shape[1:]))
+            clips.set(key, _gather_rows(pool, rows))
         return clips
+
+    @staticmethod
+    def pooled_frames(
+        clips: TensorDictBase, frames: TensorDictBase, key: NestedKey, positions: Tensor | None = None
+    ) -> Tensor:
+        """The ``[B, len(positions), ...]`` frames of entry ``key`` for pooled ``[B, L]`` clips.
+
+        What :meth:`inline_frames` writes for one entry, as a plain tensor (no TensorDict copy):
+        the scoring transform gathers just the frames it sends this way.
+        """
+        rows = clips.get(_FRAME_ROW_KEY)
+        return _gather_rows(frames.get(key), rows if positions is None else rows[:, positions])
 
     @classmethod
     def cat(cls, batches: Sequence[ClipBatch]) -> ClipBatch:
@@ -388,6 +398,13 @@ class ClipBatch(_ClipBatchFields):
             batches[0].reduce,
             frames,
         )
+
+
+def _gather_rows(pool: Tensor, rows: Tensor) -> Tensor:
+    """``pool[rows]`` for ``[B, F]`` pool rows: ``[B, F, *pool.shape[1:]]``."""
+    # index_select is about twice as fast as advanced indexing for image rows.
+    gathered = torch.index_select(pool, 0, rows.reshape(-1).to(pool.device))
+    return gathered.reshape(*rows.shape, *pool.shape[1:])
 
 
 class _Trajectory:
@@ -918,9 +935,7 @@ class ClipStream:
             source = {k: v for k, v in source.items() if k != self.frame_key}
         for key, value in source.items():
             if isinstance(value, Tensor):
-                # index_select is about twice as fast as advanced indexing for image rows.
-                gathered = torch.index_select(value, 0, flat_rows.to(value.device))
-                clips.set(key, gathered.reshape(*rows.shape, *value.shape[1:]))
+                clips.set(key, _gather_rows(value, rows))
             else:
                 clips.set(key, value[flat_rows].reshape(*rows.shape))
         clips.set(_MASK_KEY, torch.cat([p.mask for p in pieces]))

@@ -50,7 +50,7 @@ def pack_frames(
     subsampled frames is not lost; other per-step keys are taken at ``positions``. With a
     ``frame_pool`` (see :attr:`vlmrb_torchrl.ClipBatch.frames`) the frames are gathered from
     it through ``("clip", "frame_row")``, only at ``positions``
-    (:meth:`~vlmrb_torchrl.ClipBatch.inline_frames`). Tiling follows
+    (:meth:`~vlmrb_torchrl.ClipBatch.pooled_frames`). Tiling follows
     :func:`vlmrb_torchrl._frames.tile_frames`, the rule the scorer backends use too.
 
     Examples:
@@ -83,11 +83,11 @@ def pack_frames(
             value = value[:, positions]
         out[key] = value
     mask = out[_MASK_KEY]
-    pooled = None
-    if frame_pool is not None and frame_keys:
-        pooled = ClipBatch.inline_frames(clips.select(_FRAME_ROW_KEY), frame_pool.select(*frame_keys), positions)
     for key in frame_keys:
-        frames = clips.get(key)[:, positions] if pooled is None else pooled.get(key)
+        if frame_pool is None:
+            frames = clips.get(key)[:, positions]
+        else:
+            frames = ClipBatch.pooled_frames(clips, frame_pool, key, positions)
         if frames.ndim != 5 or frames.shape[-1] not in (1, 3, 4) or frames.dtype != torch.uint8:
             raise ValueError(
                 f"VLMScoreTransform expects {key!r} as uint8 frames [B, T, H, W, C] with C in "

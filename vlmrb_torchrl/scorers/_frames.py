@@ -52,7 +52,7 @@ def grid_image(frames: np.ndarray) -> np.ndarray:
 
     The layout of the scoring transform's ``grid=True`` (:func:`vlmrb_torchrl._frames.tile_frames`).
     """
-    return np.ascontiguousarray(tile_frames(torch.from_numpy(np.ascontiguousarray(frames))).numpy())
+    return np.ascontiguousarray(tile_frames(frames))
 
 
 def clip_frames(clips, frame_key, mask_key: NestedKey = "mask", *, max_frames: int | None = None) -> list[np.ndarray]:
