@@ -6,6 +6,7 @@ The way a TorchRL user adopts the pieces without the package's recipes:
       -> TensorDictReplayBuffer(sampler=VLMPrioritizedSampler)   # stores transitions (no frames)
       -> ClipStream.push(batch, index, generations)         # cuts per-trajectory clips
       -> AsyncScorer(VLMScoreTransform(scorer))            # scores off the learner's thread
+         (make_clip_scoring builds the stream and transform that fit the scorer)
       -> sampler.update_scores(...)                         # generation-checked write-back
     learner: rb.sample() -> DQNLoss -> rb.update_tensordict_priority
 
@@ -31,7 +32,7 @@ from torchrl.envs import SerialEnv
 from torchrl.modules import MLP, EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
 
-from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
+from vlmrb_torchrl import AsyncScorer, ClipSpec, VLMPrioritizedSampler, make_clip_scoring
 from vlmrb_torchrl.envs import make_minigrid_env
 from vlmrb_torchrl.scorers import make_scorer
 
@@ -65,10 +66,9 @@ def main(env_id: str = "MiniGrid-DoorKey-5x5-v0", scorer_spec: str = "oracle:min
     sampler.provenance = scorer.provenance
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler, batch_size=64,
                                 generator=torch.Generator().manual_seed(seed))
-    spec = ClipSpec(clip_len=clip_len)
-    frame_keys = ["pixels"] if needs_frames else []
-    transform = VLMScoreTransform(scorer, clip_len=clip_len, in_keys=frame_keys)
-    stream = ClipStream(spec, frame_key="pixels" if needs_frames else None, extra_keys=transform.score_key_list())
+    # the clip stream carries what the scorer reads (frames only if it reads "pixels"), and the
+    # transform packs the same keys for it
+    stream, transform = make_clip_scoring(scorer, ClipSpec(clip_len=clip_len), frame_key="pixels")
 
     collector = Collector(env, explore, frames_per_batch=frames_per_batch, total_frames=total_frames,
                           auto_register_policy_transforms=False)

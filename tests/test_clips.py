@@ -269,6 +269,40 @@ class TestClipBatch:
             assert torch.equal(both.clips["pixels"][both.target_clip[j]], src)
         assert ClipBatch.cat([a]) is a
 
+    def test_split(self):
+        cb = tiny_clip_batch(4, [0, 1, 1, 3, 2])
+        head, rest = cb.split(2)
+        assert isinstance(head, ClipBatch) and (len(head), len(rest)) == (2, 2)
+        assert head.target_clip.tolist() == [0, 1, 1] and rest.target_clip.tolist() == [1, 0]
+        assert head.index.tolist() == cb.index[:3].tolist() and rest.index.tolist() == cb.index[3:].tolist()
+        assert torch.equal(rest.clips["pixels"], cb.clips["pixels"][2:])
+        again = ClipBatch.cat([head, rest])
+        assert again.target_clip.tolist() == cb.target_clip.tolist()
+        assert torch.equal(again.clips["pixels"], cb.clips["pixels"])
+        empty, whole = cb.split(0)
+        assert len(empty) == 0 and empty.num_targets == 0 and whole.index.tolist() == cb.index.tolist()
+
+    def test_frame_pool_layout(self):
+        n = 9
+        batch = make_batch([0] * 5 + [1] * 4)
+        batch["pixels"] = torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1).expand(n, 2, 2, 3).clone()
+        inline = ClipStream(ClipSpec(clip_len=3)).push(batch, torch.arange(n))
+        pooled = ClipStream(ClipSpec(clip_len=3), pool_frames=True).push(batch, torch.arange(n))
+        assert ClipBatch.FRAME_ROW_KEY in pooled.clips.keys(True) and "pixels" not in pooled.clips.keys()
+        assert ClipBatch.MASK_KEY == "mask" and ClipBatch.INDEX_KEY == ("clip", "index")
+        full = pooled.gather_frames()
+        assert ClipBatch.FRAME_ROW_KEY not in full.keys(True)
+        assert torch.equal(full["pixels"], inline.clips["pixels"])
+        at = torch.tensor([0, 2])
+        assert torch.equal(pooled.gather_frames(at)["pixels"], inline.clips["pixels"][:, at])
+        assert torch.equal(ClipBatch.inline_frames(pooled.clips, pooled.frames, at)["mask"], inline.clips["mask"][:, at])
+        assert inline.gather_frames(at).batch_size == (len(inline), 2)  # no pool: a slice
+        # split halves share the pool; cat re-bases their rows
+        head, rest = pooled.split(1)
+        assert head.frames is pooled.frames is rest.frames
+        assert torch.equal(ClipBatch.cat([rest, head]).gather_frames()["pixels"],
+                           torch.cat([inline.clips["pixels"][1:], inline.clips["pixels"][:1]]))
+
     @pytest.mark.parametrize(
         "parts, match",
         [

@@ -171,7 +171,6 @@ def test_as_replay_buffer_transform_over_slices():
 def test_frame_pool_scores_equal_inline(frames):
     """A stream with pool_frames=True scores exactly like one that copies frames per clip."""
     from vlmrb_torchrl import ClipStream
-    from vlmrb_torchrl.worker import _split
 
     n = 40
     batch = TensorDict({"pixels": step_frames(n), ("collector", "traj_ids"): torch.arange(n) // 13,
@@ -180,14 +179,146 @@ def test_frame_pool_scores_equal_inline(frames):
     inline = ClipStream(spec).push(batch, torch.arange(n))
     pooled = ClipStream(spec, pool_frames=True).push(batch, torch.arange(n))
     assert "pixels" not in pooled.clips.keys() and pooled.frames.shape[0] <= n
-    assert (pooled.materialize()["pixels"] == inline.clips["pixels"]).all()
+    assert (pooled.gather_frames()["pixels"] == inline.clips["pixels"]).all()
+    assert (pooled.materialize()["pixels"] == inline.clips["pixels"]).all()  # the earlier name
     t = VLMScoreTransform(RecordingScorer(), clip_len=6, frames=frames)
     expected = t.score_clips(inline.clips)
     assert torch.equal(t.score_clips(pooled.clips, frames=pooled.frames), expected)
     # split and re-concatenated (what the worker does) still scores the same
     from vlmrb_torchrl import ClipBatch
 
-    head, rest = _split(pooled, 5)
+    head, rest = pooled.split(5)
     again = ClipBatch.cat([rest, head])
     got = t.score_clips(again.clips, frames=again.frames)
     assert torch.equal(got, torch.cat([expected[5:], expected[:5]]))
+
+
+class TestTorchRLTransform:
+    def test_clip_spec_and_deprecated_spec(self):
+        t = VLMScoreTransform(RecordingScorer(), clip_len=8, frames=3)
+        assert t.clip_spec == ClipSpec(clip_len=8, frames=3)
+        with pytest.warns(DeprecationWarning, match="use .clip_spec"):
+            assert t.spec is t.clip_spec
+
+    def test_observation_spec_gets_the_score(self):
+        from torchrl.data import Composite, Unbounded
+
+        t = VLMScoreTransform(RecordingScorer(), clip_len=4, out_keys=[("vlm", "score")])
+        spec = t.transform_observation_spec(Composite(pixels=Unbounded(shape=[5, 6, 6, 3], dtype=torch.uint8),
+                                                      shape=[5]))
+        assert spec["vlm", "score"].shape == (5,) and spec["vlm", "score"].dtype == torch.float32
+        assert "pixels" in spec.keys()
+
+    def test_environment_use_fails_clearly(self):
+        from torchrl.envs import TransformedEnv
+        from torchrl.testing.mocking_classes import CountingEnv
+
+        env = TransformedEnv(CountingEnv(), VLMScoreTransform(RecordingScorer(["observation"]), clip_len=2, in_keys=()))
+        assert "vlm_score" in env.observation_spec.keys()  # the specs describe the output
+        with pytest.raises(RuntimeError, match="not inside an environment"):
+            env.reset()
+        with pytest.raises(RuntimeError, match="not inside an environment"):
+            env.rollout(3)
+
+    def test_append_transform_scores_samples_and_stores_untouched(self):
+        n = 12
+        data = TensorDict({"pixels": step_frames(n), "episode": torch.arange(n) // 6}, batch_size=[n])
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(n), batch_size=6,
+                                    sampler=SliceSampler(slice_len=3, traj_key="episode"))
+        rb.append_transform(VLMScoreTransform(RecordingScorer(), clip_len=3))
+        rb.extend(data)
+        assert "vlm_score" not in rb.storage[:].keys()  # inv passes data through
+        per_slice = rb.sample().reshape(2, 3)
+        expected = per_slice["pixels"][:, -1, 0, 0, 0].float() / 100
+        assert torch.allclose(per_slice["vlm_score"], expected[:, None].expand(2, 3))
+
+
+class FramesSeen:
+    """A frame-reading scorer like the VLM backends: shows at most ``max_frames`` real frames per clip."""
+
+    prompt = "seen"
+    provenance = {"backend": "test"}
+    in_keys = ["pixels", "mask"]
+
+    def __init__(self, max_frames=None):
+        self.max_frames = max_frames
+        self.seen = []
+
+    def score(self, clips):
+        from vlmrb_torchrl.scorers._frames import clip_frames
+
+        frames = clip_frames(clips, "pixels", "mask", max_frames=self.max_frames)
+        self.seen += [f[:, 0, 0, 0].tolist() for f in frames]
+        return torch.zeros(clips.shape[0])
+
+
+class TestMakeClipScoring:
+    def batch(self, n=40, traj_len=13):
+        return TensorDict({"pixels": step_frames(n), ("collector", "traj_ids"): torch.arange(n) // traj_len,
+                           ("next", "done"): torch.zeros(n, dtype=torch.bool),
+                           ("next", "progress_event"): torch.arange(n) % 7 == 3}, batch_size=[n])
+
+    def test_frame_scorer(self):
+        from vlmrb_torchrl import ClipScoring, ClipStream, make_clip_scoring
+
+        pair = make_clip_scoring(RecordingScorer(["pixels", "mask", ("next", "progress_event")]),
+                                 ClipSpec(clip_len=6, frames=3), frame_size=4)
+        assert isinstance(pair, ClipScoring) and isinstance(pair.stream, ClipStream) and pair.needs_frames
+        stream, transform = pair
+        assert stream.frame_key == "pixels" and stream.pool_frames
+        assert stream.extra_keys == [("next", "progress_event")]
+        assert transform.in_keys == ["pixels"] and transform.clip_spec == ClipSpec(clip_len=6, frames=3)
+        assert transform.frame_size == (4, 4)
+        out = stream.push(self.batch(), torch.arange(40))
+        assert transform.score_clips(out.clips, frames=out.frames).shape == (len(out),)
+
+    def test_frameless_scorer_and_stream_kwargs(self):
+        from vlmrb_torchrl import make_clip_scoring
+
+        stream, transform = make_clip_scoring("oracle:minigrid", ClipSpec(clip_len=4), done_key=None,
+                                              extra_keys=["obs", ("next", "progress_event")], pool_frames=False)
+        assert stream.frame_key is None and stream.done_key is None and not stream.pool_frames
+        assert stream.extra_keys == [("next", "progress_event"), "obs"]  # the scorer's first, no duplicates
+        assert transform.in_keys == [] and transform.clip_spec == ClipSpec(clip_len=4)
+
+    def test_default_clip_spec(self):
+        from vlmrb_torchrl import make_clip_scoring
+
+        assert make_clip_scoring(RecordingScorer()).transform.clip_spec == ClipSpec()
+
+    def test_transform_subsampled_clips_are_not_subsampled_again(self):
+        from vlmrb_torchrl import make_clip_scoring
+
+        spec = ClipSpec(clip_len=32, frames=8)
+        scorer = FramesSeen(max_frames=8)
+        stream, transform = make_clip_scoring(scorer, spec)
+        n = 50  # one trajectory: full clips, then padded tail clips
+        batch = TensorDict({"pixels": step_frames(n), ("collector", "traj_ids"): torch.zeros(n, dtype=torch.long),
+                            ("next", "done"): torch.arange(n) == n - 1}, batch_size=[n])
+        out = stream.push(batch, torch.arange(n))
+        transform.score_clips(out.clips, frames=out.frames)
+        positions = spec.frame_indices().tolist()
+        assert scorer.seen[0] == positions  # exactly the transform's frames
+        assert len(scorer.seen) == n
+        for start, seen in enumerate(scorer.seen):  # padded clips: the real ones among them, untouched
+            assert seen == [start + p for p in positions if start + p < n]
+
+    def test_double_subsampling_warns(self):
+        from vlmrb_torchrl import make_clip_scoring
+
+        with pytest.warns(UserWarning, match="subsampled twice"):
+            make_clip_scoring(FramesSeen(max_frames=4), ClipSpec(clip_len=16, frames=8))
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            make_clip_scoring(FramesSeen(max_frames=8), ClipSpec(clip_len=16, frames=8))
+            make_clip_scoring(FramesSeen(max_frames=2), ClipSpec(clip_len=16, frames=8), grid=True)
+
+    def test_scorer_subsampling_rule_is_the_clip_spec_rule(self):
+        from vlmrb_torchrl.scorers._frames import subsample
+
+        for length in range(1, 70):
+            for frames in range(1, length + 1):
+                assert subsample(length, frames) == ClipSpec(clip_len=length, frames=frames).frame_indices().tolist()
+            assert subsample(length, None) == subsample(length, length + 3) == list(range(length))

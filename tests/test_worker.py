@@ -201,10 +201,11 @@ def test_drop_oldest_counts_dropped_clips():
 
 
 def test_block_applies_back_pressure():
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     class Gated(MaxObsScorer):
         def score(self, clips):
+            started.set()
             release.wait(10)
             return super().score(clips)
 
@@ -216,31 +217,34 @@ def test_block_applies_back_pressure():
     data = make_batches(1, 40, seed=3).reshape(-1)
     index = rb.extend(data)
     clips = stream.push(data, index, sampler.generations(index))
-    pieces = [clips]
-    from vlmrb_torchrl.worker import _split
-
+    first, rest = clips.split(4)
     pieces = []
-    rest = clips
     while len(rest):
-        head, rest = _split(rest, 2)
+        head, rest = rest.split(2)
         pieces.append(head)
-    done = threading.Event()
+
+    worker.submit(first)
+    assert started.wait(10)  # the worker holds these 4 clips in the gated scorer
+    worker.submit(pieces[0])
+    worker.submit(pieces[1])  # 4 waiting = max_pending: accepted without blocking
+    assert worker.backlog == 8
+    returned = threading.Event()
 
     def producer():
-        for piece in pieces:
+        for piece in pieces[2:]:
             worker.submit(piece)
-        done.set()
+        returned.set()
 
     thread = threading.Thread(target=producer)
     thread.start()
-    time.sleep(0.3)
-    assert not done.is_set()  # blocked: the scorer holds 4, 4 wait
-    assert worker.backlog <= 8
+    # the queue is full and the scorer is held: submit cannot return until the gate opens
+    assert not returned.wait(0.2)
+    assert worker.backlog == 8 and worker.stats()["submitted"] == 8
     release.set()
     thread.join(10)
     worker.close()
-    assert done.is_set() and worker.stats()["dropped"] == 0
-    assert worker.stats()["scored"] == len(clips)
+    assert returned.is_set() and worker.stats()["dropped"] == 0
+    assert worker.stats()["scored"] == worker.stats()["submitted"] == len(clips)
 
 
 def test_close_leaves_no_threads():

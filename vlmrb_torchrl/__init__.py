@@ -6,6 +6,7 @@ VLM-prioritized and uniform replay (arXiv 2602.01915).
 """
 
 from vlmrb_torchrl.buffer import VLMReplayBuffer, make_vlm_replay_buffer
+from vlmrb_torchrl.clip_scoring import ClipScoring, make_clip_scoring
 from vlmrb_torchrl.clips import ClipBatch, ClipSpec, ClipStream
 from vlmrb_torchrl.sampler import VLMPrioritizedSampler
 from vlmrb_torchrl.transform import VLMScoreTransform
@@ -16,10 +17,12 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncScorer",
     "ClipBatch",
+    "ClipScoring",
     "ClipSpec",
     "ClipStream",
     "VLMPrioritizedSampler",
     "VLMReplayBuffer",
     "VLMScoreTransform",
+    "make_clip_scoring",
     "make_vlm_replay_buffer",
 ]

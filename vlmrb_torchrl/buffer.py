@@ -10,6 +10,7 @@ from tensordict.utils import NestedKey
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.storages import Storage
 
+from vlmrb_torchrl.clip_scoring import make_clip_scoring
 from vlmrb_torchrl.clips import ClipSpec, ClipStream
 from vlmrb_torchrl.sampler import VLMPrioritizedSampler
 from vlmrb_torchrl.transform import VLMScoreTransform
@@ -154,7 +155,8 @@ def make_vlm_replay_buffer(
             collectors.
         store_frames (bool): keep frames in the storage too (for offline re-scoring).
             Defaults to ``False``: frames live only in the clip stream until scored.
-        frame_size, grid: passed to :class:`VLMScoreTransform`.
+        frame_size, grid: passed to :class:`VLMScoreTransform`. The stream and the
+            transform come from :func:`~vlmrb_torchrl.make_clip_scoring`.
         backend, max_pending, scorer_batch_size, on_full: passed to :class:`AsyncScorer`
             (``scorer_batch_size`` is its ``batch_size``).
         generator (torch.Generator, optional): the buffer's random generator (seed it for
@@ -187,15 +189,8 @@ def make_vlm_replay_buffer(
     clip_spec = clip_spec if clip_spec is not None else ClipSpec()
     sampler = VLMPrioritizedSampler(capacity, **(sampler_kwargs or {}))
     sampler.provenance = dict(getattr(scorer, "provenance", {}) or {})
-    scorer_keys = list(getattr(scorer, "in_keys", []))
-    needs_frames = frame_key in scorer_keys
-    transform = VLMScoreTransform(
-        scorer, clip_len=clip_spec.clip_len, in_keys=[frame_key] if needs_frames else [],
-        frames=clip_spec.frames, frame_size=frame_size, grid=grid,
-    )
-    clip_stream = ClipStream(
-        clip_spec, frame_key=frame_key if needs_frames else None, traj_key=traj_key,
-        extra_keys=transform.score_key_list(), pool_frames=True,
+    clip_stream, transform = make_clip_scoring(
+        scorer, clip_spec, frame_key=frame_key, traj_key=traj_key, frame_size=frame_size, grid=grid,
     )
     async_scorer = AsyncScorer(transform, sampler, backend=backend, max_pending=max_pending,
                                batch_size=scorer_batch_size, on_full=on_full)

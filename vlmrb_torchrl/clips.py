@@ -25,11 +25,15 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
 from torch import Tensor
 
+from vlmrb_torchrl._frames import evenly_spaced
+from vlmrb_torchrl._keys import is_nested_key
+
 __all__ = ["ClipBatch", "ClipSpec", "ClipStream"]
 
 _ASSIGN_MODES = ("start", "cover_max")
 # How a sampler folds several clip scores landing on one transition.
 _REDUCE_OF_ASSIGN = {"start": "replace", "cover_max": "max"}
+# The clip layout (see ClipBatch): every producer and consumer of clips reads these names here.
 _MASK_KEY = "mask"
 _INDEX_KEY = ("clip", "index")
 _FRAME_ROW_KEY = ("clip", "frame_row")
@@ -145,7 +149,9 @@ class ClipSpec:
         by ``torch.linspace(0, clip_len - 1, frames).round()`` (round half to even): strictly
         increasing, the first is ``0`` and the last ``clip_len - 1``. A single frame
         (``frames=1``) is the *last* position, because the end of a clip is what shows whether
-        progress was made.
+        progress was made. The scorer backends subsample with the same rule
+        (:func:`vlmrb_torchrl._frames.evenly_spaced`), and only clips with more real frames
+        than their ``max_frames``.
 
         Returns:
             an int64 tensor of shape ``[num_frames]``.
@@ -156,13 +162,7 @@ class ClipSpec:
             >>> ClipSpec(clip_len=32, frames=8).frame_indices().tolist()
             [0, 4, 9, 13, 18, 22, 27, 31]
         """
-        length, num = self.clip_len, self.num_frames
-        if num == length:
-            return torch.arange(length)
-        if num == 1:
-            return torch.tensor([length - 1])
-        # float64 so the rounding does not depend on float32 error for long clips.
-        return torch.linspace(0, length - 1, num, dtype=torch.float64).round().long()
+        return evenly_spaced(self.clip_len, self.num_frames)
 
 
 class _ClipBatchFields(NamedTuple):
@@ -195,9 +195,14 @@ class ClipBatch(_ClipBatchFields):
       ``pool_frames=True``. Each distinct frame is then stored once here instead of once per
       clip that shows it (``clip_len`` times with stride 1), and ``clips`` holds
       ``("clip", "frame_row")`` (``[B, L]`` rows of the pool) instead of the frame key.
-      :meth:`materialize` rebuilds the inline layout.
+      :meth:`gather_frames` rebuilds the inline layout.
 
     ``len(clip_batch)`` is the number of clips ``B``, not the number of fields.
+
+    The class owns the layout: the entry names (:attr:`MASK_KEY`, :attr:`INDEX_KEY`,
+    :attr:`FRAME_ROW_KEY`), cutting a batch in two (:meth:`split`), joining batches
+    (:meth:`cat`) and reading frames back from the pool (:meth:`gather_frames`,
+    :meth:`inline_frames`, :meth:`pooled_frames`).
 
     Examples:
         >>> clips = TensorDict(pixels=torch.zeros(2, 3, 1), batch_size=[2, 3])
@@ -208,11 +213,21 @@ class ClipBatch(_ClipBatchFields):
         >>> both = ClipBatch.cat([cb, cb])
         >>> len(both), both.target_clip.tolist(), both.index.tolist()
         (4, [0, 1, 1, 2, 3, 3], [7, 8, 9, 7, 8, 9])
+        >>> head, rest = both.split(3)
+        >>> (len(head), head.index.tolist()), (len(rest), rest.target_clip.tolist())
+        ((3, [7, 8, 9, 7]), (1, [0, 0]))
     """
 
     # A plain subclass (not typing.NamedTuple itself) so that __len__ and _make can be
     # overridden: namedtuple's _make/_replace check the field count with len().
     __slots__ = ()
+
+    #: ``[B, L]`` bool entry of :attr:`clips`: ``True`` on real steps, ``False`` on padding.
+    MASK_KEY = _MASK_KEY
+    #: ``[B, L]`` int64 entry of :attr:`clips`: storage index of each step, ``-1`` on padding.
+    INDEX_KEY = _INDEX_KEY
+    #: ``[B, L]`` int64 entry of :attr:`clips` with a frame pool: the pool row of each step.
+    FRAME_ROW_KEY = _FRAME_ROW_KEY
 
     def __len__(self) -> int:
         return self.clips.shape[0]
@@ -256,22 +271,76 @@ class ClipBatch(_ClipBatchFields):
             )
         return clip_scores[self.target_clip.to(clip_scores.device)]
 
-    def materialize(self, positions: Tensor | None = None) -> TensorDictBase:
+    def split(self, n: int) -> tuple[ClipBatch, ClipBatch]:
+        """The first ``n`` clips (with their targets) and the rest, as two clip batches.
+
+        Both halves share the frame pool (no copy); :meth:`cat` shifts the pool rows when they
+        meet again.
+
+        Args:
+            n (int): clips in the first half, ``0 <= n <= len(self)``.
+        """
+        head = self.target_clip < n
+        tail = ~head
+        first = ClipBatch(self.clips[:n], self.target_clip[head], self.index[head],
+                          self.generation[head], self.reduce, self.frames)
+        rest = ClipBatch(self.clips[n:], self.target_clip[tail] - n, self.index[tail],
+                         self.generation[tail], self.reduce, self.frames)
+        return first, rest
+
+    def gather_frames(self, positions: Tensor | None = None) -> TensorDictBase:
         """The clips with frames inline, optionally only at ``positions`` along the clip.
 
         Without a frame pool this returns :attr:`clips` (sliced at ``positions``). With one,
         it gathers just the frames asked for, so scoring ``F`` of ``L`` frames costs
-        ``B * F`` frame copies.
+        ``B * F`` frame copies. See :meth:`inline_frames`.
         """
-        clips = self.clips if positions is None else self.clips[:, positions]
-        if self.frames is None:
+        return self.inline_frames(self.clips, self.frames, positions)
+
+    def materialize(self, positions: Tensor | None = None) -> TensorDictBase:
+        """Alias of :meth:`gather_frames` (the earlier name)."""
+        return self.gather_frames(positions)
+
+    @staticmethod
+    def inline_frames(
+        clips: TensorDictBase, frames: TensorDictBase | None, positions: Tensor | None = None
+    ) -> TensorDictBase:
+        """``[B, L]`` clips with the pooled ``frames`` written inline, at ``positions`` only.
+
+        The reading side of :attr:`frames` for code that holds the two fields apart (e.g. a
+        child process scoring ``clips`` and ``frames`` sent separately).
+
+        Args:
+            clips (TensorDictBase): ``[B, L]`` clips; with a pool they hold
+                :attr:`FRAME_ROW_KEY` instead of the frame entries.
+            frames (TensorDictBase or None): the frame pool, ``[P]``; ``None`` when the frames
+                are already inline.
+            positions (Tensor, optional): positions along the clip to keep; all if ``None``.
+
+        Returns:
+            ``[B, len(positions)]`` (or ``[B, L]``) clips holding the pool's entries and not
+            :attr:`FRAME_ROW_KEY`.
+        """
+        clips = clips if positions is None else clips[:, positions]
+        if frames is None:
             return clips
         clips = clips.copy()
         rows = clips.pop(_FRAME_ROW_KEY)
-        flat = rows.reshape(-1)
-        for key, pool in self.frames.items(include_nested=True, leaves_only=True):
-            clips.set(key, torch.index_select(pool, 0, flat.to(pool.device)).reshape(*rows.shape, *pool.shape[1:]))
+        for key, pool in frames.items(include_nested=True, leaves_only=True):
+            clips.set(key, _gather_rows(pool, rows))
         return clips
+
+    @staticmethod
+    def pooled_frames(
+        clips: TensorDictBase, frames: TensorDictBase, key: NestedKey, positions: Tensor | None = None
+    ) -> Tensor:
+        """The ``[B, len(positions), ...]`` frames of entry ``key`` for pooled ``[B, L]`` clips.
+
+        What :meth:`inline_frames` writes for one entry, as a plain tensor (no TensorDict copy):
+        the scoring transform gathers just the frames it sends this way.
+        """
+        rows = clips.get(_FRAME_ROW_KEY)
+        return _gather_rows(frames.get(key), rows if positions is None else rows[:, positions])
 
     @classmethod
     def cat(cls, batches: Sequence[ClipBatch]) -> ClipBatch:
@@ -331,6 +400,13 @@ class ClipBatch(_ClipBatchFields):
         )
 
 
+def _gather_rows(pool: Tensor, rows: Tensor) -> Tensor:
+    """``pool[rows]`` for ``[B, F]`` pool rows: ``[B, F, *pool.shape[1:]]``."""
+    # index_select is about twice as fast as advanced indexing for image rows.
+    gathered = torch.index_select(pool, 0, rows.reshape(-1).to(pool.device))
+    return gathered.reshape(*rows.shape, *pool.shape[1:])
+
+
 class _Trajectory:
     """Buffered state of one live trajectory.
 
@@ -362,12 +438,6 @@ class _Piece(NamedTuple):
     target_clip: Tensor
     index: Tensor
     generation: Tensor
-
-
-def _is_nested_key(key: object) -> bool:
-    if isinstance(key, str):
-        return bool(key)
-    return isinstance(key, tuple) and bool(key) and all(_is_nested_key(k) for k in key)
 
 
 def _found_keys(td: TensorDictBase) -> list:
@@ -502,7 +572,7 @@ class ClipStream:
     @staticmethod
     def _check_key(name: str, key: object, reserved_ok: bool = False) -> NestedKey:
         # unravel_key alone is too lenient (it accepts ("a", 1) and "").
-        if not _is_nested_key(key):
+        if not is_nested_key(key):
             raise TypeError(
                 f"ClipStream {name} must be a non-empty str or tuple of str (a NestedKey), "
                 f"got {name}={key!r}."
@@ -865,9 +935,7 @@ class ClipStream:
             source = {k: v for k, v in source.items() if k != self.frame_key}
         for key, value in source.items():
             if isinstance(value, Tensor):
-                # index_select is about twice as fast as advanced indexing for image rows.
-                gathered = torch.index_select(value, 0, flat_rows.to(value.device))
-                clips.set(key, gathered.reshape(*rows.shape, *value.shape[1:]))
+                clips.set(key, _gather_rows(value, rows))
             else:
                 clips.set(key, value[flat_rows].reshape(*rows.shape))
         clips.set(_MASK_KEY, torch.cat([p.mask for p in pieces]))

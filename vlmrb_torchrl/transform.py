@@ -1,8 +1,8 @@
-"""VLMScoreTransform: render-and-score TensorDict sub-trajectory slices with a frozen VLM."""
+"""VLMScoreTransform: score TensorDict sub-trajectory slices (clips) with a frozen VLM."""
 
 from __future__ import annotations
 
-import math
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -10,14 +10,13 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import Tensor
+from torchrl.data import Composite, Unbounded
 from torchrl.envs.transforms import Transform
 
-from vlmrb_torchrl.clips import ClipSpec
+from vlmrb_torchrl._frames import tile_frames
+from vlmrb_torchrl.clips import _FRAME_ROW_KEY, _MASK_KEY, ClipBatch, ClipSpec
 
 __all__ = ["VLMScoreTransform", "pack_frames"]
-
-_MASK_KEY = "mask"
-_FRAME_ROW_KEY = ("clip", "frame_row")
 
 
 def _resize(frames: Tensor, size: tuple[int, int]) -> Tensor:
@@ -31,13 +30,8 @@ def _resize(frames: Tensor, size: tuple[int, int]) -> Tensor:
 
 def _grid(frames: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Tiles ``[B, T, H, W, C]`` frames into one ``[B, 1, rows*H, cols*W, C]`` image (row-major)."""
-    b, t, h, w, c = frames.shape
-    rows = math.ceil(math.sqrt(t))
-    cols = math.ceil(t / rows)
-    canvas = frames.new_zeros(b, rows * cols, h, w, c)
-    canvas[:, :t] = frames * mask[..., None, None, None].to(frames.dtype)  # padding stays black
-    canvas = canvas.view(b, rows, cols, h, w, c).permute(0, 1, 3, 2, 4, 5)
-    return canvas.reshape(b, 1, rows * h, cols * w, c), mask.any(-1, keepdim=True)
+    shown = frames * mask[..., None, None, None].to(frames.dtype)  # padding stays black
+    return tile_frames(shown).unsqueeze(1), mask.any(-1, keepdim=True)
 
 
 def pack_frames(
@@ -55,7 +49,9 @@ def pack_frames(
     are OR-reduced over the steps each kept position stands for, so an event between two
     subsampled frames is not lost; other per-step keys are taken at ``positions``. With a
     ``frame_pool`` (see :attr:`vlmrb_torchrl.ClipBatch.frames`) the frames are gathered from
-    it through ``("clip", "frame_row")``, only at ``positions``.
+    it through ``("clip", "frame_row")``, only at ``positions``
+    (:meth:`~vlmrb_torchrl.ClipBatch.pooled_frames`). Tiling follows
+    :func:`vlmrb_torchrl._frames.tile_frames`, the rule the scorer backends use too.
 
     Examples:
         >>> import torch
@@ -88,13 +84,10 @@ def pack_frames(
         out[key] = value
     mask = out[_MASK_KEY]
     for key in frame_keys:
-        if frame_pool is not None:
-            rows = clips.get(_FRAME_ROW_KEY)[:, positions]
-            pool = frame_pool.get(key)
-            frames = torch.index_select(pool, 0, rows.reshape(-1).to(pool.device))
-            frames = frames.reshape(*rows.shape, *pool.shape[1:])
-        else:
+        if frame_pool is None:
             frames = clips.get(key)[:, positions]
+        else:
+            frames = ClipBatch.pooled_frames(clips, frame_pool, key, positions)
         if frames.ndim != 5 or frames.shape[-1] not in (1, 3, 4) or frames.dtype != torch.uint8:
             raise ValueError(
                 f"VLMScoreTransform expects {key!r} as uint8 frames [B, T, H, W, C] with C in "
@@ -130,9 +123,23 @@ class VLMScoreTransform(Transform):
     each kept frame stands for. ``"mask"`` (False on padded steps) is read from the input when
     present, else all steps count as real.
 
-    It is what :class:`~vlmrb_torchrl.AsyncScorer` calls on the clips a
-    :class:`~vlmrb_torchrl.ClipStream` emits; it also works as a replay-buffer transform
-    (``rb.append_transform``) over slices, or on an offline dataset.
+    Where it runs:
+
+    - **In** :class:`~vlmrb_torchrl.AsyncScorer`, on the clips a
+      :class:`~vlmrb_torchrl.ClipStream` emits (:meth:`score_clips`).
+      :func:`~vlmrb_torchrl.make_clip_scoring` builds the matching stream and transform.
+    - **As a replay-buffer transform** over slices, the TorchRL way: pass it as
+      ``TensorDictReplayBuffer(transform=...)`` or ``rb.append_transform(...)`` with a
+      ``SliceSampler(slice_len=clip_len)``. ``rb.sample()`` calls :meth:`forward` (the
+      sampled slices get their score); ``rb.extend()`` calls :meth:`inv`, which passes the
+      data through untouched. As in TorchRL's slice-aware transforms (``CatFrames``,
+      ``ModuleTransform``), :meth:`forward` is overridden as a whole instead of the per-leaf
+      ``_apply_transform``: a score reads several entries of several records at once.
+    - **On an offline dataset**: call it on ``[B, T]`` (or flat) slices.
+    - **Not in an environment**: a clip needs steps that have not happened yet, so
+      ``env.reset()`` and ``env.step()`` raise a ``RuntimeError`` saying so. The spec
+      methods still describe the output (:meth:`transform_observation_spec` adds the score
+      key), so the transform composes with spec-aware containers.
 
     .. note::
         The scorer is kept out of the module tree, so ``rb.state_dict()`` / ``rb.dumps()``
@@ -150,6 +157,11 @@ class VLMScoreTransform(Transform):
         frame_size (int or (int, int), optional): resize frames to this size; ``None`` keeps them.
         grid (bool): tile the frames into one image per clip. Defaults to ``False``.
 
+    Attributes:
+        clip_spec (ClipSpec): ``ClipSpec(clip_len, frames=frames)``, the clip geometry the
+            transform expects (``spec`` is a deprecated alias).
+        scorer: the scorer (not a submodule).
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -165,6 +177,21 @@ class VLMScoreTransform(Transform):
         >>> out = t(TensorDict(pixels=px.clone(), batch_size=[8]))  # two flat clips of 4
         >>> out.shape, [round(x, 3) for x in out["vlm_score"].tolist()]
         (torch.Size([8]), [0.353, 0.353, 0.353, 0.353, 0.824, 0.824, 0.824, 0.824])
+
+        As a replay-buffer transform over slices:
+
+        >>> from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), batch_size=4,
+        ...                             sampler=SliceSampler(slice_len=4, traj_key="episode"))
+        >>> rb.append_transform(t)
+        TensorDictReplayBuffer(...)
+        >>> _ = rb.extend(TensorDict(pixels=px.clone(), episode=torch.arange(8) // 4, batch_size=[8]))
+        >>> sample = rb.sample()  # one slice of 4 records, all of one trajectory
+        >>> "vlm_score" in rb.storage[:].keys(), sample["vlm_score"].unique().numel()
+        (False, 1)
+        >>> from torchrl.data import Composite
+        >>> t.transform_observation_spec(Composite(shape=[4]))["vlm_score"].dtype
+        torch.float32
     """
 
     def __init__(
@@ -183,7 +210,7 @@ class VLMScoreTransform(Transform):
                 f"scorer must have a score(clips) method (see vlmrb_torchrl.scorers.Scorer); "
                 f"got {type(scorer).__name__}."
             )
-        self.spec = ClipSpec(clip_len=clip_len, frames=frames)
+        clip_spec = ClipSpec(clip_len=clip_len, frames=frames)
         if isinstance(frame_size, int) and not isinstance(frame_size, bool):
             frame_size = (frame_size, frame_size)
         if frame_size is not None and (
@@ -193,13 +220,25 @@ class VLMScoreTransform(Transform):
         if len(out_keys) != 1:
             raise ValueError(f"VLMScoreTransform writes one score key; got out_keys={out_keys!r}.")
         super().__init__(in_keys=list(in_keys), out_keys=list(out_keys))
+        self.clip_spec = clip_spec
         self.frame_size = frame_size
         self.grid = grid
         self.__dict__["scorer"] = scorer  # not a submodule: see the class note
 
     @property
+    def spec(self) -> ClipSpec:
+        """Deprecated alias of :attr:`clip_spec` (a :class:`ClipSpec`, not a TorchRL spec)."""
+        warnings.warn(
+            "VLMScoreTransform.spec is deprecated (it is a ClipSpec, not a TorchRL spec): use .clip_spec.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.clip_spec
+
+    @property
     def positions(self) -> Tensor:
-        return self.spec.frame_indices()
+        """Positions along a clip of the frames sent to the scorer (:meth:`ClipSpec.frame_indices`)."""
+        return self.clip_spec.frame_indices()
 
     def score_key_list(self) -> list[NestedKey]:
         """Keys the scorer needs besides frames and the mask (carried per step by clips)."""
@@ -212,9 +251,10 @@ class VLMScoreTransform(Transform):
         ``frames`` is the frame pool of a :class:`~vlmrb_torchrl.ClipBatch` built with
         ``pool_frames=True``: only the frames sent to the scorer are gathered from it.
         """
-        if clips.batch_dims < 2 or clips.batch_size[1] != self.spec.clip_len:
+        clip_len = self.clip_spec.clip_len
+        if clips.batch_dims < 2 or clips.batch_size[1] != clip_len:
             raise ValueError(
-                f"score_clips expects clips with batch [B, {self.spec.clip_len}]; got {tuple(clips.batch_size)}."
+                f"score_clips expects clips with batch [B, {clip_len}]; got {tuple(clips.batch_size)}."
             )
         needed = list(self.in_keys) + self.score_key_list()
         present = set(clips.keys(include_nested=True, leaves_only=True))
@@ -250,8 +290,12 @@ class VLMScoreTransform(Transform):
         return scores
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Writes each clip's score on its records: ``[B*T]`` or ``[B, T]`` in, same shape out.
+
+        Called by ``rb.sample()`` when the transform is a replay-buffer transform.
+        """
         shape = tensordict.shape
-        length = self.spec.clip_len
+        length = self.clip_spec.clip_len
         if len(shape) == 1:
             if shape[0] % length:
                 raise ValueError(
@@ -273,10 +317,21 @@ class VLMScoreTransform(Transform):
             "with AsyncScorer, not inside an environment's step."
         )
 
+    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        return self._call(tensordict_reset)  # fail at the first reset, not the first step
+
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict  # rb.extend passes data through untouched
 
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        """Adds the score entry: an unbounded float32 spec with the records' shape."""
+        observation_spec[self.out_keys[0]] = Unbounded(
+            shape=observation_spec.shape, dtype=torch.float32, device=observation_spec.device
+        )
+        return observation_spec
+
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(scorer={type(self.scorer).__name__}, clip_len={self.spec.clip_len}, "
-                f"frames={self.spec.frames}, frame_size={self.frame_size}, grid={self.grid}, "
+        spec = self.clip_spec
+        return (f"{type(self).__name__}(scorer={type(self.scorer).__name__}, clip_len={spec.clip_len}, "
+                f"frames={spec.frames}, frame_size={self.frame_size}, grid={self.grid}, "
                 f"in_keys={self.in_keys}, out_keys={self.out_keys})")

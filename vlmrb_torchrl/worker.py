@@ -32,18 +32,6 @@ def _score_in_child(clips: TensorDictBase, frames: TensorDictBase | None) -> tor
     return _CHILD_TRANSFORM.score_clips(clips, frames=frames)
 
 
-def _split(batch: ClipBatch, n: int) -> tuple[ClipBatch, ClipBatch]:
-    """The first ``n`` clips of ``batch`` (with their targets) and the rest."""
-    head = batch.target_clip < n
-    tail = ~head
-    # both halves share the frame pool (no copy); cat() offsets rows when they meet again
-    first = ClipBatch(batch.clips[:n], batch.target_clip[head], batch.index[head],
-                      batch.generation[head], batch.reduce, batch.frames)
-    rest = ClipBatch(batch.clips[n:], batch.target_clip[tail] - n, batch.index[tail],
-                     batch.generation[tail], batch.reduce, batch.frames)
-    return first, rest
-
-
 class AsyncScorer:
     """Scores clips in the background and writes scores to a sampler under generation checks.
 
@@ -176,7 +164,7 @@ class AsyncScorer:
                 oldest, t0 = self._pending.popleft()
                 excess = self._pending_clips - self.max_pending
                 if len(oldest) > excess:  # keep the newest part of the oldest batch
-                    _, kept = _split(oldest, excess)
+                    _, kept = oldest.split(excess)
                     self._pending.appendleft((kept, t0))
                     dropped = excess
                 else:
@@ -261,7 +249,7 @@ class AsyncScorer:
                 batch, t0 = self._pending.popleft()
                 room = self.batch_size - n
                 if len(batch) > room:
-                    batch, rest = _split(batch, room)
+                    batch, rest = batch.split(room)
                     self._pending.appendleft((rest, t0))
                 taken.append((batch, t0))
                 n += len(batch)

@@ -1,10 +1,10 @@
-"""The scorer contract and clip builders of ``tests/test_scorers.py``, importable from this package."""
+"""The scorer contract and clip builders (``tests/scorer_contract.py``), importable from this package."""
 
 from __future__ import annotations
 
 try:
-    from test_scorers import ScorerContract, make_clips, mean_pixel_score
+    from scorer_contract import ScorerContract, make_clips, mean_pixel_score
 except ImportError:  # tests/ imported as a package
-    from tests.test_scorers import ScorerContract, make_clips, mean_pixel_score
+    from tests.scorer_contract import ScorerContract, make_clips, mean_pixel_score
 
 __all__ = ["ScorerContract", "make_clips", "mean_pixel_score"]

@@ -33,6 +33,9 @@ FORMS = [
     "python:<module>:<callable>",
 ]
 needs_transformers = pytest.mark.skipif(not tiny_vlms._has_transformers, reason="needs transformers and pillow")
+needs_hub = pytest.mark.skipif(
+    importlib.util.find_spec("huggingface_hub") is None, reason="needs huggingface_hub (comes with transformers)"
+)
 
 
 class TestSpecs:
@@ -78,6 +81,7 @@ class TestSpecs:
 
 
 class TestModelResolution:
+    @needs_transformers
     @pytest.mark.parametrize("prefix", ["hf", "clip"])
     def test_offline_missing_model_fails_fast(self, prefix):
         start = time.monotonic()
@@ -89,6 +93,7 @@ class TestModelResolution:
         assert "local directory" in message and "make_scorer('hf:./a-real-model')" in message
         assert elapsed < 2.0, elapsed
 
+    @needs_hub
     def test_local_files_only(self, monkeypatch):
         monkeypatch.delenv("HF_HUB_OFFLINE")
         monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
@@ -100,6 +105,7 @@ class TestModelResolution:
         with pytest.raises(FileNotFoundError, match=rf"model '{model}' is not a directory"):
             _hf.resolve_model(model, owner="HFGenerativeScorer")
 
+    @needs_transformers
     def test_directory_without_config(self, tmp_path):
         with pytest.raises(FileNotFoundError, match="has no config.json"):
             make_scorer(f"hf:{tmp_path}")
@@ -110,6 +116,7 @@ class TestModelResolution:
         with pytest.raises(FileNotFoundError, match="is not a directory"):
             _hf.resolve_model(str(path), owner="X")
 
+    @needs_hub
     def test_is_offline_reads_the_environment(self, monkeypatch):
         assert _hf.is_offline()
         monkeypatch.delenv("HF_HUB_OFFLINE")
@@ -118,6 +125,7 @@ class TestModelResolution:
         monkeypatch.setenv("TRANSFORMERS_OFFLINE", "true")
         assert _hf.is_offline()
 
+    @needs_hub
     def test_unreachable_hub_fails_fast(self, monkeypatch):
         # not offline, not cached, and the "Hub" is a closed port on this machine
         monkeypatch.delenv("HF_HUB_OFFLINE")
@@ -130,6 +138,7 @@ class TestModelResolution:
             _hf.resolve_model("org/model", owner="HFGenerativeScorer", hub_timeout=1.0)
         assert time.monotonic() - start < 5.0
 
+    @needs_hub
     def test_unknown_repository(self, monkeypatch):
         class NotFound(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
@@ -204,15 +213,38 @@ class TestDefaults:
             _hf.default_device_dtype("cpu", "float8", owner="X")
 
     def test_subsample_and_grid(self):
-        assert _hf.subsample(8, None) == list(range(8))
-        assert _hf.subsample(8, 3) == [0, 4, 7]
-        assert _hf.subsample(8, 1) == [7]
+        from vlmrb_torchrl.scorers import _frames
+
+        assert _frames.subsample(8, None) == list(range(8))
+        assert _frames.subsample(8, 3) == [0, 4, 7]
+        assert _frames.subsample(8, 1) == [7]
         import numpy as np
 
         frames = np.arange(5)[:, None, None, None].repeat(2, 1).repeat(2, 2).repeat(3, 3).astype(np.uint8)
-        grid = _hf.grid_image(frames)
-        assert grid.shape == (6, 4, 3)
+        grid = _frames.grid_image(frames)
+        assert grid.shape == (6, 4, 3) and grid.dtype == np.uint8 and grid.flags["C_CONTIGUOUS"]
         assert grid[::2, ::2, 0].tolist() == [[0, 1], [2, 3], [4, 0]]
+
+    def test_grid_image_matches_the_transform_grid(self):
+        # one tiling rule: the NumPy image a backend builds is the transform's grid=True image
+        import torch
+        from tensordict import TensorDict
+
+        from vlmrb_torchrl import VLMScoreTransform
+        from vlmrb_torchrl.scorers import _frames
+
+        seen = []
+
+        class Grab:
+            in_keys, prompt, provenance = ["pixels", "mask"], "", {}
+
+            def score(self, clips):
+                seen.append(clips["pixels"][0, 0].numpy())
+                return torch.zeros(clips.shape[0])
+
+        frames = torch.randint(0, 255, (5, 3, 4, 3), dtype=torch.uint8)
+        VLMScoreTransform(Grab(), clip_len=5, grid=True)(TensorDict(pixels=frames, batch_size=[5]))
+        assert (seen[0] == _frames.grid_image(frames.numpy())).all()
 
 
 class TestOptionalDependencies:
@@ -228,9 +260,13 @@ class TestOptionalDependencies:
     @pytest.mark.parametrize("cls", [HFGenerativeScorer, HFContrastiveScorer])
     def test_missing_extra(self, monkeypatch, cls):
         real = importlib.util.find_spec
-        monkeypatch.setattr(
-            importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a)
-        )
+
+        def find_spec(name, *args):  # transformers missing, Pillow present (installed or not here)
+            if name == "transformers":
+                return None
+            return object() if name == "PIL" else real(name, *args)
+
+        monkeypatch.setattr(importlib.util, "find_spec", find_spec)
         with pytest.raises(
             ImportError, match=rf"{cls.__name__} needs transformers: pip install 'vlmrb-torchrl\[vlm\]'"
         ):

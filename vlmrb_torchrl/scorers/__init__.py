@@ -5,10 +5,14 @@ Build one from a spec string with :func:`make_scorer` (``"hf:<hub id or local di
 ``"python:<module>:<callable>"``, a bare local model directory, or any backend added with
 :func:`register_scorer`), wrap a function with :class:`CallableScorer`, or write any class
 following the :class:`Scorer` protocol. The VLM backends import transformers / Pillow only when
-a scorer is built (``pip install 'vlmrb-torchrl[vlm]'``).
+a scorer is built (``pip install 'vlmrb-torchrl[vlm]'``); their modules themselves (``contrastive``,
+``generative``, ``openai``) are imported on first use of one of their names or spec prefixes.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from vlmrb_torchrl.scorers.base import (
     CallableScorer,
@@ -20,12 +24,23 @@ from vlmrb_torchrl.scorers.base import (
     registered_scorer_forms,
     validate_scores,
 )
-from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
-from vlmrb_torchrl.scorers.generative import HFGenerativeScorer, answer_token_ids
-from vlmrb_torchrl.scorers.openai import OpenAIScorer, OpenAIScorerError
 from vlmrb_torchrl.scorers.oracle import ORACLE_EVENT_KEYS, OracleScorer
 from vlmrb_torchrl.scorers.prompts import ENV_FAMILIES, contrastive_prompts, default_prompt
 from vlmrb_torchrl.scorers.wrappers import CachedScorer, NoisyScorer, ThresholdScorer
+
+if TYPE_CHECKING:  # imported lazily at run time: see __getattr__
+    from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
+    from vlmrb_torchrl.scorers.generative import HFGenerativeScorer, answer_token_ids
+    from vlmrb_torchrl.scorers.openai import OpenAIScorer, OpenAIScorerError
+
+#: names of the backend modules, imported on first access: name -> module.
+_LAZY_NAMES = {
+    "HFContrastiveScorer": "vlmrb_torchrl.scorers.contrastive",
+    "HFGenerativeScorer": "vlmrb_torchrl.scorers.generative",
+    "answer_token_ids": "vlmrb_torchrl.scorers.generative",
+    "OpenAIScorer": "vlmrb_torchrl.scorers.openai",
+    "OpenAIScorerError": "vlmrb_torchrl.scorers.openai",
+}
 
 __all__ = [
     "Scorer",
@@ -50,3 +65,19 @@ __all__ = [
     "ENV_FAMILIES",
     "ORACLE_EVENT_KEYS",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the backend modules load when one of their names is first read, so importing
+    # vlmrb_torchrl.scorers (or building an oracle / python scorer) does not import them.
+    module = _LAZY_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later reads skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+

@@ -1,10 +1,14 @@
-"""Helpers shared by the Hugging Face backends: lazy imports, model resolution, provenance, frames.
+"""Helpers shared by the Hugging Face backends: lazy imports, model resolution (:class:`ModelSource`),
+provenance.
 
-Nothing here imports ``transformers`` or ``PIL`` at module import time.
+Nothing here imports ``transformers`` or ``PIL`` at module import time, nor the scorers package's
+public modules: frame helpers live in :mod:`~vlmrb_torchrl.scorers._frames`, prompt hashing in
+:mod:`~vlmrb_torchrl.scorers._hashing`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -15,11 +19,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict.utils import NestedKey
 
-from vlmrb_torchrl.scorers.base import prompt_hash
+from vlmrb_torchrl.scorers._frames import FrameInput
+from vlmrb_torchrl.scorers._hashing import prompt_hash
 
 VLM_EXTRA_HINT = "pip install 'vlmrb-torchrl[vlm]'"
 
@@ -286,15 +290,68 @@ def load_model(
     return model.to(device).eval().requires_grad_(False)
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """Where a Hugging Face scorer's model comes from and how it loads.
+
+    The constructor arguments :class:`~vlmrb_torchrl.scorers.HFGenerativeScorer` and
+    :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer` share, with their checks and loading
+    steps in one place: :meth:`device_dtype` (cheap checks, nothing loaded), :meth:`locate`
+    (extras present, weights found: fails fast otherwise) and :meth:`load`. The scorers keep
+    their keyword arguments; they build one of these from them.
+
+    Examples:
+        >>> source = ModelSource("org/model", device="cpu")
+        >>> source.device_dtype("MyScorer")
+        (device(type='cpu'), torch.float32)
+        >>> ModelSource("org/model", model_kwargs=[1]).device_dtype("MyScorer")
+        Traceback (most recent call last):
+        ...
+        TypeError: MyScorer.model_kwargs must be a dict or None, got list.
+    """
+
+    model: str
+    device: Any = None
+    dtype: Any = None
+    revision: str | None = None
+    local_files_only: bool | None = None
+    cache_dir: str | os.PathLike | None = None
+    trust_remote_code: bool = False
+    model_kwargs: dict | None = None
+    hub_timeout: float = 5.0
+
+    def device_dtype(self, owner: str) -> tuple[torch.device, torch.dtype]:
+        """Checks ``model_kwargs`` and resolves the device and dtype (:func:`default_device_dtype`)."""
+        check_dicts(owner, model_kwargs=self.model_kwargs)
+        return default_device_dtype(self.device, self.dtype, owner=owner)
+
+    def locate(self, owner: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """``(transformers, where, load)``: see :func:`locate_model`."""
+        return locate_model(
+            self.model, owner=owner, revision=self.revision, local_files_only=self.local_files_only,
+            cache_dir=self.cache_dir, hub_timeout=self.hub_timeout, trust_remote_code=self.trust_remote_code,
+        )
+
+    def load(
+        self, auto_class: Any, transformers: Any, where: dict[str, Any], load: dict[str, Any], *,
+        device: torch.device, dtype: torch.dtype,
+    ) -> Any:
+        """The model in eval mode on ``device`` (:func:`load_model` with ``model_kwargs``)."""
+        return load_model(auto_class, transformers, where, load, device=device, dtype=dtype,
+                          model_kwargs=self.model_kwargs)
+
+
 def set_scorer_attributes(
     scorer: Any, model: str, *, frame_key: NestedKey, mask_key: NestedKey, max_frames: int | None, batch_size: int,
 ) -> None:
-    """Sets what every HF scorer keeps about its model and inputs: ``model_name``, ``frame_key``, ``mask_key``,
-    ``in_keys``, ``max_frames``, ``batch_size``, ``name``, and the lock that serialises its calls."""
+    """Sets what every HF scorer keeps about its model and inputs: ``model_name``, ``inputs`` (a
+    :class:`~vlmrb_torchrl.scorers._frames.FrameInput`) and its ``frame_key``, ``mask_key``, ``in_keys``,
+    ``max_frames``, then ``batch_size``, ``name``, and the lock that serialises its calls."""
     scorer.model_name = model
+    scorer.inputs = FrameInput(frame_key, mask_key, max_frames)
     scorer.frame_key = frame_key
     scorer.mask_key = mask_key
-    scorer.in_keys = [frame_key, mask_key]
+    scorer.in_keys = scorer.inputs.in_keys
     scorer.max_frames = max_frames
     scorer.batch_size = int(batch_size)
     scorer.name = f"{type(scorer).__name__}({model})"
@@ -354,58 +411,3 @@ def to_device(inputs: Mapping[str, Any], device: torch.device, dtype: torch.dtyp
                 value = value.to(dtype)
         batch[key] = value
     return batch
-
-
-def frames_to_numpy(frames: torch.Tensor) -> np.ndarray:
-    """uint8 ``[..., H, W, C]`` frames with C in (1, 3, 4) → contiguous RGB uint8 NumPy ``[..., H, W, 3]``."""
-    if frames.dtype != torch.uint8 or frames.ndim < 3 or frames.shape[-1] not in (1, 3, 4):
-        raise ValueError(
-            f"frames must be uint8 [..., H, W, C] with C in (1, 3, 4), got dtype {frames.dtype} and shape "
-            f"{tuple(frames.shape)}."
-        )
-    if frames.shape[-1] == 1:
-        frames = frames.expand(*frames.shape[:-1], 3)
-    elif frames.shape[-1] == 4:
-        frames = frames[..., :3]
-    return np.ascontiguousarray(frames.detach().cpu().numpy())
-
-
-def subsample(n: int, max_frames: int | None) -> list[int]:
-    """Evenly spaced indices of at most ``max_frames`` out of ``n`` (first and last kept)."""
-    if max_frames is None or n <= max_frames:
-        return list(range(n))
-    if max_frames == 1:
-        return [n - 1]
-    return [round(i * (n - 1) / (max_frames - 1)) for i in range(max_frames)]
-
-
-def grid_image(frames: np.ndarray) -> np.ndarray:
-    """Tiles ``[T, H, W, 3]`` frames row-major into one ``[rows*H, cols*W, 3]`` image (black filler)."""
-    t, h, w, c = frames.shape
-    rows = int(np.ceil(np.sqrt(t)))
-    cols = int(np.ceil(t / rows))
-    canvas = np.zeros((rows * cols, h, w, c), dtype=frames.dtype)
-    canvas[:t] = frames
-    return np.ascontiguousarray(
-        canvas.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
-    )
-
-
-def clip_frames(clips, frame_key, mask_key: str = "mask", *, max_frames: int | None = None) -> list[np.ndarray]:
-    """Per clip, its real frames (``mask`` True; at least one) as RGB uint8 ``[T_b, H, W, 3]``, at
-    most ``max_frames`` of them, evenly spaced (:func:`subsample`)."""
-    frames = clips.get(frame_key)
-    if frames.ndim != 5:
-        raise ValueError(f"expected {frame_key!r} as uint8 frames [B, T, H, W, C], got shape {tuple(frames.shape)}.")
-    array = frames_to_numpy(frames)
-    mask = clips.get(mask_key, None)
-    out = []
-    for b in range(array.shape[0]):
-        if mask is None:
-            keep = np.arange(array.shape[1])
-        else:
-            keep = torch.nonzero(mask[b].to(torch.bool).cpu()).flatten().numpy()
-            if keep.size == 0:  # a fully padded clip: show its last frame
-                keep = np.array([array.shape[1] - 1])
-        out.append(array[b, keep[subsample(len(keep), max_frames)]])
-    return out

@@ -6,7 +6,6 @@ clip in ``[0, 1]``; higher means more task progress. Scores become replay priori
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
 import os
@@ -17,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
+
+from vlmrb_torchrl.scorers._hashing import prompt_hash
 
 __all__ = [
     "Scorer",
@@ -71,20 +72,6 @@ class Scorer(Protocol):
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """Scores ``clips`` (batch ``[B, T]``): float32 ``[B]`` in ``[0, 1]``."""
         ...
-
-
-def prompt_hash(prompt: str) -> str:
-    """Short, stable hash of a prompt (first 16 hex digits of its SHA-256), for provenance.
-
-    Examples:
-        >>> prompt_hash("Does this clip show the agent opening the door?")
-        '...'
-        >>> len(prompt_hash("")), prompt_hash("a") == prompt_hash("a")
-        (16, True)
-    """
-    if not isinstance(prompt, str):
-        raise TypeError(f"prompt_hash expects a str prompt, got {type(prompt).__name__}.")
-    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
 
 
 def _scorer_name(scorer: Any) -> str:
@@ -273,7 +260,8 @@ class CallableScorer:
 # registry
 _REGISTRY: dict[str, tuple[Callable[..., Scorer], str]] = {}
 _REGISTRY_LOCK = threading.Lock()
-#: backends living in optional modules, imported on first use: prefix -> module name.
+#: backends living in their own modules, imported on first use (make_scorer with their prefix,
+#: registered_scorer_forms, or an attribute of vlmrb_torchrl.scorers): prefix -> module name.
 _LAZY_BACKENDS: dict[str, str] = {
     "oracle": "vlmrb_torchrl.scorers.oracle",
     "hf": "vlmrb_torchrl.scorers.generative",
@@ -431,7 +419,7 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
 
 def _make_local_dir_scorer(path: str, **kwargs: Any) -> Scorer:
     """A bare local directory: the contrastive backend for CLIP/SigLIP configs, else generative."""
-    from vlmrb_torchrl.scorers._hf import detect_backend, read_config
+    from vlmrb_torchrl.scorers._hf import detect_backend, read_config  # _hf is heavy-ish and rarely needed
 
     if not read_config(os.path.expanduser(path)):
         raise ValueError(

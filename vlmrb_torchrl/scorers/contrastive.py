@@ -17,7 +17,8 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from vlmrb_torchrl.scorers import _hf
-from vlmrb_torchrl.scorers.base import check_clips, prompt_hash, register_scorer, validate_scores
+from vlmrb_torchrl.scorers._hashing import prompt_hash
+from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 from vlmrb_torchrl.scorers.prompts import check_negatives, contrastive_prompts, format_prompt
 
 __all__ = ["HFContrastiveScorer", "AGGREGATIONS"]
@@ -138,17 +139,16 @@ class HFContrastiveScorer:
                 f"{owner}.logit_scale must be a finite float > 0 or None, got logit_scale={logit_scale!r}."
             )
         _hf.check_sizes(owner, batch_size=batch_size, max_frames=max_frames)
-        _hf.check_dicts(owner, model_kwargs=model_kwargs)
-        self.device, self.dtype = _hf.default_device_dtype(device, dtype, owner=owner)
-        transformers, where, load = _hf.locate_model(
-            model, owner=owner, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir,
-            hub_timeout=hub_timeout, trust_remote_code=trust_remote_code,
+        self.source = _hf.ModelSource(
+            model, device=device, dtype=dtype, revision=revision, local_files_only=local_files_only,
+            cache_dir=cache_dir, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs,
+            hub_timeout=hub_timeout,
         )
+        self.device, self.dtype = self.source.device_dtype(owner)
+        transformers, where, load = self.source.locate(owner)
         self.processor = transformers.AutoProcessor.from_pretrained(where["path"], **load)
-        self.model = _hf.load_model(
-            transformers.AutoModel, transformers, where, load, device=self.device, dtype=self.dtype,
-            model_kwargs=model_kwargs,
-        )
+        self.model = self.source.load(transformers.AutoModel, transformers, where, load, device=self.device,
+                                      dtype=self.dtype)
         model_type = getattr(self.model.config, "model_type", None)
         if not (hasattr(self.model, "get_image_features") and hasattr(self.model, "get_text_features")):
             raise ValueError(
@@ -192,7 +192,7 @@ class HFContrastiveScorer:
     def frame_probabilities(self, clips: TensorDictBase) -> list[torch.Tensor]:
         """Per clip, P(positive) of each shown real frame (float32, in frame order)."""
         check_clips(clips, self.in_keys, scorer=self)
-        frames = _hf.clip_frames(clips, self.frame_key, self.mask_key, max_frames=self.max_frames)
+        frames = self.inputs.frames(clips)
         flat = [self._pil.fromarray(frame) for clip in frames for frame in clip]
         with self._lock, torch.inference_mode():
             embeds = [self._embed_images(flat[i : i + self.batch_size]) for i in range(0, len(flat), self.batch_size)]

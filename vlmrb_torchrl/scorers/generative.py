@@ -17,7 +17,9 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from vlmrb_torchrl.scorers import _hf
-from vlmrb_torchrl.scorers.base import check_clips, prompt_hash, register_scorer, validate_scores
+from vlmrb_torchrl.scorers._frames import grid_image
+from vlmrb_torchrl.scorers._hashing import prompt_hash
+from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 from vlmrb_torchrl.scorers.prompts import default_prompt, format_prompt
 
 __all__ = ["HFGenerativeScorer", "answer_token_ids", "INPUT_MODES"]
@@ -193,12 +195,14 @@ class HFGenerativeScorer:
             raise ValueError(f"{owner}.answers must be a pair (positive, negative) of words, got answers={answers!r}.")
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"{owner}.system_prompt must be a str or None, got {type(system_prompt).__name__}.")
-        _hf.check_dicts(owner, processor_kwargs=processor_kwargs, model_kwargs=model_kwargs)
-        self.device, self.dtype = _hf.default_device_dtype(device, dtype, owner=owner)
-        transformers, where, load = _hf.locate_model(
-            model, owner=owner, revision=revision, local_files_only=local_files_only, cache_dir=cache_dir,
-            hub_timeout=hub_timeout, trust_remote_code=trust_remote_code,
+        _hf.check_dicts(owner, processor_kwargs=processor_kwargs)
+        self.source = _hf.ModelSource(
+            model, device=device, dtype=dtype, revision=revision, local_files_only=local_files_only,
+            cache_dir=cache_dir, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs,
+            hub_timeout=hub_timeout,
         )
+        self.device, self.dtype = self.source.device_dtype(owner)
+        transformers, where, load = self.source.locate(owner)
         config = transformers.AutoConfig.from_pretrained(where["path"], **load)
         if getattr(config, "model_type", None) in _hf.CONTRASTIVE_MODEL_TYPES:
             raise ValueError(
@@ -217,9 +221,9 @@ class HFGenerativeScorer:
                 f"{owner}: the processor of {model!r} has no chat template; pass chat_template='...' (Jinja)."
             )
         try:
-            self.model = _hf.load_model(
+            self.model = self.source.load(
                 transformers.AutoModelForImageTextToText, transformers, where, load, device=self.device,
-                dtype=self.dtype, model_kwargs=model_kwargs,
+                dtype=self.dtype,
             )
         except ValueError as err:
             if "Unrecognized configuration class" not in str(err):
@@ -304,7 +308,7 @@ class HFGenerativeScorer:
             )
         if self.input_mode == "grid":
             texts = [self._text(1)] * len(frames)
-            images = [[to_pil(_hf.grid_image(clip))] for clip in frames]
+            images = [[to_pil(grid_image(clip))] for clip in frames]
         else:
             texts = [self._text(len(clip)) for clip in frames]
             images = [[to_pil(f) for f in clip] for clip in frames]
@@ -332,7 +336,7 @@ class HFGenerativeScorer:
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """P(yes) per clip, renormalised over yes/no: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
-        frames = _hf.clip_frames(clips, self.frame_key, self.mask_key, max_frames=self.max_frames)
+        frames = self.inputs.frames(clips)
         scores = []
         with self._lock, torch.inference_mode():
             for start in range(0, batch, self.batch_size):

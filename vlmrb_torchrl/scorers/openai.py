@@ -35,8 +35,9 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
-from vlmrb_torchrl.scorers import _hf
-from vlmrb_torchrl.scorers.base import check_clips, prompt_hash, register_scorer, validate_scores
+from vlmrb_torchrl.scorers._frames import FrameInput, grid_image
+from vlmrb_torchrl.scorers._hashing import prompt_hash
+from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 from vlmrb_torchrl.scorers.prompts import default_prompt, format_prompt
 
 __all__ = ["OpenAIScorer", "OpenAIScorerError", "encode_png", "answer_probability"]
@@ -239,10 +240,11 @@ class OpenAIScorer:
         self.system_prompt = system_prompt
         self.extra_body = dict(extra_body or {})
         self.input_mode = input_mode
+        self.inputs = FrameInput(frame_key, mask_key, max_frames)
         self.max_frames = max_frames
         self.frame_key = frame_key
         self.mask_key = mask_key
-        self.in_keys = [frame_key, mask_key]
+        self.in_keys = self.inputs.in_keys
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._stats = {"requests": 0, "retries": 0, "unparsed": 0}
@@ -330,7 +332,7 @@ class OpenAIScorer:
 
     # ------------------------------------------------------------------------------ payload
     def _messages(self, frames: np.ndarray) -> list[dict]:
-        images = [_hf.grid_image(frames)] if self.input_mode == "grid" else list(frames)
+        images = [grid_image(frames)] if self.input_mode == "grid" else list(frames)
         content = [
             {
                 "type": "image_url",
@@ -401,7 +403,7 @@ class OpenAIScorer:
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """P(yes) per clip from the server's logprobs: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
-        frames = _hf.clip_frames(clips, self.frame_key, self.mask_key, max_frames=self.max_frames)
+        frames = self.inputs.frames(clips)
         if len(frames) <= 1:
             scores = [self._score_one(f) for f in frames]
         else:

@@ -8,7 +8,9 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
-from vlmrb_torchrl.scorers.base import check_clips, prompt_hash, register_scorer, validate_scores
+from vlmrb_torchrl._keys import is_nested_key
+from vlmrb_torchrl.scorers._hashing import prompt_hash
+from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 
 __all__ = ["OracleScorer", "ORACLE_EVENT_KEYS"]
 
@@ -62,7 +64,7 @@ class OracleScorer:
         mask_key: NestedKey = "mask",
     ) -> None:
         for arg, key in (("events_key", events_key), ("mask_key", mask_key)):
-            if not _is_nested_key(key):
+            if not is_nested_key(key):
                 raise TypeError(f"OracleScorer.{arg} must be a str or a tuple of str, got {key!r}.")
         if not isinstance(prompt, str):
             raise TypeError(f"OracleScorer.prompt must be a str, got {type(prompt).__name__}.")
@@ -93,12 +95,6 @@ class OracleScorer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(events_key={self.events_key!r})"
-
-
-def _is_nested_key(key: Any) -> bool:
-    if isinstance(key, str):
-        return True
-    return isinstance(key, tuple) and len(key) > 0 and all(isinstance(k, str) for k in key)
 
 
 def _make_oracle(rest: str, **kwargs: Any) -> OracleScorer:
