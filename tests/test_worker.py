@@ -152,7 +152,7 @@ def test_wraparound_with_slow_scorer_drops_stale_scores():
     assert sampler.stats()["stale_drops"] > 0
     written = torch.cat(chunks)  # write order; row r went to slot r % 40
     expected = expected_start_scores(written, clip_len)
-    slots = np.nonzero(sampler._scored & sampler._filled)[0]
+    slots = np.nonzero(~np.isnan(sampler.scores(torch.arange(capacity)).numpy()))[0]
     assert len(slots) > 0
     for slot in slots:  # every score that landed belongs to the data now in its slot
         row = len(written) - capacity + slot  # 200 % 40 == 0: the last 40 rows fill slots 0..39

@@ -411,12 +411,6 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         _warn_renamed("default_priority_mode", "unscored_priority_mode")
         self.unscored_priority_mode = value
 
-    # the raw per-slot arrays under their old names, for code written before scores()
-    # (the AsyncScorer doctest, tests/test_worker.py); new code uses scores()
-    _score = property(lambda self: self._state.score)
-    _scored = property(lambda self: self._state.scored)
-    _filled = property(lambda self: self._state.filled)
-
     # ------------------------------------------------------------------ writes
     def mark_update(self, index: int | torch.Tensor, *, storage: Storage | None = None) -> None:
         """Called by the writer on every write: bumps generations, resets the slots to unscored."""

@@ -80,7 +80,7 @@ class AsyncScorer:
         ...     worker.submit(stream.push(batch, index, sampler.generations(index)))
         ...     worker.drain()
         True
-        >>> sampler.stats()["fraction_scored"], [round(float(s), 1) for s in sampler._score[:10]]
+        >>> sampler.stats()["fraction_scored"], [round(float(s), 1) for s in sampler.scores(torch.arange(10))]
         (1.0, [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.9, 0.9])
     """
 

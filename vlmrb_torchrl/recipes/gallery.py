@@ -6,8 +6,9 @@ from pathlib import Path
 
 import torch
 
-from vlmrb_torchrl.clips import ClipSpec, ClipStream
-from vlmrb_torchrl.transform import VLMScoreTransform
+from vlmrb_torchrl.clip_scoring import make_clip_scoring
+from vlmrb_torchrl.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.recipes.replay import FRAME_KEY, needs_frames
 
 __all__ = ["clip_gallery"]
 
@@ -23,8 +24,10 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
 
     env = make_env()
     env.set_seed(seed)
-    stream = ClipStream(ClipSpec(clip_len=clip_len), frame_key="pixels",
-                        extra_keys=VLMScoreTransform(scorer, clip_len=clip_len).score_key_list())
+    # the GIFs read clips[FRAME_KEY] inline (not pooled), also when the scorer reads no frames
+    extra_keys = [] if needs_frames(scorer) else [FRAME_KEY]
+    stream, transform = make_clip_scoring(scorer, ClipSpec(clip_len=clip_len), frame_key=FRAME_KEY,
+                                          pool_frames=False, extra_keys=extra_keys)
     batches = []
     offset = 0
     for episode in range(episodes):
@@ -38,10 +41,7 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
     env.close()
     if not batches:
         return []
-    from vlmrb_torchrl.clips import ClipBatch
-
     batch = ClipBatch.cat(batches)
-    transform = VLMScoreTransform(scorer, clip_len=clip_len)
     scores = torch.cat([transform.score_clips(c) for c in batch.clips.split(64)])
     order = torch.argsort(scores, descending=True, stable=True)
     picks = [("top", i) for i in order[:clips].tolist()] + [("bottom", i) for i in order.flip(0)[:clips].tolist()]
@@ -49,7 +49,7 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
     paths = []
     prompt = getattr(scorer, "prompt", "") or ""
     for rank, (kind, i) in enumerate(picks):
-        frames = batch.clips["pixels"][i][batch.clips["mask"][i]]
+        frames = batch.clips[FRAME_KEY][i][batch.clips["mask"][i]]
         images = []
         for frame in frames.numpy():
             img = Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3), Image.NEAREST)

@@ -258,7 +258,7 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
                            assign=cfg.clip_assign),
         storage=storage, batch_size=cfg.batch_size, generator=generator, frame_key=FRAME_KEY,
         sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": cfg.threshold,
-                        "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "default_priority": default,
+                        "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "unscored_priority": default,
                         "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},
     )
     return VLMReplay(buffer, sync=not cfg.async_scoring)
