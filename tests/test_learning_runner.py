@@ -68,6 +68,7 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # trains and resumes through the CLI
 def test_interrupted_run_resumes_and_results_are_synced(tmp_path):
     (job,) = jobs(tmp_path, ["vlm_oracle"], [0], stop_at="256")  # an interruption after the first checkpoint
     assert runner.run_jobs([job], parallel=1, poll_s=0.2) == 1  # stopped short: not done

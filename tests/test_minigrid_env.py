@@ -409,6 +409,7 @@ class TestMiniGridEnv:
         assert torch.isfinite(value)
         env.close()
 
+    @pytest.mark.slow  # spawns worker processes
     def test_parallel_env_collector(self):
         env = ParallelEnv(2, partial(make_minigrid_env, DOORKEY, render=True))
         env.set_seed(0)

@@ -260,6 +260,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
         assert torch.equal(tensor, b["loss"][name]), name
 
 
+@pytest.mark.slow  # trains and resumes through the CLI
 def test_cli_quick_preset_and_resume_dir(tmp_path, capsys):
     code = cli_main(["train", "dqn", *[f"{k}={v}" for k, v in TINY.items()], "replay=vlm",
                      f"output_dir={tmp_path / 'cli'}", "tensorboard=false"])
@@ -273,8 +274,9 @@ def test_cli_quick_preset_and_resume_dir(tmp_path, capsys):
     assert int(rows[-1]["env_steps"]) == 640
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
+# vlm (frames for the scorer next to the agent's grey stacks, the gallery) stays in the default run
+@pytest.mark.parametrize("replay", [pytest.param("uniform", marks=_SLOW), pytest.param("per", marks=_SLOW), "vlm",
+                                    pytest.param("vlm_td", marks=_SLOW)])
 def test_atari_smoke_each_replay_mode(tmp_path, replay):
     pytest.importorskip("ale_py")
     cfg = apply_overrides(DQNConfig(), {

@@ -77,6 +77,7 @@ def test_lift_smoke_each_replay_mode(tmp_path, replay):
         assert len(list((run_dir / "gallery").glob("*.gif"))) == 2
 
 
+@pytest.mark.slow  # trains and resumes through the CLI
 def test_cli_vlm_frames_and_resume(tmp_path, capsys):
     # a pixel-reading scorer makes the env render (stride = clip_len: F of every L steps)
     args = [f"{k}={v}" for k, v in TINY.items()] + [

@@ -482,14 +482,16 @@ class TestGenerations:
         assert sampler.generations(index).tolist() == [2] * 4
 
 
+@pytest.mark.parametrize("samples", [200, pytest.param(2000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_concurrent_updates_while_sampling(backend):
+def test_concurrent_updates_while_sampling(backend, samples):
     cap = 4096
     rb, sampler = make_rb(cap, lambda_max=0.5, warmup=100, td_boost=True, tree_backend=backend)
     index = fill(rb, cap)
     gen = sampler.generations(index)
     stop = threading.Event()
     errors = []
+    rounds = [0]
 
     def writer():
         g = torch.Generator().manual_seed(1)
@@ -498,15 +500,19 @@ def test_concurrent_updates_while_sampling(backend):
                 sel = torch.randint(0, cap, (256,), generator=g)
                 sampler.update_scores(sel, torch.rand(256, generator=g), gen[sel])
                 rb.extend(TensorDict(obs=torch.zeros(32), batch_size=[32]))  # bumps generations
+                rounds[0] += 1
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        for _ in range(2000):
+        done = 0
+        # a few writer rounds at least, so stale write-backs happen whatever the thread timing
+        while (done < samples or rounds[0] < 3) and not errors:
             out = rb.sample(64)
             rb.update_tensordict_priority(out.set("td_error", torch.rand(64)))
+            done += 1
     finally:
         stop.set()
         thread.join()
