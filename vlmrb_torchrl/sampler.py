@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from multiprocessing.context import get_spawning_popen
 import threading
 import warnings
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data.replay_buffers import PrioritizedSampler
 from torchrl.data.replay_buffers.storages import Storage
+from torchrl.data.replay_buffers.utils import unravel_index
 
 from vlmrb_torchrl._slot_state import PriorityConfig, SlotState, UnscoredMode
 from vlmrb_torchrl._sumtree import TreeBackend, resolve_backend
@@ -32,26 +34,60 @@ _REDUCTIONS = ("max", "min", "mean", "median", "sum")
 
 
 # ---------------------------------------------------------------------- argument conversion
-def _as_index(index: int | torch.Tensor | np.ndarray, capacity: int) -> np.ndarray:
-    """Flattens a storage index to a 1-D int64 NumPy array and checks its range."""
-    if isinstance(index, tuple):
-        if len(index) != 1:
-            raise ValueError(
-                "VLMPrioritizedSampler supports 1-D storages only; got a "
-                f"{len(index)}-tuple index."
-            )
-        index = index[0]
+def _int_array(index: Any, name: str = "index") -> np.ndarray:
+    """``index`` as an int64 NumPy array of the same shape; floats and bools are refused."""
     if isinstance(index, torch.Tensor):
-        if index.is_floating_point() or index.dtype == torch.bool:
-            raise TypeError(f"index must hold integers, got dtype {index.dtype}.")
-        if index.dtype != torch.int64 or index.device.type != "cpu":
-            index = index.to("cpu", torch.int64)
-        arr = index.detach().reshape(-1).numpy()
+        if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers, got dtype {index.dtype}.")
+        return index.detach().to("cpu", torch.int64).numpy()
+    arr = np.asarray(index)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}.")
+    return arr.astype(np.int64, copy=False)
+
+
+def _flatten_index(index: Any, trailing: tuple[int, ...] | None) -> np.ndarray:
+    """A storage index as 1-D int64 slot numbers (no range check; negatives kept as -1).
+
+    ``trailing`` is ``storage.shape[1:]`` of a storage with ``ndim > 1`` (``None`` for a
+    1-D storage). Such a storage's index arrives as coordinates: a tuple of ``ndim``
+    tensors (what :meth:`VLMPrioritizedSampler.sample` returns) or a tensor whose last
+    dimension has ``ndim`` entries (what ``rb.extend`` returns, and the stacked
+    ``"index"`` of a sampled batch). A slot is the row-major flattening of its
+    coordinates, as in :class:`~torchrl.data.PrioritizedSampler`'s trees; a row with a
+    negative coordinate becomes -1. Any other index is read as slot numbers.
+    """
+    k = 1 if trailing is None else len(trailing) + 1
+    if isinstance(index, tuple):
+        if len(index) == 1:
+            return _int_array(index[0]).reshape(-1)
+        if len(index) != k:
+            seen = "only 1-D storages" if trailing is None else f"a storage of ndim={k}"
+            raise ValueError(
+                f"Got a {len(index)}-tuple index (coordinates of an ndim={len(index)} storage) "
+                f"but this sampler has seen {seen}: pass slot numbers, or extend the "
+                "buffer first so that the sampler learns the storage's shape."
+            )
+        columns = np.broadcast_arrays(*(_int_array(c).reshape(-1) for c in index))
+        coords = np.stack(columns, -1)
     else:
-        arr = np.asarray(index)
-        if arr.dtype.kind not in "iu":
-            raise TypeError(f"index must hold integers, got dtype {arr.dtype}.")
-        arr = arr.reshape(-1).astype(np.int64, copy=False)
+        arr = _int_array(index)
+        if trailing is None or arr.ndim < 2 or arr.shape[-1] != k:
+            return arr.reshape(-1)
+        coords = arr.reshape(-1, k)
+    negative = (coords < 0).any(-1)
+    bounds = np.asarray(trailing, dtype=np.int64)
+    beyond = ~negative & (coords[:, 1:] >= bounds).any(-1)
+    if beyond.any():
+        raise ValueError(
+            f"index coordinates {coords[beyond][0].tolist()} lie outside the storage's "
+            f"trailing shape {list(trailing)}."
+        )
+    strides = np.cumprod((1, *trailing[::-1]))[::-1].astype(np.int64)  # row-major
+    return np.where(negative, -1, coords @ strides)
+
+
+def _check_range(arr: np.ndarray, capacity: int) -> np.ndarray:
     if arr.size and (arr.min() < 0 or arr.max() >= capacity):
         raise ValueError(
             f"index out of range: storage slots are 0..{capacity - 1}, got values in "
@@ -75,10 +111,7 @@ def _as_values(values: float | torch.Tensor | np.ndarray, n: int, name: str) -> 
 
 
 def _as_index_like(generation: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
-    if isinstance(generation, torch.Tensor):
-        arr = generation.detach().reshape(-1).to("cpu", torch.int64).numpy()
-    else:
-        arr = np.asarray(generation, dtype=np.int64).reshape(-1)
+    arr = _int_array(generation, "generation").reshape(-1)  # a float would be truncated
     if arr.size != n:
         raise ValueError(f"generation has {arr.size} values but index has {n} entries.")
     return arr
@@ -89,7 +122,19 @@ def _numpy(value: torch.Tensor | np.ndarray | Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- argument checks
+def _scalar(value: Any) -> Any:
+    """A one-element tensor or NumPy scalar as a Python number (what schedulers assign)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype == torch.bool or value.is_complex():
+            return value  # refused by the caller's type check
+        return value.item()
+    if isinstance(value, np.generic) and not isinstance(value, np.bool_):
+        return value.item()
+    return value
+
+
 def _check_nonneg(name: str, value: float) -> float:
+    value = _scalar(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {name}={value!r}.")
     if not math.isfinite(value) or value < 0:
@@ -97,13 +142,9 @@ def _check_nonneg(name: str, value: float) -> float:
     return float(value)
 
 
-def _check_beta(name: str, value: float) -> float:
-    # schedulers may assign NumPy floats
-    return _check_nonneg(name, float(value) if isinstance(value, np.floating) else value)
-
-
 def _check_unit(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+    value = _scalar(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number in [0, 1], got {name}={value!r}.")
     value = float(value)
     if not 0.0 <= value <= 1.0:  # also rejects NaN
@@ -129,6 +170,17 @@ def _check_unscored(name: str, value: UnscoredMode) -> UnscoredMode:
     return _check_nonneg(name, value)
 
 
+def _check_weights_defined(eps: float, beta: float, lam: float) -> None:
+    """Refuses settings whose importance weights are undefined (``eps=0``, ``beta>0``, lambda 1)."""
+    if eps == 0.0 and beta > 0.0 and lam >= 1.0:
+        raise ValueError(
+            f"eps=0 with beta={beta} > 0 and lambda reaching 1 leaves the importance weights "
+            "undefined: a slot of priority 0 then has sampling probability 0, the weights' "
+            "normaliser (N q_min) ** -beta is infinite and every weight would be 0 or NaN. "
+            "Use eps > 0 (e.g. 0.01), beta=0, or lambda_max (and lambda_) < 1."
+        )
+
+
 def _warn_renamed(old: str, new: str) -> None:
     warnings.warn(f"{old} is deprecated; use {new}.", DeprecationWarning, stacklevel=3)
 
@@ -148,7 +200,10 @@ class _Setting:
         return self if obj is None else getattr(obj, self._attr)
 
     def __set__(self, obj: Any, value: Any) -> None:
-        setattr(obj, self._attr, self._check(self._name, value))
+        value = self._check(self._name, value)
+        if hasattr(obj, "_state"):  # fully built: check the combination
+            obj._validate_setting(self._name, value)
+        setattr(obj, self._attr, value)
 
 
 class _PrioritySetting:
@@ -336,7 +391,9 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self.provenance: dict[str, Any] = {}
         self._lock = threading.RLock()
         self._state = SlotState(max_capacity, config, self._backend)
+        self._trailing: tuple[int, ...] | None = None  # storage.shape[1:] of an ndim > 1 storage
         self._reset_counters()
+        self._validate_setting("beta", self._beta)
 
     def _reset_counters(self) -> None:
         self._sample_calls = 0
@@ -344,10 +401,23 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self._drawn_positive = 0
         self._lambda_override: float | None = None
 
+    def _validate_setting(self, name: str, value: Any) -> None:
+        """Checks that assigning ``name = value`` keeps the importance weights defined."""
+        current = {
+            "eps": self._state.config.eps,
+            "beta": self._beta,
+            "lambda_max": self._lambda_max,
+            "lambda_": self._lambda_override,
+        }
+        if name in current:
+            current[name] = value
+        lam = current["lambda_max"] if current["lambda_"] is None else current["lambda_"]
+        _check_weights_defined(current["eps"], current["beta"], lam)
+
     # ------------------------------------------------------------------ settings
     lambda_max = _Setting(_check_unit, "Final weight of the prioritized component, in [0, 1].")
     warmup = _Setting(_check_warmup, "Number of sample calls over which the built-in lambda_ rises.")
-    beta = _Setting(_check_beta, "Importance-sampling exponent (>= 0).")
+    beta = _Setting(_check_nonneg, "Importance-sampling exponent (>= 0).")
     threshold = _PrioritySetting("threshold", "Binarisation threshold of the scores, or None (read-only).")
     eps = _PrioritySetting("eps", "Priority floor and TD offset (read-only).")
     td_boost = _PrioritySetting("td_boost", "Whether TD priorities shape sampling (read-only).")
@@ -379,7 +449,19 @@ class VLMPrioritizedSampler(PrioritizedSampler):
 
     @lambda_.setter
     def lambda_(self, value: float) -> None:
-        self._lambda_override = _check_unit("lambda_", value)
+        value = _check_unit("lambda_", value)
+        self._validate_setting("lambda_", value)
+        self._lambda_override = value
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the sampler's trees and of the indices it returns: always the CPU.
+
+        :class:`~torchrl.data.PrioritizedSampler` reports its trees' device the same
+        way. The per-slot state and trees are NumPy arrays; a buffer with a storage on
+        another device moves the indices there itself (``storage.get``).
+        """
+        return torch.device("cpu")
 
     @property
     def unscored_priority(self) -> float:
@@ -412,11 +494,38 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self.unscored_priority_mode = value
 
     # ------------------------------------------------------------------ writes
+    def _note_storage(self, storage: Storage | None) -> None:
+        """Records the trailing shape of an ``ndim > 1`` storage, to read its coordinates."""
+        if storage is not None and getattr(storage, "ndim", 1) > 1:
+            self._trailing = tuple(int(d) for d in storage.shape[1:])
+
+    def _index(self, index: Any) -> np.ndarray:
+        """A storage index (slot numbers or coordinates) as checked 1-D slot numbers."""
+        return _check_range(_flatten_index(index, self._trailing), self._max_capacity)
+
     def mark_update(self, index: int | torch.Tensor, *, storage: Storage | None = None) -> None:
-        """Called by the writer on every write: bumps generations, resets the slots to unscored."""
-        index = _as_index(index, self._max_capacity)
+        """Called by the writer on every write: bumps generations, resets the slots to unscored.
+
+        The storage was written already, so no row the writer did write is left behind:
+        negative indices (rows a :class:`~torchrl.data.TensorDictMaxValueWriter` did not
+        write) are skipped, as :class:`~torchrl.data.PrioritizedSampler` does, and a
+        storage larger than ``max_capacity`` raises only after the rows that fit were
+        recorded. An ``ndim > 1`` storage's coordinates are flattened row-major.
+        """
+        self._note_storage(storage)
+        slots = _flatten_index(index, self._trailing)
+        slots = slots[slots >= 0]
+        beyond = slots >= self._max_capacity
         with self._lock:
-            self._state.write(index)
+            self._state.write(slots[~beyond] if beyond.any() else slots)
+        if beyond.any():
+            size = getattr(storage, "max_size", None)
+            raise ValueError(
+                f"The writer wrote slot {int(slots[beyond].max())} but the sampler was built "
+                f"with max_capacity={self._max_capacity}"
+                + (f" (the storage holds {size} items)" if size is not None else "")
+                + ": give the sampler and the storage the same size."
+            )
 
     def add(self, index: int) -> None:  # work done in mark_update
         return
@@ -425,8 +534,12 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         return
 
     def generations(self, index: int | torch.Tensor) -> torch.Tensor:
-        """Current generation of each slot in ``index`` (what a producer records at insertion)."""
-        index = _as_index(index, self._max_capacity)
+        """Current generation of each slot in ``index`` (what a producer records at insertion).
+
+        ``index`` is what ``rb.extend`` returned: slot numbers, or for a storage with
+        ``ndim > 1`` the ``[M, ndim]`` coordinates (one generation per row).
+        """
+        index = self._index(index)
         with self._lock:
             return torch.from_numpy(self._state.generation[index].copy())
 
@@ -447,7 +560,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             >>> sampler.scores(torch.arange(4))
             tensor([0.5000, 0.0000,    nan,    nan])
         """
-        index = _as_index(index, self._max_capacity)
+        index = self._index(index)
         with self._lock:
             return torch.from_numpy(self._state.scores(index))
 
@@ -462,7 +575,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         """Writes VLM scores back; drops those whose slot was rewritten since.
 
         Args:
-            index (int or Tensor): storage slots.
+            index (int or Tensor): storage slots, or for a storage with ``ndim > 1``
+                the coordinates ``rb.extend`` returned (``[M, ndim]``).
             scores (float or Tensor): one score in [0, 1] per slot.
             generation (Tensor, optional): the slots' generations when the scored
                 transitions were inserted (from :meth:`generations`). A score whose
@@ -479,7 +593,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         """
         if reduce not in ("replace", "max"):
             raise ValueError(f"reduce must be 'replace' or 'max', got reduce={reduce!r}.")
-        index = _as_index(index, self._max_capacity)
+        index = self._index(index)
         scores = _as_values(scores, index.size, "scores")
         if scores.size and (scores.min() < 0.0 or scores.max() > 1.0):
             raise ValueError(
@@ -500,16 +614,14 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         """Stores TD priorities (``|td_error|``); they shape sampling only with ``td_boost``.
 
         Negative indices are skipped, as TorchRL's samplers do for rows a
-        ``TensorDictMaxValueWriter`` did not write.
+        ``TensorDictMaxValueWriter`` did not write. With a storage of ``ndim > 1``
+        the index holds coordinates (``[B, ndim]``, as in a sampled batch's ``"index"``).
         """
-        if isinstance(index, tuple):
-            index = index[0] if len(index) == 1 else torch.stack(index, -1)
-        if isinstance(index, torch.Tensor):
-            index = index.detach().reshape(-1).to("cpu", torch.int64).numpy()
-        index = np.asarray(index, dtype=np.int64).reshape(-1)
+        self._note_storage(storage)
+        index = _flatten_index(index, self._trailing)
         priority = np.abs(_as_values(priority, index.size, "priority"))
         keep = index >= 0
-        index = _as_index(index[keep], self._max_capacity)
+        index = _check_range(index[keep], self._max_capacity)
         priority = priority[keep]
         if index.size == 0:
             return
@@ -521,11 +633,6 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         n = len(storage)
         if n == 0:
             raise RuntimeError(_EMPTY_STORAGE_ERROR)
-        if getattr(storage, "ndim", 1) != 1:
-            raise ValueError(
-                f"VLMPrioritizedSampler supports 1-D storages only; got ndim={storage.ndim}. "
-                "Flatten collector batches with batch.reshape(-1) before rb.extend."
-            )
         if n > self._max_capacity:
             raise RuntimeError(
                 f"The storage holds {n} items but the sampler was built with "
@@ -554,15 +661,38 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 weight = torch.from_numpy(
                     state.importance_weights(index, lam, n, total, p_bar, self._beta).astype(np.float32)
                 )
-        return torch.from_numpy(index), {"priority_weight": weight}
+        index = torch.from_numpy(index)
+        if getattr(storage, "ndim", 1) > 1:
+            # coordinates, as PrioritizedSampler returns them (slots are row-major)
+            self._note_storage(storage)
+            index = unravel_index(index, storage.shape)
+        return index, {"priority_weight": weight}
 
     def probabilities(self, storage_len: int | None = None) -> torch.Tensor:
         """The exact sampling distribution :math:`q_t` over the filled slots, for inspection.
 
-        ``O(N)``; meant for tests, debugging and plots, not for the training loop.
+        ``O(N)``; meant for tests, debugging and plots, not for the training loop. An
+        empty buffer has an empty distribution. With a storage of ``ndim > 1`` entry
+        ``i`` is the row-major slot ``i``.
+
+        Examples:
+            >>> from vlmrb_torchrl import VLMPrioritizedSampler
+            >>> sampler = VLMPrioritizedSampler(4)
+            >>> sampler.probabilities()
+            tensor([], dtype=torch.float64)
         """
+        if storage_len is not None and (
+            isinstance(storage_len, bool)
+            or not isinstance(storage_len, int)
+            or not 0 <= storage_len <= self._max_capacity
+        ):
+            raise ValueError(
+                f"storage_len must be an int in [0, {self._max_capacity}], got {storage_len!r}."
+            )
         with self._lock:
             n = self._state.n_filled if storage_len is None else storage_len
+            if n == 0:
+                return torch.zeros(0, dtype=torch.float64)
             return torch.from_numpy(self._state.probabilities(n, self.lambda_))
 
     # ------------------------------------------------------------------ reporting
@@ -655,18 +785,28 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 f"Checkpoint was saved with max_capacity={config['max_capacity']} but this "
                 f"sampler has max_capacity={self._max_capacity}."
             )
+        # every value is checked before anything is replaced
+        lambda_max = _check_unit("lambda_max", config["lambda_max"])
+        warmup = _check_warmup("warmup", config["warmup"])
+        priority_config = PriorityConfig(
+            threshold=_check_threshold("threshold", config["threshold"]),
+            eps=config["eps"],
+            td_boost=config["td_boost"],
+            alpha=config["alpha"],
+            unscored=_check_unscored("default_priority", config["default_priority"]),
+        )
+        beta = _check_nonneg("beta", config["beta"])
+        lambda_override = state_dict["lambda_override"]
+        if lambda_override is not None:
+            lambda_override = _check_unit("lambda_", lambda_override)
+        _check_weights_defined(
+            priority_config.eps, beta, lambda_max if lambda_override is None else lambda_override
+        )
+        if config["reduction"] not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {config['reduction']!r}.")
         with self._lock:
             # the checkpoint's settings win, so that a resumed run samples as before
-            self.lambda_max = config["lambda_max"]
-            self.warmup = config["warmup"]
-            priority_config = PriorityConfig(
-                threshold=_check_threshold("threshold", config["threshold"]),
-                eps=config["eps"],
-                td_boost=config["td_boost"],
-                alpha=config["alpha"],
-                unscored=_check_unscored("default_priority", config["default_priority"]),
-            )
-            self.beta = config["beta"]
+            self._lambda_max, self._warmup, self._beta = lambda_max, warmup, beta
             self.reduction = config["reduction"]
             self._state = SlotState(self._max_capacity, priority_config, self._backend)
             self._state.load(
@@ -678,7 +818,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             self._sample_calls = int(state_dict["sample_calls"])
             self._drawn = int(state_dict.get("drawn", 0))  # absent in checkpoints before 0.2
             self._drawn_positive = int(state_dict.get("drawn_positive", 0))
-            self._lambda_override = state_dict["lambda_override"]
+            self._lambda_override = lambda_override
             self.provenance = dict(state_dict.get("provenance", {}))
 
     def state_dict(self) -> dict[str, Any]:
@@ -705,6 +845,16 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self._from_state({**scalars, **{k: arrays[k].clone() for k in arrays.keys()}})
 
     def __getstate__(self) -> dict[str, Any]:
+        if get_spawning_popen() is not None:
+            # a copy in another process would never see the learner's generations and
+            # trees (nor the learner its writes), so stale scores would be accepted
+            raise RuntimeError(
+                f"{type(self).__name__} cannot be shared between processes: each process "
+                "would hold a private copy of the per-slot state, so the learner would never "
+                "see other processes' writes. Keep the buffer in the learner process and send "
+                "it data (e.g. a collector without replay_buffer=, then rb.extend), as with "
+                "TorchRL's PrioritizedSampler."
+            )
         return {"state": self._to_state(), "tree_backend": self._backend}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
