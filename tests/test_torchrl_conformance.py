@@ -1,0 +1,384 @@
+"""TorchRL conformance: VLMPrioritizedSampler in the places TorchRL's PrioritizedSampler goes.
+
+Modelled on TorchRL's own replay-buffer tests (writers, storages incl. ``ndim=2`` and memmap,
+checkpointers, multiprocess sharing, schedulers, a collector with ``replay_buffer=``), each
+case parametrised over ``PrioritizedSampler`` ("per") and ``VLMPrioritizedSampler`` ("vlm").
+
+Where the semantics coincide the two must agree exactly: with no VLM scores,
+``lambda_max=1, warmup=0, td_boost=True`` and the same ``eps``/``alpha``, the VLM sampler
+follows PER's law: every unscored slot has priority 1 (``"mean"`` of no scores), so its
+probability is ``(|td| + eps) ** alpha / sum``, new slots get the largest TD priority seen
+(1.0 at first), and the importance weights are ``(p_i / p_min) ** -beta``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.context
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    PrioritizedSampler,
+    ReplayBuffer,
+    RoundRobinWriter,
+    TensorDictMaxValueWriter,
+    TensorDictReplayBuffer,
+)
+from torchrl.data.replay_buffers.scheduler import LinearScheduler
+
+from vlmrb_torchrl import VLMPrioritizedSampler
+
+KINDS = ["per", "vlm"]
+ALPHA, BETA, EPS = 0.7, 0.5, 1e-3
+
+
+def make_sampler(kind: str, capacity: int, **kwargs):
+    """PER, or the VLM sampler in the setting where it follows PER's law."""
+    alpha, beta, eps = kwargs.pop("alpha", ALPHA), kwargs.pop("beta", BETA), kwargs.pop("eps", EPS)
+    if kind == "per":
+        return PrioritizedSampler(capacity, alpha=alpha, beta=beta, eps=eps, **kwargs)
+    return VLMPrioritizedSampler(
+        capacity, lambda_max=1.0, warmup=0, td_boost=True, eps=eps, alpha=alpha, beta=beta,
+        tree_backend="numpy", **kwargs,
+    )
+
+
+def make_rb(kind: str, capacity: int = 16, *, storage=None, writer=None, seed: int = 0, **kwargs):
+    sampler = make_sampler(kind, capacity, **kwargs)
+    rb = TensorDictReplayBuffer(
+        storage=storage if storage is not None else LazyTensorStorage(capacity),
+        sampler=sampler,
+        writer=writer,
+        batch_size=8,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return rb, sampler
+
+
+def data(n: int, start: int = 0, **extra) -> TensorDict:
+    return TensorDict(obs=torch.arange(start, start + n, dtype=torch.float32), **extra, batch_size=[n])
+
+
+def probabilities(sampler, n: int) -> np.ndarray:
+    """The sampling distribution over slots 0..n-1 (for PER: from its sum tree's leaves)."""
+    if isinstance(sampler, VLMPrioritizedSampler):
+        return sampler.probabilities(n).numpy()
+    leaves = np.asarray([sampler._sum_tree[i] for i in range(n)], dtype=np.float64)
+    return leaves / leaves.sum()
+
+
+def td_update(rb, index: torch.Tensor, rng: np.random.Generator, width: int = 2) -> None:
+    """What a loss module hands back: the batch's "index" and [B, width] TD errors.
+
+    Several TD errors per row are reduced with the sampler's reduction ("max"); with an
+    ``ndim > 1`` storage TorchRL flattens them instead, so those tests pass ``width=0``.
+    """
+    shape = (len(index), width) if width else (len(index),)
+    td_error = torch.as_tensor(rng.uniform(0.0, 3.0, size=shape), dtype=torch.float32)
+    rb.update_tensordict_priority(TensorDict(index=index, td_error=td_error, batch_size=[len(index)]))
+
+
+def feed(rb, rng: np.random.Generator, rounds: int = 4, batch: int = 6):
+    """Writes and TD-error updates through TorchRL's API, identical for every sampler.
+
+    The updated slots are drawn here (not sampled), so that every sampler sees the same ones.
+    """
+    start = 0
+    for _ in range(rounds):
+        rb.extend(data(batch, start))
+        start += batch
+        td_update(rb, torch.as_tensor(rng.integers(0, len(rb), size=8)), rng)
+
+
+# ---------------------------------------------------------------------- PER's law
+class TestPERLaw:
+    def test_probabilities_match(self):
+        """The same writes and TD errors give the same distribution (incl. wrap-around)."""
+        rbs = {kind: make_rb(kind, 16)[0] for kind in KINDS}
+        for kind, rb in rbs.items():
+            feed(rb, np.random.default_rng(1), rounds=5)  # 30 writes into 16 slots
+        n = len(rbs["per"])
+        assert n == len(rbs["vlm"]) == 16
+        np.testing.assert_allclose(
+            probabilities(rbs["vlm"].sampler, n), probabilities(rbs["per"].sampler, n), rtol=1e-5
+        )
+
+    def test_new_slots_get_the_largest_td_priority(self):
+        rbs = {kind: make_rb(kind, 8)[0] for kind in KINDS}
+        for rb in rbs.values():
+            rb.extend(data(4))
+            rb.update_priority(torch.tensor([0, 1]), torch.tensor([5.0, 0.5]))
+            rb.extend(data(2, 4))  # slots 4, 5 get priority 5
+        np.testing.assert_allclose(
+            probabilities(rbs["vlm"].sampler, 6), probabilities(rbs["per"].sampler, 6), rtol=1e-5
+        )
+        q = probabilities(rbs["vlm"].sampler, 6)
+        assert q[4] == pytest.approx(q[0]) and q[4] > q[2]
+
+    def test_importance_weights_match(self):
+        rb_per, per = make_rb("per", 16)
+        rb_vlm, vlm = make_rb("vlm", 16)
+        for rb in (rb_per, rb_vlm):
+            feed(rb, np.random.default_rng(2), rounds=2)
+        n = len(rb_vlm)
+        leaves = np.asarray([per._sum_tree[i] for i in range(n)], dtype=np.float64)
+        index, info = vlm.sample(rb_vlm.storage, 64)
+        expected = (leaves[index.numpy()] / leaves.min()) ** -BETA
+        np.testing.assert_allclose(info["priority_weight"].numpy(), expected, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------- writers
+@pytest.mark.parametrize("kind", KINDS)
+class TestWriters:
+    def test_round_robin_wraps(self, kind):
+        rb, sampler = make_rb(kind, 6, writer=RoundRobinWriter())
+        rb.extend(data(4))
+        rb.add(TensorDict(obs=torch.tensor(4.0), batch_size=[]))
+        index = rb.extend(data(3, 5))  # 5, 0, 1
+        assert index.tolist() == [5, 0, 1]
+        assert len(rb) == 6
+        assert rb.storage[:]["obs"].tolist() == [6.0, 7.0, 2.0, 3.0, 4.0, 5.0]
+        sample = rb.sample(64)
+        assert (sample["obs"] == rb.storage[sample["index"]]["obs"]).all()
+        if kind == "vlm":
+            assert sampler.generations(torch.arange(6)).tolist() == [2, 2, 1, 1, 1, 1]
+            assert sampler.stats()["num_filled"] == 6
+
+    def test_max_value_writer_skips_unwritten_rows(self, kind):
+        """Rows TensorDictMaxValueWriter did not write come back as -1 and are skipped."""
+        rb, sampler = make_rb(kind, 4, writer=TensorDictMaxValueWriter(rank_key="reward"))
+        first = rb.extend(data(4, reward=torch.tensor([1.0, 2.0, 3.0, 4.0])))
+        assert first.tolist() == [0, 1, 2, 3]
+        if kind == "vlm":
+            sampler.update_scores(first, torch.tensor([0.9, 0.8, 0.7, 0.6]), sampler.generations(first))
+        # only the 5.0 row beats the current minimum (slot 0, reward 1.0)
+        index = rb.extend(data(4, 10, reward=torch.tensor([0.0, 5.0, 0.5, 0.0])))
+        assert index.tolist() == [-1, 0, -1, -1]
+        assert rb.storage[:]["obs"].tolist() == [11.0, 1.0, 2.0, 3.0]
+        sample = rb.sample(32)
+        assert (sample["obs"] == rb.storage[sample["index"]]["obs"]).all()
+        if kind == "vlm":
+            # the replaced slot has a new generation and no score; the others are untouched
+            assert sampler.generations(torch.arange(4)).tolist() == [2, 1, 1, 1]
+            scores = sampler.scores(torch.arange(4))
+            assert torch.isnan(scores[0]) and scores[1:].tolist() == pytest.approx([0.8, 0.7, 0.6])
+        # priorities of a sample can be written back as usual
+        sample.set("td_error", torch.rand(len(sample)))
+        rb.update_tensordict_priority(sample)
+
+
+def test_storage_larger_than_sampler_raises_after_recording_what_fits():
+    sampler = VLMPrioritizedSampler(4)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6), sampler=sampler)
+    with pytest.raises(ValueError, match="max_capacity=4 .*storage holds 6"):
+        rb.extend(data(6))
+    assert sampler.generations(torch.arange(4)).tolist() == [1, 1, 1, 1]
+
+
+# ---------------------------------------------------------------------- storages
+STORAGES = {
+    "tensor": lambda n, tmp: LazyTensorStorage(n),
+    "memmap": lambda n, tmp: LazyMemmapStorage(n, scratch_dir=tmp),
+    "list": lambda n, tmp: ListStorage(n),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("storage", list(STORAGES))
+def test_storages(kind, storage, tmp_path):
+    rb, sampler = make_rb(kind, 10, storage=STORAGES[storage](10, tmp_path))
+    rb.extend(data(7))
+    rb.extend(data(5, 7))  # wraps: slots 7, 8, 9, 0, 1
+    assert len(rb) == 10
+    sample = rb.sample(32)
+    expected = torch.stack([rb.storage[int(i)]["obs"] for i in sample["index"]])
+    assert (sample["obs"] == expected).all()
+    rb.update_priority(sample["index"], torch.rand(32))
+    assert len(rb.sample(8)) == 8
+    if kind == "vlm":
+        assert sampler.stats()["num_filled"] == 10
+
+
+class TestNdim2Storage:
+    """``LazyTensorStorage(N, ndim=2)`` extended with ``[envs, T]`` batches (stored time-major)."""
+
+    ENVS, T = 2, 4
+
+    def batch(self, start: int = 0) -> TensorDict:
+        obs = torch.arange(start, start + self.ENVS * self.T, dtype=torch.float32).reshape(self.ENVS, self.T)
+        return TensorDict(obs=obs, batch_size=[self.ENVS, self.T])
+
+    def make(self, kind, capacity: int = 20):
+        return make_rb(kind, capacity, storage=LazyTensorStorage(capacity, ndim=2))
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_every_write_is_recorded(self, kind):
+        rb, sampler = self.make(kind)
+        index = rb.extend(self.batch())
+        assert index.shape == (8, 2) and len(rb) == 8
+        if kind == "vlm":
+            assert sampler.stats()["num_filled"] == 8
+            assert sampler.generations(index).tolist() == [1] * 8
+        for k in range(1, 4):  # 32 writes into 20 slots
+            rb.extend(self.batch(8 * k))
+        assert len(rb) == 20
+        if kind == "vlm":
+            assert sampler.stats()["num_filled"] == 20
+            # 16 storage rows of 2: rows 0..5 were written twice
+            assert sampler.generations(index).tolist() == [2] * 8
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_sample_returns_coordinates(self, kind):
+        rb, _ = self.make(kind)
+        rb.extend(self.batch())
+        rb.extend(self.batch(100))
+        sample = rb.sample(32)
+        assert sample["index"].shape == (32, 2)
+        stored = rb.storage[tuple(sample["index"].unbind(-1))]["obs"]
+        assert (sample["obs"] == stored).all()
+        # a plain ReplayBuffer hands out the tuple of coordinate tensors, as PER does
+        plain = ReplayBuffer(storage=LazyTensorStorage(20, ndim=2), sampler=make_sampler(kind, 20), batch_size=5)
+        plain.extend(self.batch())
+        _, info = plain.sample(return_info=True)
+        assert isinstance(info["index"], tuple) and len(info["index"]) == 2
+
+    def test_priorities_follow_pers_law(self):
+        """update_tensordict_priority with [B, 2] coordinates hits the same slots as in PER."""
+        rbs = {k: self.make(k)[0] for k in KINDS}
+        for rb in rbs.values():
+            rng = np.random.default_rng(3)
+            for k in range(3):
+                rb.extend(self.batch(8 * k))
+                rows = rng.integers(0, len(rb) // self.ENVS, size=8)
+                envs = rng.integers(0, self.ENVS, size=8)
+                td_update(rb, torch.as_tensor(np.stack([rows, envs], -1)), rng, width=0)
+        n = len(rbs["per"])
+        np.testing.assert_allclose(
+            probabilities(rbs["vlm"].sampler, n), probabilities(rbs["per"].sampler, n), rtol=1e-5
+        )
+
+    def test_scores_by_coordinates(self):
+        rb, sampler = self.make("vlm")
+        index = rb.extend(self.batch())
+        generation = sampler.generations(index)
+        scores = torch.linspace(0.0, 1.0, 8)
+        assert sampler.update_scores(index, scores, generation) == 8
+        assert sampler.scores(index).tolist() == pytest.approx(scores.tolist())
+        # rb.extend's coordinates are in storage order (time-major): look the rows up
+        stored_obs = rb.storage[tuple(index.unbind(-1))]["obs"]
+        assert stored_obs.tolist() == self.batch()["obs"].T.flatten().tolist()
+        sample = rb.sample(16)  # the stacked [B, 2] index of a batch reads the same slots
+        by_obs = dict(zip(stored_obs.tolist(), scores.tolist()))
+        expected = [by_obs[o] for o in sample["obs"].tolist()]
+        assert sampler.scores(sample["index"]).tolist() == pytest.approx(expected)
+        for k in range(1, 3):  # the buffer wraps over the scored rows
+            rb.extend(self.batch(8 * k))
+        assert sampler.update_scores(index, scores, generation) == 4  # 4 rows overwritten: stale
+        assert sampler.stats()["stale_drops"] == 4
+
+
+# ---------------------------------------------------------------------- checkpointers
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("storage", ["tensor", "memmap"])
+def test_dumps_loads(kind, storage, tmp_path):
+    rb, sampler = make_rb(kind, 12, storage=STORAGES[storage](12, tmp_path / "scratch"))
+    feed(rb, np.random.default_rng(4), rounds=3)
+    if kind == "vlm":
+        sampler.update_scores(torch.arange(5), torch.full((5,), 0.9))
+    rb.dumps(tmp_path / "ckpt")
+    other, other_sampler = make_rb(kind, 12, storage=STORAGES[storage](12, tmp_path / "scratch2"))
+    other.loads(tmp_path / "ckpt")
+    assert len(other) == len(rb) == 12
+    assert (other.storage[:]["obs"] == rb.storage[:]["obs"]).all()
+    np.testing.assert_allclose(probabilities(other_sampler, 12), probabilities(sampler, 12), rtol=1e-6)
+    if kind == "vlm":
+        np.testing.assert_array_equal(other_sampler.scores(torch.arange(12)), sampler.scores(torch.arange(12)))
+    other.extend(data(3, 100))  # and the loaded buffer goes on
+    assert len(other.sample(8)) == 8
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_state_dict_round_trip(kind):
+    rb, sampler = make_rb(kind, 12)
+    feed(rb, np.random.default_rng(5), rounds=2)
+    other, other_sampler = make_rb(kind, 12)
+    other.load_state_dict(rb.state_dict())
+    np.testing.assert_allclose(probabilities(other_sampler, 12), probabilities(sampler, 12), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- sharing between processes
+def _noop(*args) -> None:
+    return None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+class TestSharing:
+    def test_pickling_for_a_spawned_process_is_refused(self, kind):
+        sampler = make_sampler(kind, 8)
+        multiprocessing.context.set_spawning_popen(object())
+        try:
+            with pytest.raises(RuntimeError, match="cannot be shared between processes"):
+                pickle.dumps(sampler)
+        finally:
+            multiprocessing.context.set_spawning_popen(None)
+        assert pickle.loads(pickle.dumps(sampler)).max_size == 8  # a plain copy still works
+
+    def test_spawn_with_shared_buffer_is_refused(self, kind):
+        """rb.share() then a spawned process: refused while pickling, before any child starts."""
+        rb, _ = make_rb(kind, 8)
+        rb.extend(data(4))
+        rb.share()
+        process = multiprocessing.get_context("spawn").Process(target=_noop, args=(rb,))
+        with pytest.raises(RuntimeError, match="cannot be shared between processes"):
+            process.start()
+        assert process.pid is None
+
+
+# ---------------------------------------------------------------------- properties and schedulers
+@pytest.mark.parametrize("kind", KINDS)
+def test_device(kind):
+    assert make_sampler(kind, 8).device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tensor_alpha_beta_and_schedulers(kind):
+    sampler = make_sampler(kind, 8, alpha=torch.tensor(0.6), beta=torch.tensor(0.4))
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler, batch_size=4)
+    rb.extend(data(8))
+    sampler.beta = torch.tensor(0.2)  # a scheduler built on a tensor start value steps in tensors
+    scheduler = LinearScheduler(rb, "beta", final_value=1.0, num_steps=4)
+    for _ in range(4):
+        scheduler.step()
+        rb.sample()
+    assert float(sampler.beta) == pytest.approx(1.0)
+    if kind == "vlm":
+        assert type(sampler.beta) is float and type(sampler.alpha) is float
+        sampler.alpha = torch.tensor(0.5)
+        assert sampler.alpha == 0.5
+
+
+# ---------------------------------------------------------------------- collectors
+@pytest.mark.parametrize("kind", KINDS)
+def test_collector_with_replay_buffer(kind):
+    """``Collector(..., replay_buffer=rb)`` writes through rb.extend; every write is tracked."""
+    pytest.importorskip("gymnasium")
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymEnv
+
+    rb, sampler = make_rb(kind, 64)
+    env = GymEnv("CartPole-v1")
+    collector = Collector(env, None, frames_per_batch=16, total_frames=48, replay_buffer=rb)
+    for _ in collector:
+        pass
+    collector.shutdown()
+    assert len(rb) == 48
+    sample = rb.sample(16)
+    assert ("next", "reward") in sample.keys(True)
+    if kind == "vlm":
+        assert sampler.stats()["num_filled"] == 48
