@@ -144,6 +144,58 @@ class TestConstruction:
                 setattr(s, name, getattr(s, name))
         assert (s.threshold, s.eps, s.td_boost, s.alpha, s.max_size) == (0.5, 0.01, False, 0.6, 8)
 
+    def test_tensor_and_numpy_scalars_become_floats(self):
+        """What TorchRL's schedulers assign when started from a tensor or NumPy value."""
+        s = VLMPrioritizedSampler(8, alpha=torch.tensor(0.5), beta=torch.tensor(0.25, dtype=torch.float64),
+                                  lambda_max=np.float32(0.75))
+        assert (s.alpha, s.beta, s.lambda_max) == (0.5, 0.25, 0.75)
+        assert all(type(v) is float for v in (s.alpha, s.beta, s.lambda_max))
+        s.beta, s.alpha, s.lambda_ = torch.tensor(1.0), torch.tensor([0.3]), torch.tensor(0.5)
+        assert (s.beta, s.alpha, s.lambda_) == (1.0, pytest.approx(0.3), 0.5)
+        with pytest.raises(TypeError, match="beta must be a number"):
+            s.beta = torch.tensor([0.1, 0.2])
+        with pytest.raises(TypeError, match="alpha must be a number"):
+            VLMPrioritizedSampler(8, alpha=torch.tensor(True))
+        with pytest.raises(ValueError, match="beta must be a finite number >= 0"):
+            s.beta = torch.tensor(-1.0)
+
+    def test_eps_zero_beta_and_lambda_one_refused(self):
+        """eps=0 lets priorities be 0; at lambda 1 their q is 0 and the weights are undefined."""
+        with pytest.raises(ValueError, match="eps=0 with beta=0.4 > 0 and lambda reaching 1"):
+            VLMPrioritizedSampler(8, eps=0.0, lambda_max=1.0, beta=0.4)
+        s = VLMPrioritizedSampler(8, eps=0.0, lambda_max=1.0, beta=0.0)  # no weights: fine
+        with pytest.raises(ValueError, match="importance weights"):
+            s.beta = 0.4
+        assert s.beta == 0.0
+        s = VLMPrioritizedSampler(8, eps=0.0, lambda_max=0.5, beta=0.4, warmup=0)
+        for name in ("lambda_max", "lambda_"):
+            with pytest.raises(ValueError, match="importance weights"):
+                setattr(s, name, 1.0)
+        assert (s.lambda_max, s.lambda_) == (0.5, 0.5)
+        s.lambda_ = 0.9  # lambda < 1: q >= (1 - lambda) / N > 0, the weights are finite
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=s, batch_size=64)
+        index = fill(rb, 8)
+        s.update_scores(index, torch.tensor([1.0, 0.0] * 4))
+        weight = rb.sample()["priority_weight"]
+        assert torch.isfinite(weight).all() and (weight > 0).all()
+        # a checkpoint with such settings is refused too, before anything is replaced
+        state = s.state_dict()
+        state["config"]["lambda_max"], state["lambda_override"] = 1.0, None
+        with pytest.raises(ValueError, match="importance weights"):
+            s.load_state_dict(state)
+        assert s.lambda_ == 0.9 and s.scores(index).tolist()[:2] == [1.0, 0.0]
+
+    def test_device_is_cpu(self):
+        assert VLMPrioritizedSampler(4).device == torch.device("cpu")
+
+    def test_probabilities_of_an_empty_buffer(self):
+        s = VLMPrioritizedSampler(4)
+        assert s.probabilities().shape == (0,)
+        assert s.probabilities(0).shape == (0,)
+        for bad in (-1, 5, 2.0, True):
+            with pytest.raises(ValueError, match="storage_len must be an int in \\[0, 4\\]"):
+                s.probabilities(bad)
+
 
 class TestRenamedNames:
     """``default_priority`` was both the constructor's unscored-slot mode and TorchRL's TD default."""
@@ -204,6 +256,24 @@ class TestUpdateScoresErrors:
     def test_float_index(self, sampler):
         with pytest.raises(TypeError, match="index must hold integers"):
             sampler.update_scores(torch.tensor([0.0]), torch.tensor([0.5]))
+
+    @pytest.mark.parametrize(
+        "generation", [torch.tensor([1.0, 1.0]), np.array([1.5, 1.0]), [1.0, 1.0], torch.tensor([True, True])]
+    )
+    def test_float_generation(self, sampler, generation):
+        """A float generation would be truncated to a (possibly current) slot generation."""
+        with pytest.raises(TypeError, match="generation must hold integers"):
+            sampler.update_scores(torch.arange(2), torch.ones(2), generation)
+        assert sampler.stats()["fraction_scored"] == 0.0
+
+    def test_coordinates_before_an_ndim2_storage_was_seen(self, sampler):
+        with pytest.raises(ValueError, match="2-tuple index .* has seen only 1-D storages"):
+            sampler.generations((torch.tensor([0]), torch.tensor([1])))
+
+    def test_negative_writes_are_skipped(self, sampler):
+        before = sampler.generations(torch.arange(8))
+        sampler.mark_update(torch.tensor([-1, 3, -1]))
+        assert (sampler.generations(torch.arange(8)) - before).tolist() == [0, 0, 0, 1, 0, 0, 0, 0]
 
     def test_generation_length(self, sampler):
         with pytest.raises(ValueError, match="generation has 1 values but index has 2"):
