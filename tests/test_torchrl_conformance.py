@@ -282,6 +282,20 @@ class TestNdim2Storage:
         assert sampler.update_scores(index, scores, generation) == 4  # 4 rows overwritten: stale
         assert sampler.stats()["stale_drops"] == 4
 
+    def test_checkpoint_keeps_the_coordinates(self, tmp_path):
+        """A loaded sampler reads [M, 2] coordinates before its first write or sample."""
+        rb, sampler = self.make("vlm")
+        index = rb.extend(self.batch())
+        sampler.update_scores(index[:3], torch.tensor([0.1, 0.2, 0.3]))
+        rb.dumps(tmp_path / "ckpt")
+        for restored in (pickle.loads(pickle.dumps(sampler)), None):
+            if restored is None:
+                other, restored = self.make("vlm")
+                other.loads(tmp_path / "ckpt")
+            assert restored.scores(index[:3]).tolist() == pytest.approx([0.1, 0.2, 0.3])
+        flat = make_rb("vlm", 20)[1]  # a 1-D storage's checkpoint has no such entry
+        assert "storage_trailing_shape" not in flat.state_dict()
+
 
 # ---------------------------------------------------------------------- checkpointers
 @pytest.mark.parametrize("kind", KINDS)

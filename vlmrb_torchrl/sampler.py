@@ -768,6 +768,9 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 "max_p": state.max_p,
                 "max_td": state.max_td,
                 "provenance": dict(self.provenance),
+                # only for an ndim > 1 storage (1-D checkpoints keep their layout), so that
+                # coordinates are understood right after loading
+                **({"storage_trailing_shape": list(self._trailing)} if self._trailing else {}),
                 **{name: torch.from_numpy(a) for name, a in state.arrays().items()},
             }
 
@@ -820,6 +823,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             self._drawn_positive = int(state_dict.get("drawn_positive", 0))
             self._lambda_override = lambda_override
             self.provenance = dict(state_dict.get("provenance", {}))
+            trailing = state_dict.get("storage_trailing_shape")
+            self._trailing = tuple(int(d) for d in trailing) if trailing else None
 
     def state_dict(self) -> dict[str, Any]:
         """Raw scores, scored mask, TD priorities, generations, schedule position and config."""
