@@ -533,6 +533,28 @@ class VLMPrioritizedSampler(PrioritizedSampler):
     def extend(self, index: torch.Tensor) -> None:  # work done in mark_update
         return
 
+    def slots(self, index: int | torch.Tensor | tuple) -> torch.Tensor:
+        """The sampler's slot numbers (1-D int64) of a storage index, one per index row.
+
+        The identity for a 1-D storage; for a storage with ``ndim > 1`` the row-major
+        flattening of the coordinates (what :meth:`probabilities` is indexed by). Useful to
+        line up the time-major coordinates of ``rb.extend`` with other per-slot data.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+            >>> from vlmrb_torchrl import VLMPrioritizedSampler
+            >>> sampler = VLMPrioritizedSampler(12)
+            >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(12, ndim=2), sampler=sampler)
+            >>> index = rb.extend(TensorDict(obs=torch.zeros(2, 3), batch_size=[2, 3]))  # [envs, T]
+            >>> index.tolist()  # (t, env), time-major
+            [[0, 0], [0, 1], [1, 0], [1, 1], [2, 0], [2, 1]]
+            >>> sampler.slots(index)
+            tensor([0, 1, 2, 3, 4, 5])
+        """
+        return torch.from_numpy(self._index(index).copy())
+
     def generations(self, index: int | torch.Tensor) -> torch.Tensor:
         """Current generation of each slot in ``index`` (what a producer records at insertion).
 
