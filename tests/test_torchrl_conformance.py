@@ -55,7 +55,6 @@ def make_rb(kind: str, capacity: int = 16, *, storage=None, writer=None, seed: i
         storage=storage if storage is not None else LazyTensorStorage(capacity),
         sampler=sampler,
         writer=writer,
-        batch_size=8,
         generator=torch.Generator().manual_seed(seed),
     )
     return rb, sampler
