@@ -189,10 +189,14 @@ class VLMReplay(Replay):
         >>> from tensordict import TensorDict
         >>> from vlmrb_torchrl import ClipSpec, make_vlm_replay_buffer
         >>> from vlmrb_torchrl.scorers import CallableScorer
-        >>> slow = CallableScorer(lambda clips: time.sleep(1.0) or clips["observation"].sum((1, 2)) * 0, in_keys=["observation"])
+        >>> def slow_scores(clips):
+        ...     time.sleep(1.0)
+        ...     return torch.zeros(clips.shape[0])
+        >>> slow = CallableScorer(slow_scores, in_keys=["observation"])
         >>> buffer = make_vlm_replay_buffer(100, slow, clip_spec=ClipSpec(clip_len=2))
         >>> replay = VLMReplay(buffer, drain_timeout=0.1)
-        >>> batch = TensorDict({"observation": torch.zeros(1, 4, 3), ("collector", "traj_ids"): torch.zeros(1, 4, dtype=torch.long),
+        >>> batch = TensorDict({"observation": torch.zeros(1, 4, 3),
+        ...                     ("collector", "traj_ids"): torch.zeros(1, 4, dtype=torch.long),
         ...                     ("next", "done"): torch.zeros(1, 4, 1, dtype=torch.bool)}, [1, 4])
         >>> replay.store(batch, batch)
         >>> replay.before_checkpoint() > 0  # the clips still queued after 0.1 s

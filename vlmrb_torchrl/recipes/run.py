@@ -504,7 +504,8 @@ def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: 
     path = run.dir / "checkpoints" / f"step_{counters['env_steps']}"
     if left:
         counters["scorer_drain_timeouts"] += 1
-        why = "interrupted" if interrupted else f"not done within scorer_drain_timeout={getattr(replay, 'drain_timeout', None)} s"
+        timeout = getattr(replay, "drain_timeout", None)
+        why = "interrupted" if interrupted else f"not done within scorer_drain_timeout={timeout} s"
         warnings.warn(f"{path}: the scorer was {why}; {left} queued clips are saved unscored (their transitions "
                       "keep the unscored priority; a run resumed from this checkpoint never scores them).",
                       RunWarning, stacklevel=2)
