@@ -63,6 +63,25 @@ def _train_parser(name: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _saved_config(resume: str) -> dict:
+    """The ``config.json`` of the run ``resume=`` names (a run directory or one of its checkpoints)."""
+    path = Path(resume)
+    if not path.exists():
+        raise ConfigError(f"resume={resume!r}: no such file or directory.")
+    for run_dir in (path, path.parent.parent):  # <run>/ or <run>/checkpoints/step_<N>/
+        if (run_dir / "config.json").exists():
+            try:
+                return json.loads((run_dir / "config.json").read_text())
+            except (OSError, ValueError) as err:
+                raise ConfigError(f"resume={resume!r}: cannot read {run_dir / 'config.json'} ({err}).") from None
+    raise ConfigError(f"resume={resume!r}: not a run directory or a checkpoint of one (no config.json in "
+                      f"{path} or {path.parent.parent}).")
+
+
+#: Keys of a saved config.json that describe where and how that run was started, not the run itself.
+_NOT_RESUMED = ("resume", "output_dir", "overwrite")
+
+
 def build_config(name: str, args: argparse.Namespace):
     """Defaults <- resumed run's config <- --quick <- --config <- key=value overrides."""
     cls = RECIPES[name]
@@ -70,15 +89,16 @@ def build_config(name: str, args: argparse.Namespace):
     overrides = list(args.overrides)
     resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
     if resume:
-        run_dir = Path(resume)
-        run_dir = run_dir if (run_dir / "config.json").exists() else run_dir.parent.parent
-        saved = json.loads((run_dir / "config.json").read_text())
-        cfg = apply_overrides(cfg, {k: v for k, v in saved.items() if k != "resume"})
+        saved = _saved_config(resume)
+        cfg = apply_overrides(cfg, {k: v for k, v in saved.items() if k not in _NOT_RESUMED})
     if args.quick:
         cfg = apply_overrides(cfg, QUICK_PRESETS[name])
     if args.config:
-        cfg = apply_overrides(cfg, {k: (str(v) if not isinstance(v, (int, float, bool, dict)) or v is None else v)
-                                    for k, v in load_config_file(args.config).items()})
+        try:
+            cfg = apply_overrides(cfg, load_config_file(args.config))
+        except ConfigError as err:
+            msg = str(err)
+            raise ConfigError(msg if msg.startswith("--config") else f"--config {args.config}: {msg}") from None
     cfg = apply_overrides(cfg, overrides)
     return cfg.validate()
 
@@ -98,13 +118,25 @@ def main(argv: list[str] | None = None) -> int:
             print(_DESCRIPTION, file=sys.stderr if argv[0] != "train" else sys.stdout)
         return 2 if argv[0] != "train" or len(argv) >= 2 else 0
     name = argv[1]
-    args = _train_parser(name).parse_args(argv[2:])
+    args = _train_parser(name).parse_intermixed_args(argv[2:])  # options may come between key=value pairs
     try:
         cfg = build_config(name, args)
     except ConfigError as err:
         print(f"vlmrb train {name}: {err}", file=sys.stderr)
         return 2
-    summary = _recipe_main(name)(cfg)
+    from vlmrb_torchrl.recipes.run import CheckpointError
+
+    try:
+        summary = _recipe_main(name)(cfg)
+    except ConfigError as err:  # found once the run starts: output_dir, resume=
+        print(f"vlmrb train {name}: {err}", file=sys.stderr)
+        return 2
+    except CheckpointError as err:
+        print(f"vlmrb train {name}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # the recipe already said what was saved
+        print(f"vlmrb train {name}: interrupted.", file=sys.stderr)
+        return 130
     success = summary.get("eval_success")
     print(f"\nfinished {summary['env_steps']} frames; eval success {success:.2f}, eval return "
           f"{summary.get('eval_return', float('nan')):.2f}" if success is not None else "")

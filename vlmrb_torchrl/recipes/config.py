@@ -36,7 +36,10 @@ class RecipeConfig:
     output_dir: str | None = _field(None, "run directory; default runs/<recipe>__<env>__<replay>__seed<seed>__<time> "
                                           "(recipe dqn or sac, '/' in env as '-'), e.g. "
                                           "runs/dqn__MiniGrid-DoorKey-5x5-v0__vlm__seed0__20250101-120000")
-    resume: str | None = _field(None, "a run directory or checkpoint directory to continue from")
+    resume: str | None = _field(None, "a run directory or checkpoint directory to continue from (its newest intact "
+                                      "checkpoint; the config may change only in the keys listed in docs/recipes.md)")
+    overwrite: bool = _field(False, "reuse a non-empty output_dir: delete the old run's files (config, metrics, "
+                                    "checkpoints, tensorboard, gallery, summary) first; without it such a dir is refused")
     stop_at: int | None = _field(None, "stop (with a checkpoint) once this many frames are collected; schedules "
                                        "still follow total_frames, so resume=<run dir> continues exactly")
     device: str = _field("auto", "learner device: auto (cuda if available) | cpu | cuda")
@@ -77,6 +80,9 @@ class RecipeConfig:
     label_noise: float = _field(0.0, "flip scorer outputs with this probability (NoisyScorer): an imperfect VLM")
     async_scoring: bool = _field(True, "score in a background thread; false = wait for scores every batch "
                                        "(fully deterministic runs)")
+    scorer_drain_timeout: float = _field(60.0, "seconds a checkpoint (and the end of the run) waits for the scorer's "
+                                               "queued clips; clips still queued then are saved unscored (counted in "
+                                               "summary.json's scorer_unscored_at_checkpoint)")
     # evaluation and outputs
     eval_every: int = _field(10_000, "frames between evaluations")
     eval_episodes: int = _field(50, "episodes per evaluation")
@@ -93,13 +99,27 @@ class RecipeConfig:
     _NON_NEGATIVE_INTS = ("learning_starts", "gallery_clips")
     _UNIT_NUMBERS = ("lambda_max", "label_noise", "gamma")
     _POSITIVE_NUMBERS = ("lr",)
-    _NON_NEGATIVE_NUMBERS = ("per_alpha", "per_beta", "vlm_eps", "vlm_beta")
+    _NON_NEGATIVE_NUMBERS = ("per_alpha", "per_beta", "vlm_eps", "vlm_beta", "scorer_drain_timeout")
 
     def _checks(self) -> list[tuple[str, bool, str]]:
         """(name, ok, allowed) triples; a subclass adds its own and calls ``super()._checks()``."""
         return []
 
     def validate(self):
+        """Checks every value (types first, converting what converts losslessly: ``3e5`` for an int key, ``1``
+        for a float key); raises :class:`ConfigError` naming the key and what it accepts.
+
+        Examples:
+            >>> DQNConfig(total_frames=3e5).validate().total_frames
+            300000
+            >>> DQNConfig(seed=1.5).validate()
+            Traceback (most recent call last):
+            ...
+            vlmrb_torchrl.recipes.config.ConfigError: seed=1.5 is invalid: expected int.
+        """
+        hints = _type_hints(type(self))
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
         checks = [
             ("replay", self.replay in REPLAY_MODES, f"one of {REPLAY_MODES}"),
             ("clip_assign", self.clip_assign in ("start", "cover_max"), "'start' or 'cover_max'"),
@@ -118,6 +138,12 @@ class RecipeConfig:
             checks.append((name, getattr(self, name) >= 0, "a number >= 0"))
         checks.append(("frames_per_batch", self.frames_per_batch % self.num_envs == 0,
                        f"a multiple of num_envs={self.num_envs}"))
+        checks.append(("seed", 0 <= self.seed < 2**32, "an integer in [0, 2**32) (NumPy's seed range)"))
+        smallest = max(self.batch_size, self.frames_per_batch, self.clip_len if self.replay in ("vlm", "vlm_td") else 0)
+        checks.append(("buffer_size", self.buffer_size >= smallest,
+                       f"at least batch_size={self.batch_size}, frames_per_batch={self.frames_per_batch}"
+                       + (f" and clip_len={self.clip_len}" if self.replay in ("vlm", "vlm_td") else "")
+                       + " (a smaller buffer overwrites a batch, or a clip, before it is used)"))
         if self.threshold is not None:
             checks.append(("threshold", 0.0 <= self.threshold <= 1.0, "a number in [0, 1] or None"))
         if self.clip_frames is not None:
@@ -272,6 +298,56 @@ def _convert(name: str, text: str, annotation: Any) -> Any:
     return text
 
 
+def _coerce(name: str, value: Any, annotation: Any) -> Any:
+    """Checks a value given as a Python object (a config file, ``config.json``, the Python API) against the field's
+    type, converting losslessly (``3e5`` -> ``300000`` for an int, ``1`` -> ``1.0`` for a float, a number -> its text
+    for a str such as ``default_priority``); strings go through the command line's :func:`_convert`.
+
+    Examples:
+        >>> _coerce("total_frames", 3e5, int), _coerce("lr", 1, float), _coerce("stop_at", None, int | None)
+        (300000, 1.0, None)
+        >>> _coerce("seed", 1.5, int)
+        Traceback (most recent call last):
+        ...
+        vlmrb_torchrl.recipes.config.ConfigError: seed=1.5 is invalid: expected int.
+    """
+    if isinstance(value, str):
+        return _convert(name, value, annotation)
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Literal:
+        if value not in args:
+            raise ConfigError(f"{name}={value!r} is invalid: expected one of {list(args)}.")
+        return value
+    optional = bool(args) and type(None) in args
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{name}=None is invalid: expected {getattr(annotation, '__name__', annotation)}.")
+    target = [a for a in args if a is not type(None)][0] if optional else annotation
+    if typing.get_origin(target) is Literal:
+        return _coerce(name, value, target)
+    if target is dict or typing.get_origin(target) is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}={value!r} is invalid: expected a mapping, got {type(value).__name__}.")
+        return value
+    if target is bool:
+        ok = isinstance(value, bool)
+    elif target is int:
+        ok = not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+        value = int(value) if ok else value
+    elif target is float:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float))
+        value = float(value) if ok else value
+    elif target is str:
+        ok = not isinstance(value, bool) and isinstance(value, (str, int, float))
+        value = str(value) if ok else value
+    else:  # pragma: no cover - every field has one of the types above
+        ok = True
+    if not ok:
+        raise ConfigError(f"{name}={value!r} is invalid: expected {target.__name__}.")
+    return value
+
+
 def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -294,19 +370,27 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any] | list[str]) -> Any:
             close = difflib.get_close_matches(key, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"unknown key {key!r}{hint} Valid keys: {', '.join(sorted(names))}.")
-        values[key] = _convert(key, value, hints[key]) if isinstance(value, str) else value
+        values[key] = _coerce(key, value, hints[key])
     return dataclasses.replace(cfg, **values)
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Reads a YAML (or JSON) file of ``key: value`` pairs."""
-    text = Path(path).read_text()
-    if str(path).endswith(".json"):
-        data = json.loads(text)
-    else:
-        import yaml
+    """Reads a YAML (or JSON) file of ``key: value`` pairs; a missing or unparsable file raises
+    :class:`ConfigError` naming it."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"--config {path}: cannot read the file ({err.strerror or err}).") from None
+    try:
+        if str(path).endswith(".json"):
+            data = json.loads(text)
+        else:
+            import yaml
 
-        data = yaml.safe_load(text) or {}
+            data = yaml.safe_load(text) or {}
+    except Exception as err:  # yaml.YAMLError, json.JSONDecodeError
+        raise ConfigError(f"--config {path}: not valid {'JSON' if str(path).endswith('.json') else 'YAML'}: "
+                          f"{str(err).strip()}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of key: value pairs, got {type(data).__name__}.")
     return data

@@ -29,7 +29,7 @@ from vlmrb_torchrl.recipes.envs import env_factory, make_collector, minigrid_act
 from vlmrb_torchrl.recipes.gallery import clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
-from vlmrb_torchrl.recipes.run import Run, latest_checkpoint, resume_counters, start_run
+from vlmrb_torchrl.recipes.run import Run, prepare_run_dir, resume_counters, start_run
 
 
 class _Scale(nn.Module):
@@ -77,7 +77,7 @@ def n_step_returns(multistep: MultiStep, batch: TensorDictBase) -> TensorDictBas
 
 def main(cfg: DQNConfig) -> dict:
     cfg = dataclasses.replace(cfg).validate()
-    checkpoint = latest_checkpoint(cfg.resume) if cfg.resume else None
+    checkpoint = prepare_run_dir(cfg, recipe="dqn")  # resume= checks, output_dir refused if reused, writable
     with contextlib.ExitStack() as cleanup:  # closes the replay and run, restores torch threads; on errors too
         # --- run setup: seeds, the learner's torch threads, device, the scorer (VLM modes)
         start = cleanup.enter_context(start_run(cfg))

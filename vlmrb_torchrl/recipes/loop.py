@@ -3,7 +3,11 @@ update counters, metric rows, evaluation, progress and checkpoints."""
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from tensordict import TensorDictBase
@@ -44,6 +48,12 @@ class Training:
     each gradient step and, once all are done, syncs the collector's policy weights.
     :meth:`end_batch` logs the metrics row when an evaluation is due (every ``eval_every`` frames
     and at the end), advances the progress bar and checkpoints when one is due.
+
+    Ctrl-C (SIGINT, when the loop runs in the main thread): the first one ends the run at the end
+    of the current batch with a checkpoint — the same checkpoint ``stop_at`` would write there, so
+    ``resume=`` continues exactly — and :meth:`batches` then raises ``KeyboardInterrupt``. A second
+    one interrupts at once: a checkpoint being written is kept when its wait for the scorer was
+    what got interrupted, otherwise the previous checkpoint is the one to resume.
 
     Args:
         cfg: the recipe config (``total_frames``, ``stop_at``, ``learning_starts``,
@@ -86,6 +96,9 @@ class Training:
         self._checkpointed = False
         self._start = time.perf_counter()
         self._steps_at_start = counters["env_steps"]
+        self.stop_requested = False
+        self.last_checkpoint: Path | None = None
+        self._previous_handler = None
 
     def batches(self) -> Iterator[TensorDictBase]:
         """Collector batches ``[envs, time]`` until the run stops; counts their frames and episodes.
@@ -95,21 +108,45 @@ class Training:
         counters = self.counters
         self._start = time.perf_counter()
         self._steps_at_start = counters["env_steps"]
-        while counters["env_steps"] < self.stop_at:
-            self.collector = self._make_collector(counters["env_steps"])
-            try:
-                for batch in self.collector:
-                    self._frames = batch.numel()
-                    counters["env_steps"] += self._frames
-                    counters["episodes"] += int(batch["next", "done"].sum())
-                    self._ended = self._checkpointed = False
-                    yield batch
-                    if not self._ended:
-                        raise RuntimeError("Training.batches(): call end_batch(...) at the end of each batch.")
-                    if self._checkpointed:  # leave this collector (and, unless the run stops, make a new one)
-                        break
-            finally:
-                self._shutdown_collector()
+        self._install_sigint()
+        try:
+            while counters["env_steps"] < self.stop_at:
+                self.collector = self._make_collector(counters["env_steps"])
+                try:
+                    for batch in self.collector:
+                        self._frames = batch.numel()
+                        counters["env_steps"] += self._frames
+                        counters["episodes"] += int(batch["next", "done"].sum())
+                        self._ended = self._checkpointed = False
+                        yield batch
+                        if not self._ended:
+                            raise RuntimeError("Training.batches(): call end_batch(...) at the end of each batch.")
+                        if self._checkpointed:  # leave this collector (and, unless the run stops, make a new one)
+                            break
+                finally:
+                    self._shutdown_collector()
+                if self.stop_requested:
+                    raise KeyboardInterrupt(f"stopped by Ctrl-C at {counters['env_steps']} frames")
+        finally:
+            self._restore_sigint()
+
+    # ------------------------------------------------------------------ Ctrl-C
+    def _on_sigint(self, signum, frame) -> None:
+        if self.stop_requested:  # the second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.stop_requested = True
+        print("\nCtrl-C: stopping after this batch, with a checkpoint (Ctrl-C again to stop at once).",
+              file=sys.stderr, flush=True)
+
+    def _install_sigint(self) -> None:
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _restore_sigint(self) -> None:
+        if self._previous_handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
 
     def samples(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
         """The learner batches for the frames of ``batch``: ``len(batch) // train_every`` of them
@@ -151,8 +188,11 @@ class Training:
             self.metrics_last = row
         self.run.progress(self._frames, success=fmt(self.metrics_last.get("eval_success")),
                           **{key: fmt(train_metrics[key]) for key in show}, scored=fmt(row.get("fraction_scored")))
-        self._checkpointed = maybe_checkpoint(self.run, self.replay, cfg=self.cfg, counters=counters,
-                                              stop_at=self.stop_at, modules=self.modules)
+        stop_at = counters["env_steps"] if self.stop_requested else self.stop_at
+        path = maybe_checkpoint(self.run, self.replay, cfg=self.cfg, counters=counters, stop_at=stop_at,
+                                modules=self.modules)
+        self._checkpointed = path is not None
+        self.last_checkpoint = path or self.last_checkpoint
         self._ended = True
         return row
 
@@ -163,10 +203,15 @@ class Training:
 
     def close(self) -> None:
         """Shuts the collector down if a loop left it running (an error in the loop body)."""
+        self._restore_sigint()
         self._shutdown_collector()
 
     def __enter__(self) -> Training:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            saved = self.last_checkpoint if self.last_checkpoint is not None else "none in this session"
+            print(f"\ninterrupted at {self.counters['env_steps']} frames; last checkpoint: {saved}. "
+                  f"Continue with resume={self.run.dir}", file=sys.stderr, flush=True)

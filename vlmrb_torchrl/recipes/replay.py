@@ -16,6 +16,8 @@ to its metric rows and closes the replay at the end (``with replay:``).
 
 from __future__ import annotations
 
+import threading
+import warnings
 from typing import Any
 
 import torch
@@ -104,8 +106,14 @@ class Replay:
         """Waits for what the replay still computes for stored data when the run asked for synchronous
         scoring; :meth:`store` calls it."""
 
-    def before_checkpoint(self) -> None:
-        """Brings the buffer to a state worth saving (e.g. every pending score written)."""
+    def before_checkpoint(self) -> int:
+        """Brings the buffer to a state worth saving (e.g. every pending score written), waiting a bounded
+        time; returns how many queued items it could not finish (0: nothing left behind)."""
+        return 0
+
+    def backlog(self) -> int:
+        """Items still being computed for stored data (the VLM modes' clips waiting for scores)."""
+        return 0
 
     def stats(self, counters: dict[str, Any]) -> dict[str, Any]:
         """The replay columns of a metrics row (none for uniform/PER)."""
@@ -171,12 +179,35 @@ class VLMReplay(Replay):
     Args:
         buffer (VLMReplayBuffer): from :func:`~vlmrb_torchrl.make_vlm_replay_buffer`.
         sync (bool): wait for every queued score after each :meth:`store` (fully deterministic
-            runs) instead of letting them land in the background.
+            runs) instead of letting them land in the background. This wait has no time limit.
+        drain_timeout (float, optional): seconds :meth:`before_checkpoint` waits for the queued
+            scores, and :meth:`close` for the scorer thread to stop (a scorer call cannot be
+            interrupted: a hung one is left behind in its daemon thread). ``None``: no limit.
+
+    Examples:
+        >>> import time
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl import ClipSpec, make_vlm_replay_buffer
+        >>> from vlmrb_torchrl.scorers import CallableScorer
+        >>> def slow_scores(clips):
+        ...     time.sleep(1.0)
+        ...     return torch.zeros(clips.shape[0])
+        >>> slow = CallableScorer(slow_scores, in_keys=["observation"])
+        >>> buffer = make_vlm_replay_buffer(100, slow, clip_spec=ClipSpec(clip_len=2))
+        >>> replay = VLMReplay(buffer, drain_timeout=0.1)
+        >>> batch = TensorDict({"observation": torch.zeros(1, 4, 3),
+        ...                     ("collector", "traj_ids"): torch.zeros(1, 4, dtype=torch.long),
+        ...                     ("next", "done"): torch.zeros(1, 4, 1, dtype=torch.bool)}, [1, 4])
+        >>> replay.store(batch, batch)
+        >>> replay.before_checkpoint() > 0  # the clips still queued after 0.1 s
+        True
+        >>> replay.close()
     """
 
-    def __init__(self, buffer, *, sync: bool = False) -> None:
+    def __init__(self, buffer, *, sync: bool = False, drain_timeout: float | None = None) -> None:
         super().__init__(buffer)
         self._sync = sync
+        self.drain_timeout = drain_timeout
 
     def store(self, stored: TensorDictBase, batch: TensorDictBase) -> None:
         self.buffer.extend(stored, clips_from=batch)  # clips see the raw 1-step data and frames
@@ -189,10 +220,15 @@ class VLMReplay(Replay):
         if self._sync:
             self.buffer.async_scorer.drain()
 
-    def before_checkpoint(self) -> None:
+    def before_checkpoint(self) -> int:
         # the clips of unfinished episodes too: the checkpoint then holds every transition's score
         self.buffer.flush_clips()
-        self.buffer.async_scorer.drain()
+        if self.buffer.async_scorer.drain(self.drain_timeout):
+            return 0
+        return self.backlog()
+
+    def backlog(self) -> int:
+        return self.buffer.async_scorer.backlog
 
     def stats(self, counters: dict[str, Any]) -> dict[str, Any]:
         """Sampler and scorer statistics.
@@ -217,11 +253,28 @@ class VLMReplay(Replay):
         counters["drawn_logged"] = (row["drawn"], row["drawn_positive"])
 
     def close(self) -> None:
-        """Stops the scorer without scoring what is still queued (the run is over)."""
+        """Stops the scorer without scoring what is still queued (the run is over), waiting at most
+        ``drain_timeout`` for a scorer call under way; the scorer's own failure is raised."""
         if self.closed:
             return
         try:
-            self.buffer.close(flush=False)
+            failure: list[BaseException] = []
+
+            def stop() -> None:
+                try:
+                    self.buffer.close(flush=False)
+                except BaseException as err:  # noqa: BLE001 - raised below, in the caller's thread
+                    failure.append(err)
+
+            stopper = threading.Thread(target=stop, name="vlmrb-replay-close", daemon=True)
+            stopper.start()
+            stopper.join(self.drain_timeout)
+            if stopper.is_alive():
+                warnings.warn(f"the scorer did not return within scorer_drain_timeout={self.drain_timeout} s; "
+                              "its thread is left behind (a daemon: it ends with the process).", RuntimeWarning,
+                              stacklevel=2)
+            elif failure:
+                raise failure[0]
         finally:
             super().close()
 
@@ -261,4 +314,4 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
                         "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "unscored_priority": default,
                         "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},
     )
-    return VLMReplay(buffer, sync=not cfg.async_scoring)
+    return VLMReplay(buffer, sync=not cfg.async_scoring, drain_timeout=cfg.scorer_drain_timeout)

@@ -1,0 +1,432 @@
+"""Run-directory safety: reused output dirs, verified checkpoints and fallback, resume config checks,
+bounded scorer waits, Ctrl-C, and the config checks the command line and config files share."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+pytest.importorskip("minigrid")
+
+from vlmrb_torchrl.cli import _train_parser, build_config  # noqa: E402
+from vlmrb_torchrl.cli import main as cli_main  # noqa: E402
+from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig, apply_overrides  # noqa: E402
+from vlmrb_torchrl.recipes.replay import make_replay  # noqa: E402
+from vlmrb_torchrl.recipes.run import (  # noqa: E402
+    MANIFEST,
+    CheckpointError,
+    RunWarning,
+    check_checkpoint,
+    checkpoint_now,
+    latest_checkpoint,
+    load_checkpoint,
+    prepare_run_dir,
+    save_checkpoint,
+)
+
+TINY = dict(total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=128, eval_every=256,
+            eval_episodes=2, buffer_size=2_000, checkpoint_every=512, clip_len=4, batch_size=16,
+            progress=False, hidden=32, n_steps=2, gallery_clips=0, tensorboard=False)
+
+
+# ---------------------------------------------------------------------------------- helpers
+RELEASE = threading.Event()
+
+
+class HangingScorer:
+    """A scorer whose calls do not return until the test releases them (at most 60 s): a hung VLM server."""
+
+    prompt = ""
+
+    def __init__(self) -> None:
+        self.in_keys = ["mask"]
+        self.provenance = {"backend": "hanging"}
+
+    def score(self, clips):
+        RELEASE.wait(60)
+        return torch.zeros(clips.shape[0])
+
+
+@pytest.fixture
+def release_scorer():
+    RELEASE.clear()
+    yield RELEASE
+    RELEASE.set()
+
+
+def _replay(replay="vlm", **overrides):
+    cfg = apply_overrides(DQNConfig(), {**TINY, "replay": replay, "buffer_size": 64, "clip_len": 4, **overrides})
+    scorer = None
+    if replay.startswith("vlm"):
+        from vlmrb_torchrl.scorers import make_scorer
+
+        scorer = make_scorer("oracle:minigrid")
+    return make_replay(cfg, generator=torch.Generator().manual_seed(0), updates=10, scorer=scorer)
+
+
+def _batch(envs=2, steps=8):
+    n = envs * steps
+    return TensorDict({"observation": torch.arange(n * 3.0).reshape(envs, steps, 3),
+                       ("collector", "traj_ids"): torch.arange(envs).repeat_interleave(steps).reshape(envs, steps),
+                       ("next", "done"): torch.zeros(envs, steps, 1, dtype=torch.bool),
+                       ("next", "progress_event"): torch.ones(envs, steps, 1, dtype=torch.bool)}, [envs, steps])
+
+
+def _checkpoint(tmp_path, step, replay=None, module=None):
+    replay = replay or _replay()
+    if len(replay.buffer) == 0:
+        batch = _batch()
+        replay.store(batch, batch)
+        replay.before_checkpoint()
+    module = module or torch.nn.Linear(2, 2)
+    path = tmp_path / "run" / "checkpoints" / f"step_{step}"
+    save_checkpoint(path, modules={"net": module}, rb=replay.buffer, counters={"env_steps": step})
+    return path, replay, module
+
+
+# ---------------------------------------------------------------------------------- reused output_dir
+class TestRunDirectory:
+    def test_a_non_empty_output_dir_is_refused_naming_both_options(self, tmp_path):
+        (tmp_path / "metrics.csv").write_text("env_steps\n1\n")
+        cfg = DQNConfig(output_dir=str(tmp_path))
+        with pytest.raises(ConfigError) as info:
+            prepare_run_dir(cfg, recipe="dqn")
+        msg = str(info.value)
+        assert str(tmp_path) in msg and "overwrite=true" in msg and f"resume={tmp_path}" in msg
+        assert (tmp_path / "metrics.csv").exists()  # nothing touched
+
+    def test_overwrite_deletes_the_old_runs_files_and_keeps_others(self, tmp_path):
+        old = tmp_path / "checkpoints" / "step_100"
+        old.mkdir(parents=True)
+        (old / "DONE").write_text("{}")
+        for name in ("metrics.csv", "config.json", "summary.json", "notes.txt"):
+            (tmp_path / name).write_text("old")
+        (tmp_path / "tensorboard").mkdir()
+        prepare_run_dir(DQNConfig(output_dir=str(tmp_path), overwrite=True), recipe="dqn")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "notes.txt"]
+        assert not any((tmp_path / "checkpoints").iterdir())  # no old checkpoint survives
+
+    def test_resume_continues_its_own_directory_and_refuses_overwrite_there(self, tmp_path):
+        path, *_ = _checkpoint(tmp_path, 64)
+        run_dir = path.parent.parent
+        (run_dir / "config.json").write_text(json.dumps({"seed": 0}))
+        assert prepare_run_dir(DQNConfig(resume=str(run_dir)), recipe="dqn") == path
+        with pytest.raises(ConfigError, match="would delete the checkpoint it resumes"):
+            prepare_run_dir(DQNConfig(resume=str(run_dir), output_dir=str(run_dir), overwrite=True), recipe="dqn")
+        # resuming into another, non-empty directory is a reuse like any other
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "metrics.csv").write_text("x")
+        with pytest.raises(ConfigError, match="is not empty"):
+            prepare_run_dir(DQNConfig(resume=str(run_dir), output_dir=str(other)), recipe="dqn")
+
+    def test_an_unwritable_checkpoints_dir_fails_at_start(self, tmp_path):
+        (tmp_path / "file").write_text("a file where a directory should be")
+        with pytest.raises(ConfigError, match="cannot write checkpoints in .*checkpoints"):
+            prepare_run_dir(DQNConfig(output_dir=str(tmp_path / "file" / "run")), recipe="dqn")
+
+    @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes anywhere")
+    def test_a_read_only_output_dir_fails_at_start(self, tmp_path):
+        tmp_path.chmod(0o555)
+        try:
+            with pytest.raises(ConfigError, match="cannot write checkpoints in .*checkpoints"):
+                prepare_run_dir(DQNConfig(output_dir=str(tmp_path)), recipe="dqn")
+        finally:
+            tmp_path.chmod(0o755)
+
+    def test_the_recipe_refuses_before_building_anything(self, tmp_path, monkeypatch):
+        from vlmrb_torchrl.recipes import dqn
+
+        (tmp_path / "config.json").write_text("{}")
+        monkeypatch.setattr(dqn, "start_run", lambda cfg: pytest.fail("start_run reached"))
+        with pytest.raises(ConfigError, match="is not empty"):
+            dqn.main(apply_overrides(DQNConfig(), {**TINY, "output_dir": str(tmp_path)}))
+
+
+# ---------------------------------------------------------------------------------- checkpoints
+class TestCheckpoints:
+    def test_written_atomically_with_a_manifest_last(self, tmp_path):
+        path, *_ = _checkpoint(tmp_path, 64)
+        files = json.loads((path / MANIFEST).read_text())["files"]
+        assert {"state.pt", "DONE"} <= set(files) and any(name.startswith("replay/") for name in files)
+        assert check_checkpoint(path) == (True, "")
+        assert [p.name for p in path.parent.iterdir()] == ["step_64"]  # no partial directory left
+
+    def test_a_failed_write_leaves_nothing_that_looks_complete(self, tmp_path):
+        replay = _replay()
+        batch = _batch()
+        replay.store(batch, batch)
+
+        def full_disk(path):
+            Path(path).mkdir(parents=True)
+            (Path(path) / "storage").write_bytes(b"x" * 10)
+            raise OSError(28, "No space left on device")
+
+        replay.buffer.dumps = full_disk
+        path = tmp_path / "run" / "checkpoints" / "step_64"
+        with pytest.raises(CheckpointError, match="could not write checkpoint .*step_64: .*No space left"):
+            save_checkpoint(path, modules={}, rb=replay.buffer, counters={"env_steps": 64})
+        assert list(path.parent.iterdir()) == []
+        replay.close()
+
+    def test_a_truncated_storage_file_is_skipped_for_the_previous_checkpoint(self, tmp_path):
+        older, replay, module = _checkpoint(tmp_path, 64)
+        newer, *_ = _checkpoint(tmp_path, 128, replay, module)
+        memmap = max((p for p in (newer / "replay" / "storage").rglob("*.memmap")), key=lambda p: p.stat().st_size)
+        memmap.write_bytes(memmap.read_bytes()[: memmap.stat().st_size // 2])
+        ok, note = check_checkpoint(newer)
+        assert not ok and memmap.relative_to(newer).as_posix() in note and "bytes" in note
+        with pytest.warns(RunWarning, match=r"skipped .*step_128 \(replay/storage/.* bytes.*resuming from .*step_64"):
+            assert latest_checkpoint(str(newer.parent.parent)) == older
+        # an explicitly named damaged checkpoint is refused, not replaced
+        with pytest.raises(CheckpointError, match="step_128 is damaged"):
+            latest_checkpoint(str(newer))
+
+    def test_a_changed_byte_fails_the_checksum(self, tmp_path):
+        path, *_ = _checkpoint(tmp_path, 64)
+        data = bytearray((path / "state.pt").read_bytes())
+        data[-10] ^= 0xFF
+        (path / "state.pt").write_bytes(bytes(data))
+        assert check_checkpoint(path) == (False, "state.pt changed since it was written (SHA-256 mismatch)")
+        with pytest.raises(CheckpointError, match="no intact checkpoint; skipped .*step_64 \\(state.pt changed"):
+            latest_checkpoint(str(path.parent.parent))
+
+    def test_old_checkpoints_without_manifest_load_with_a_note(self, tmp_path):
+        path, replay, module = _checkpoint(tmp_path, 64)
+        (path / MANIFEST).unlink()
+        with pytest.warns(RunWarning, match="no MANIFEST.json .*cannot be verified"):
+            assert latest_checkpoint(str(path.parent.parent)) == path
+        fresh = _replay()
+        assert load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=fresh.buffer) == {"env_steps": 64}
+        assert len(fresh.buffer) == len(replay.buffer)
+        fresh.close()
+        replay.close()
+
+    @pytest.mark.parametrize("victim", ["state.pt", "replay/sampler/sampler_metadata.json"])
+    def test_truncated_files_raise_errors_naming_them(self, tmp_path, victim):
+        path, replay, _ = _checkpoint(tmp_path, 64)
+        (path / MANIFEST).unlink()  # an old, unverifiable checkpoint: the load itself must name the file
+        file = path / victim
+        file.write_bytes(file.read_bytes()[:20])
+        with pytest.raises(CheckpointError, match=f"{file} cannot be read"):
+            load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=_replay().buffer)
+        replay.close()
+
+    def test_non_finite_scores_are_refused_at_load(self, tmp_path):
+        path, replay, _ = _checkpoint(tmp_path, 64)
+        (path / MANIFEST).unlink()
+        slots = TensorDict.load_memmap(path / "replay" / "sampler" / "slots")
+        assert bool(slots["scored"][0])
+        slots["score"][0] = float("nan")  # written through the memory map
+        del slots
+        with pytest.raises(CheckpointError, match="sampler: non-finite VLM scores"):
+            load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=_replay().buffer)
+        replay.close()
+
+    def test_interrupting_the_scorer_wait_still_writes_the_checkpoint(self, tmp_path):
+        replay = _replay()
+        batch = _batch()
+        replay.store(batch, batch)
+
+        class Interrupted:
+            buffer = replay.buffer
+            drain_timeout = 60
+
+            def before_checkpoint(self):
+                raise KeyboardInterrupt
+
+            def backlog(self):
+                return 3
+
+        class FakeRun:
+            dir = tmp_path
+
+        counters = {"env_steps": 16}
+        with pytest.warns(RunWarning, match="interrupted; 3 queued clips are saved unscored"), \
+                pytest.raises(KeyboardInterrupt):
+            checkpoint_now(FakeRun(), Interrupted(), modules={}, counters=counters)
+        assert check_checkpoint(tmp_path / "checkpoints" / "step_16") == (True, "")
+        assert counters["scorer_unscored_at_checkpoint"] == 3 and counters["scorer_drain_timeouts"] == 1
+        replay.close()
+
+
+# ---------------------------------------------------------------------------------- resume config
+class TestResumeConfig:
+    def _run_dir(self, tmp_path, **saved):
+        path, replay, _ = _checkpoint(tmp_path, 64)
+        replay.close()
+        cfg = apply_overrides(DQNConfig(), {**TINY, **saved})
+        import dataclasses
+
+        (path.parent.parent / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
+        return path.parent.parent
+
+    def test_conflicting_keys_are_listed_with_both_values(self, tmp_path):
+        run_dir = self._run_dir(tmp_path)
+        cfg = apply_overrides(DQNConfig(), {**TINY, "resume": str(run_dir), "seed": 3, "buffer_size": 4_000,
+                                            "total_frames": 1_024, "eval_episodes": 5})
+        with pytest.raises(ConfigError) as info:
+            prepare_run_dir(cfg, recipe="dqn")
+        msg = str(info.value)
+        assert "seed: 0 (run) vs 3 (now)" in msg and "buffer_size: 2000 (run) vs 4000 (now)" in msg
+        assert "total_frames:" not in msg and "eval_episodes:" not in msg  # allowed to change
+        assert "only these keys may change: total_frames, stop_at" in msg
+
+    def test_allowed_changes_resume(self, tmp_path):
+        run_dir = self._run_dir(tmp_path)
+        cfg = apply_overrides(DQNConfig(), {**TINY, "resume": str(run_dir), "total_frames": 1_024, "stop_at": 768,
+                                            "device": "cpu", "progress": True})
+        assert prepare_run_dir(cfg, recipe="dqn").name == "step_64"
+        assert cfg.output_dir == str(run_dir)
+
+    def test_cli_keeps_the_saved_config_and_rejects_a_changed_env(self, tmp_path, capsys):
+        run_dir = self._run_dir(tmp_path)
+        args = _train_parser("dqn").parse_intermixed_args([f"resume={run_dir}", "total_frames=1024"])
+        cfg = build_config("dqn", args)
+        assert (cfg.hidden, cfg.total_frames, cfg.output_dir) == (32, 1_024, None)
+        assert cli_main(["train", "dqn", f"resume={run_dir}", "env=MiniGrid-Empty-5x5-v0"]) == 2
+        assert "env: 'MiniGrid-DoorKey-5x5-v0' (run) vs 'MiniGrid-Empty-5x5-v0' (now)" in capsys.readouterr().err
+
+    def test_a_missing_resume_path_is_reported_as_given(self, tmp_path, capsys):
+        missing = str(tmp_path / "runs" / "does_not_exist")
+        assert cli_main(["train", "dqn", f"resume={missing}"]) == 2
+        assert f"resume={missing!r}: no such file or directory" in capsys.readouterr().err
+        with pytest.raises(ConfigError, match=f"resume={missing!r}: no such file or directory"):
+            latest_checkpoint(missing)
+
+
+# ---------------------------------------------------------------------------------- config checks
+class TestConfigChecks:
+    @pytest.mark.parametrize("text, match", [
+        ("seed: 1.5\n", "seed=1.5 is invalid: expected int"),
+        ("total_frames: 1000.5\n", "total_frames=1000.5 is invalid: expected int"),
+        ("async_scoring: 3\n", "async_scoring=3 is invalid: expected bool"),
+        ("scorer_kwargs: [1]\n", "scorer_kwargs=\\[1\\] is invalid: expected a mapping"),
+        ("seed: [\n", "not valid YAML"),
+        ("- a\n", "expected a mapping of key: value pairs"),
+    ])
+    def test_config_file_values_go_through_the_same_checks(self, tmp_path, text, match):
+        path = tmp_path / "run.yaml"
+        path.write_text(text)
+        args = _train_parser("dqn").parse_intermixed_args(["--config", str(path)])
+        with pytest.raises(ConfigError, match=match) as info:
+            build_config("dqn", args)
+        assert str(path) in str(info.value)
+
+    def test_config_file_numbers_convert_like_the_command_line(self, tmp_path):
+        path = tmp_path / "run.yaml"
+        path.write_text("total_frames: 3.0e+5\nlr: 1\ndefault_priority: 0.5\nthreshold: null\n")
+        cfg = build_config("dqn", _train_parser("dqn").parse_intermixed_args(["--config", str(path)]))
+        assert (cfg.total_frames, cfg.lr, cfg.default_priority, cfg.threshold) == (300_000, 1.0, "0.5", None)
+        assert type(cfg.total_frames) is int and type(cfg.lr) is float
+
+    def test_a_missing_config_file_is_named(self, tmp_path, capsys):
+        assert cli_main(["train", "dqn", "--config", str(tmp_path / "nope.yaml")]) == 2
+        assert f"--config {tmp_path / 'nope.yaml'}: cannot read the file" in capsys.readouterr().err
+
+    def test_options_between_key_value_pairs(self):
+        args = _train_parser("dqn").parse_intermixed_args(["seed=1", "--quick", "total_frames=2000"])
+        cfg = build_config("dqn", args)
+        assert (cfg.seed, cfg.total_frames, cfg.num_envs) == (1, 2_000, 4)  # --quick's num_envs
+
+    @pytest.mark.parametrize("overrides, match", [
+        (["seed=-1"], "seed=-1 is invalid: expected an integer in \\[0, 2\\*\\*32\\)"),
+        ([f"seed={2**32}"], "seed=4294967296 is invalid"),
+        (["buffer_size=32", "batch_size=64"], "buffer_size=32 is invalid: expected at least batch_size=64"),
+        (["buffer_size=100", "frames_per_batch=128", "batch_size=16"], "buffer_size=100 is invalid"),
+        (["buffer_size=64", "batch_size=16", "frames_per_batch=64", "clip_len=100", "replay=vlm"],
+         "buffer_size=64 is invalid: .* and clip_len=100"),
+        (["scorer_drain_timeout=-1"], "scorer_drain_timeout=-1.0 is invalid: expected a number >= 0"),
+    ])
+    def test_bad_values(self, overrides, match):
+        with pytest.raises(ConfigError, match=match):
+            apply_overrides(DQNConfig(), overrides).validate()
+
+    def test_a_short_clip_check_only_in_vlm_modes(self):
+        cfg = apply_overrides(DQNConfig(), ["buffer_size=64", "batch_size=16", "frames_per_batch=64", "clip_len=100",
+                                            "replay=uniform"]).validate()
+        assert cfg.buffer_size == 64
+
+
+# ---------------------------------------------------------------------------------- hung scorer, Ctrl-C
+def test_a_hung_scorer_costs_a_checkpoint_and_the_close_the_timeout_only(tmp_path, release_scorer):
+    from vlmrb_torchrl.recipes.replay import VLMReplay
+
+    cfg = apply_overrides(DQNConfig(), {**TINY, "buffer_size": 64, "scorer_drain_timeout": 0.2})
+    replay = make_replay(cfg, generator=torch.Generator().manual_seed(0), updates=10, scorer=HangingScorer())
+    assert isinstance(replay, VLMReplay) and replay.drain_timeout == 0.2
+    batch = _batch()
+    replay.store(batch, batch)
+
+    class FakeRun:
+        dir = tmp_path
+
+    counters = {"env_steps": 16}
+    start = time.perf_counter()
+    with pytest.warns(RunWarning, match="not done within scorer_drain_timeout=0.2 s; 16 queued clips"):
+        path = checkpoint_now(FakeRun(), replay, modules={}, counters=counters)
+    assert time.perf_counter() - start < 5
+    # 2 trajectories x (5 complete clips + 3 flushed tails), none scored
+    assert counters["scorer_unscored_at_checkpoint"] == 16 and check_checkpoint(path) == (True, "")
+    start = time.perf_counter()
+    with pytest.warns(RuntimeWarning, match="did not return within scorer_drain_timeout=0.2 s"):
+        replay.close()
+    assert time.perf_counter() - start < 5 and replay.closed
+
+
+@pytest.mark.slow  # a short training run
+def test_a_hung_scorer_delays_checkpoints_and_the_end_by_the_timeout_only(tmp_path, release_scorer):
+    from vlmrb_torchrl.recipes.dqn import main as dqn_main
+
+    cfg = apply_overrides(DQNConfig(), {**TINY, "output_dir": str(tmp_path / "run"), "scorer_drain_timeout": 0.5,
+                                        "scorer": "python:test_run_safety:HangingScorer"})
+    start = time.perf_counter()
+    with pytest.warns(RunWarning, match=r"step_512: the scorer was not done within scorer_drain_timeout=0.5 s; "
+                                        r"\d+ queued clips are saved unscored"):
+        summary = dqn_main(cfg)
+    assert time.perf_counter() - start < 60
+    assert summary["env_steps"] == 512
+    assert summary["scorer_unscored_at_checkpoint"] > 0 and summary["scorer_drain_timeouts"] == 1
+    path = tmp_path / "run" / "checkpoints" / "step_512"
+    assert check_checkpoint(path) == (True, "")
+    slots = TensorDict.load_memmap(path / "replay" / "sampler" / "slots")
+    assert not slots["scored"].any()  # saved unscored: they keep the unscored priority
+
+
+@pytest.mark.slow  # two short training runs
+def test_ctrl_c_stops_after_the_batch_with_a_checkpoint_and_resumes(tmp_path, monkeypatch, release_scorer, capsys):
+    from vlmrb_torchrl.recipes import loop
+    from vlmrb_torchrl.recipes.dqn import main as dqn_main
+
+    original = loop.maybe_evaluate
+
+    def evaluate_then_ctrl_c(*args, counters, **kwargs):
+        if counters["env_steps"] == 256 and not hasattr(evaluate_then_ctrl_c, "done"):
+            evaluate_then_ctrl_c.done = True
+            signal.raise_signal(signal.SIGINT)  # what the terminal sends
+        return original(*args, counters=counters, **kwargs)
+
+    monkeypatch.setattr(loop, "maybe_evaluate", evaluate_then_ctrl_c)
+    cfg = apply_overrides(DQNConfig(), {**TINY, "output_dir": str(tmp_path / "run"), "scorer_drain_timeout": 0.5,
+                                        "scorer": "python:test_run_safety:HangingScorer"})
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt), pytest.warns(RunWarning, match="step_256: the scorer was not done"):
+        dqn_main(cfg)
+    assert time.perf_counter() - start < 60
+    err = capsys.readouterr().err
+    assert "Ctrl-C: stopping after this batch" in err
+    assert f"interrupted at 256 frames; last checkpoint: {tmp_path / 'run' / 'checkpoints' / 'step_256'}" in err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert check_checkpoint(tmp_path / "run" / "checkpoints" / "step_256") == (True, "")
+    release_scorer.set()
+    with pytest.warns(RunWarning, match="clips were still queued for scoring when it was written"):
+        summary = dqn_main(apply_overrides(cfg, {"resume": str(tmp_path / "run")}))
+    assert summary["env_steps"] == 512 and summary["scorer_unscored_lost"] > 0
