@@ -50,6 +50,11 @@ class TestConfig:
         with pytest.raises(ConfigError, match=match):
             apply_overrides(DQNConfig(), [override]).validate()
 
+    def test_zero_eps_with_importance_weights_and_only_prioritised_replay_is_refused(self):
+        with pytest.raises(ConfigError, match="vlm_eps=0.0 is invalid: expected a number > 0 when vlm_beta > 0"):
+            apply_overrides(DQNConfig(), ["vlm_eps=0", "vlm_beta=0.4", "lambda_max=1"]).validate()
+        apply_overrides(DQNConfig(), ["vlm_eps=0", "vlm_beta=0.4", "lambda_max=0.5"]).validate()  # uniform share
+
     def test_action_subsets_are_for_minigrid(self):
         with pytest.raises(ConfigError, match="actions='left,right' is invalid: expected 'auto' or 'all'"):
             apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "actions=left,right"]).validate()

@@ -163,6 +163,8 @@ class Job:
         args += [f"seed={self.seed}", f"output_dir={self.run_dir}"]
         if self.status() == "resumable":
             args.append(f"resume={self.run_dir}")
+        elif self.run_dir.exists() and any(self.run_dir.iterdir()):
+            args.append("overwrite=true")  # killed before its first checkpoint: start it again
         return [sys.executable, "-m", "vlmrb_torchrl.cli", "train", self.recipe, *args]
 
 

@@ -9,7 +9,7 @@
 | ``env_factory``, ``minigrid_actions``, ``make_collector`` | :mod:`vlmrb_torchrl.recipes.envs` |
 | ``n_step_returns`` | :mod:`vlmrb_torchrl.recipes.dqn` |
 | ``fmt``, the loop (``finish`` is now ``Run.write_summary`` plus closing) | :mod:`vlmrb_torchrl.recipes.loop` (``Training``) |
-| ``checkpoint_now``, ``maybe_checkpoint`` (take a ``Replay``; the latter returns a ``bool``) | :mod:`vlmrb_torchrl.recipes.run` |
+| ``checkpoint_now``, ``maybe_checkpoint`` (take a ``Replay``; the latter returns the checkpoint written, or ``None``) | :mod:`vlmrb_torchrl.recipes.run` |
 
 Names that kept their behaviour still resolve here, with a ``DeprecationWarning``.
 """

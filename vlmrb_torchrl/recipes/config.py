@@ -146,6 +146,9 @@ class RecipeConfig:
                        + " (a smaller buffer overwrites a batch, or a clip, before it is used)"))
         if self.threshold is not None:
             checks.append(("threshold", 0.0 <= self.threshold <= 1.0, "a number in [0, 1] or None"))
+        checks.append(("vlm_eps", not (self.vlm_eps == 0 and self.vlm_beta > 0 and self.lambda_max == 1.0),
+                       "a number > 0 when vlm_beta > 0 and lambda_max = 1 (slots of priority 0 would leave "
+                       "the importance weights undefined)"))
         if self.clip_frames is not None:
             checks.append(("clip_frames", 1 <= self.clip_frames <= self.clip_len, f"None or 1..clip_len={self.clip_len}"))
         if self.max_episode_steps is not None:
