@@ -814,3 +814,75 @@ def test_real_collector_serial_env():
         assert set(targets.tolist()) <= set(real_idx.tolist())
     # several envs and several episodes really were seen
     assert len(set(stored["collector", "traj_ids"].tolist())) > 3
+
+
+# --------------------------------------------------------------------------- the outcome frame
+
+
+class TestOutcomeFrame:
+    def test_outcome_is_the_frame_after_the_last_real_step(self):
+        # one trajectory of 5 steps that ends (done): its last "next" frame is the terminal one
+        stream = ClipStream(ClipSpec(clip_len=3), extra_keys=[("next", "reward")])
+        out = stream.push(one_traj(5), torch.arange(5))
+        px = out.clips["pixels"][..., 1].tolist()
+        # full clips end with the next step's frame; padded tails with the "next" of step 4
+        assert px == [[0, 1, 2, 3], [1, 2, 3, 4], [2, 3, 4, 5], [3, 4, 4, 5], [4, 4, 4, 5]]
+        assert out.clips["mask"].tolist()[3] == [True, True, False, False]
+        assert out.clips["clip", "index"][:, 3].tolist() == [-1] * 5
+        assert out.clips["next", "reward"][:, 3, 0].tolist() == [20.0, 30.0, 40.0, 40.0, 40.0]  # last real step's
+
+    def test_emitted_once_the_next_frame_arrived_and_flush_uses_the_last_next_frame(self):
+        stream = ClipStream(ClipSpec(clip_len=3))
+        assert stream.push(one_traj(3, done=False), torch.arange(3)) is None  # step 3's frame not there yet
+        out = stream.push(one_traj(1, done=False, first_step=3), torch.arange(3, 4))
+        assert out.clips["pixels"][..., 1].tolist() == [[0, 1, 2, 3]]
+        rest = stream.flush()  # no step 4 yet: the outcome of clips ending at step 3 is its "next" frame
+        assert rest.clips["pixels"][..., 1].tolist() == [[1, 2, 3, 4], [2, 3, 3, 4], [3, 3, 3, 4]]
+        assert stream.num_frames_held == 0
+
+    def test_pooled_stores_each_frame_once_and_equals_inline(self):
+        batch = make_batch(torch.tensor([[0] * 7 + [2] * 5, [1] * 12]),
+                           done=torch.tensor([[0] * 6 + [1] + [0] * 5, [0] * 12]),
+                           step=torch.tensor([list(range(7)) + list(range(5)), list(range(12))]))
+        for stride in (1, 2, 5):
+            spec = ClipSpec(clip_len=4, stride=stride)
+            inline, pooled = ClipStream(spec), ClipStream(spec, pool_frames=True)
+            for a, b in ((inline.push(batch, torch.arange(24)), pooled.push(batch, torch.arange(24))),
+                         (inline.flush(), pooled.flush())):
+                assert torch.equal(b.gather_frames()["pixels"], a.clips["pixels"])
+                rows = b.frames["pixels"]
+                assert len({tuple(r) for r in rows.tolist()}) == rows.shape[0]  # no frame twice
+
+    def test_stride_longer_than_the_clip_keeps_the_outcome_step(self):
+        stream = ClipStream(ClipSpec(clip_len=2, stride=4))
+        out = stream.push(one_traj(10), torch.arange(10))
+        assert out.clips["pixels"][..., 1].tolist() == [[0, 1, 2], [4, 5, 6], [8, 9, 10]]
+        assert out.index.tolist() == list(range(10))
+
+    def test_next_frame_needed(self):
+        batch = one_traj(4).exclude(("next", "pixels"))
+        with pytest.raises(KeyError, match=r"outcome frames \('next', 'pixels'\).*final_frame=False"):
+            ClipStream(ClipSpec(clip_len=2)).push(batch, torch.arange(4))
+        assert ClipStream(ClipSpec(clip_len=2, final_frame=False)).push(batch, torch.arange(4)) is not None
+        assert ClipStream(ClipSpec(clip_len=2), frame_key=None).final_frame is False  # no frames, no outcome
+        bad = one_traj(4)
+        bad["next", "pixels"] = bad["next", "pixels"].float()
+        with pytest.raises(ValueError, match=r"\('next', 'pixels'\) with the per-step shape and dtype"):
+            ClipStream(ClipSpec(clip_len=2)).push(bad, torch.arange(4))
+
+    def test_collector_batches_carry_the_next_frame(self):
+        # a rendered MiniGrid env under a TorchRL collector: ("next", "pixels") is in every batch
+        pytest.importorskip("minigrid")
+        from torchrl.collectors import Collector
+
+        from vlmrb_torchrl.envs import make_minigrid_env
+
+        env = make_minigrid_env("MiniGrid-Empty-5x5-v0", render=True, frame_size=16)
+        collector = Collector(env, None, frames_per_batch=30, total_frames=30)
+        batch = next(iter(collector))
+        collector.shutdown()
+        assert ("next", "pixels") in batch.keys(True)
+        cont = ~batch["next", "done"].reshape(-1)[:-1]
+        assert torch.equal(batch["next", "pixels"][:-1][cont], batch["pixels"][1:][cont])  # next = next step's
+        out = ClipStream(ClipSpec(clip_len=4), pool_frames=True).push(batch, torch.arange(30))
+        assert out is not None and out.clips.shape[1] == 5

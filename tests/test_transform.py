@@ -363,3 +363,37 @@ class TestMakeClipScoring:
                 # with the outcome frame: the same rule over the clip's length + 1 frames
                 assert subsample(length + 1, frames) == ClipSpec(clip_len=length, frames=frames).frame_indices().tolist()
             assert subsample(length, None) == subsample(length, length + 3) == list(range(length))
+
+
+class TestOutcomeFrameThroughTheStream:
+    def batch(self, n=60):
+        # 3 episodes of 20 steps, an event on the last step of each; frames encode the step
+        step = torch.arange(n) % 20
+        return TensorDict({"pixels": step_frames(n), ("next", "pixels"): step_frames(n) + 1,
+                           ("collector", "traj_ids"): torch.arange(n) // 20,
+                           ("next", "done"): step == 19, ("next", "progress_event"): step == 19},
+                          batch_size=[n])
+
+    def scores(self, scorer, spec):
+        from vlmrb_torchrl import make_clip_scoring
+
+        stream, transform = make_clip_scoring(scorer, spec)
+        out = stream.push(self.batch(), torch.arange(60))
+        return out.index, out.scores_for_targets(transform.score_clips(out.clips, frames=out.frames))
+
+    @pytest.mark.parametrize("frames", [None, 3])
+    def test_oracle_labels_unchanged(self, frames):
+        index, on = self.scores("oracle:minigrid", ClipSpec(clip_len=5, frames=frames))
+        index_off, off = self.scores("oracle:minigrid", ClipSpec(clip_len=5, frames=frames, final_frame=False))
+        assert torch.equal(index, index_off) and torch.equal(on, off)
+        if frames is None:
+            assert on.sum() == 15  # 5 clips per episode hold its last step
+
+    def test_a_frame_scorer_sees_the_goal_frame(self):
+        # the frame after the goal step (value 20) exists only as ("next", "pixels") of step 19
+        # (RecordingScorer scores a clip by its last real frame / 100; episode 0's frames are 0..19)
+        index, on = self.scores(RecordingScorer(), ClipSpec(clip_len=5))
+        first = index < 20
+        assert on[first].max() == pytest.approx(0.20) and (on[first & (index >= 15)] == pytest.approx(0.20)).all()
+        _, off = self.scores(RecordingScorer(), ClipSpec(clip_len=5, final_frame=False))
+        assert off[first].max() == pytest.approx(0.19)  # without it, the goal frame is never shown
