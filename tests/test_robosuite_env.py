@@ -89,7 +89,9 @@ class TestRobosuiteEnv:
 class TestRenderOnlyClipFrames:
     def test_clip_render_steps(self):
         need = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2), horizon=30)
-        assert [k for k in range(30) if need(k)] == [0, 7, 8, 15, 16, 23, 24, 29]
+        assert [k for k in range(30) if need(k)] == [0, 8, 16, 24, 29]  # clip frames 0 and 8 (the outcome)
+        no_outcome = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2, final_frame=False), horizon=30)
+        assert [k for k in range(30) if no_outcome(k)] == [0, 7, 8, 15, 16, 23, 24, 29]
         every = ClipRenderSteps(ClipSpec(clip_len=8, stride=1, frames=2))
         assert all(every(k) for k in range(30))  # stride 1: every step is some clip's frame
 
@@ -98,9 +100,11 @@ class TestRenderOnlyClipFrames:
         env = make_robosuite_env("robosuite/Lift", seed=0, render=True, frame_size=32, max_episode_steps=20,
                                  render_steps=ClipRenderSteps(spec, horizon=20))
         rollout = env.rollout(20)  # reset + 19 steps are roots; the 20th step's frame is "next" only
-        needed = [k for k in range(21) if ClipRenderSteps(spec, horizon=20)(k)]
-        assert env.render_count == len(needed) == 6  # steps 0, 7, 8, 15, 16, 19
+        needed = [k for k in range(20) if ClipRenderSteps(spec, horizon=20)(k)]
+        assert needed == [0, 8, 16, 19]
+        assert env.render_count == len(needed) + 1  # + the observation that ends the episode (an outcome frame)
         rendered = rollout["pixels"].flatten(1).any(-1)
-        assert rendered.nonzero().squeeze(-1).tolist() == [0, 7, 8, 15, 16, 19]
+        assert rendered.nonzero().squeeze(-1).tolist() == needed
+        assert rollout["next", "pixels"][-1].any()  # the truncating step's observation is rendered
         assert rollout["pixels"].shape == (20, 32, 32, 3) and rollout["pixels"].dtype == torch.uint8
         env.close()

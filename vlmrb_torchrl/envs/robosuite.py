@@ -61,8 +61,11 @@ class ClipRenderSteps:
     Clips start at ``0, stride, 2 * stride, ...`` of every trajectory and send the frames at
     ``clip_spec.frame_indices()`` relative to their start. Step ``k`` (``k = 0`` is the reset
     observation) is needed iff ``k = c + p`` for a clip start ``c`` and a frame position ``p``.
-    The last step of the time limit (``horizon - 1``) is always rendered: tail clips pad with
-    the trajectory's last frame.
+    With the outcome frame on (``ClipSpec.final_frame``, the default) the positions run to
+    ``clip_len``: a clip's last frame is the observation after its last step. The last step of
+    the time limit (``horizon - 1``) is always rendered: tail clips pad with the trajectory's
+    last frame; and :class:`RobosuiteEnv` always renders the observation that ends an episode
+    (the last clip's outcome), whatever ``render_steps`` says.
 
     With ``stride=1`` every step is some clip's frame (no savings); with ``stride=clip_len``
     and ``frames=F`` only ``F`` of every ``clip_len`` steps are rendered.
@@ -77,6 +80,9 @@ class ClipRenderSteps:
     Examples:
         >>> from vlmrb_torchrl.clips import ClipSpec
         >>> need = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2))
+        >>> [k for k in range(20) if need(k)]  # frames 0 and 8 (the outcome) of each clip
+        [0, 8, 16]
+        >>> need = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2, final_frame=False))
         >>> [k for k in range(20) if need(k)]
         [0, 7, 8, 15, 16]
     """
@@ -104,8 +110,9 @@ class RobosuiteEnv(EnvBase):
         seed (int, optional): seed of the robosuite env (object placement). Defaults to ``None``.
         render (bool): write ``"pixels"``. Defaults to ``False``.
         render_steps (Callable[[int], bool], optional): render only when
-            ``render_steps(step_in_episode)`` is true (e.g. a :class:`ClipRenderSteps`); other
-            steps get an all-zero frame. ``None`` renders every step. Defaults to ``None``.
+            ``render_steps(step_in_episode)`` is true (e.g. a :class:`ClipRenderSteps`) and on
+            the step that ends an episode (the last clip's outcome frame); other steps get an
+            all-zero frame. ``None`` renders every step. Defaults to ``None``.
         camera (str): offscreen camera. Defaults to ``"agentview"``.
         frame_size (int): frames are ``[frame_size, frame_size, 3]`` uint8. Defaults to ``64``.
         max_episode_steps (int): time limit (``truncated``). Defaults to ``500``.
@@ -247,10 +254,10 @@ class RobosuiteEnv(EnvBase):
         self.render_count += 1
         return torch.from_numpy(np.ascontiguousarray(img[::-1]))
 
-    def _output(self, obs: dict, flags: list[bool], reward: float | None) -> TensorDictBase:
+    def _output(self, obs: dict, flags: list[bool], reward: float | None, *, ends_episode: bool = False) -> TensorDictBase:
         out = {"observation": torch.from_numpy(self._obs(obs))}
         if self.from_pixels:
-            if self.render_steps is None or self.render_steps(self._step_in_episode):
+            if ends_episode or self.render_steps is None or self.render_steps(self._step_in_episode):
                 out["pixels"] = self.render_frame()
             else:
                 out["pixels"] = torch.zeros(self.frame_size, self.frame_size, 3, dtype=torch.uint8)
@@ -276,7 +283,7 @@ class RobosuiteEnv(EnvBase):
         truncated = self._step_in_episode >= self.max_episode_steps
         progress = grasping or lifted or success
         flags = [grasping, lifted, success, progress, terminated, truncated, terminated or truncated]
-        return self._output(obs, flags, float(reward))
+        return self._output(obs, flags, float(reward), ends_episode=terminated or truncated)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         env = self.__dict__.get("_env")

@@ -49,7 +49,9 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
     paths = []
     prompt = getattr(scorer, "prompt", "") or ""
     for rank, (kind, i) in enumerate(picks):
-        frames = batch.clips[FRAME_KEY][i][batch.clips["mask"][i]]
+        shown = batch.clips["mask"][i].clone()
+        shown[clip_len:] = True  # the outcome frame after the last step, when the stream carries one
+        frames = batch.clips[FRAME_KEY][i][shown]
         images = []
         for frame in frames.numpy():
             img = Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3), Image.NEAREST)

@@ -25,7 +25,7 @@ from vlmrb_torchrl.scorers.base import (
     validate_scores,
 )
 from vlmrb_torchrl.scorers.oracle import ORACLE_EVENT_KEYS, OracleScorer
-from vlmrb_torchrl.scorers.prompts import ENV_FAMILIES, contrastive_prompts, default_prompt
+from vlmrb_torchrl.scorers.prompts import ENV_FAMILIES, PromptCheck, contrastive_prompts, default_prompt
 from vlmrb_torchrl.scorers.wrappers import CachedScorer, NoisyScorer, ThresholdScorer
 
 if TYPE_CHECKING:  # imported lazily at run time: see __getattr__
@@ -62,6 +62,7 @@ __all__ = [
     "answer_token_ids",
     "default_prompt",
     "contrastive_prompts",
+    "PromptCheck",
     "ENV_FAMILIES",
     "ORACLE_EVENT_KEYS",
 ]
