@@ -248,16 +248,15 @@ def test_block_applies_back_pressure():
 
 
 def test_close_leaves_no_threads():
-    before = {t.name for t in threading.enumerate()}
+    # only this test's threads: earlier tests may leave a deliberately hung scorer's daemon behind
+    before = set(threading.enumerate())
     for _ in range(3):
         rb, sampler, stream, worker, _ = build()
         with worker:
             data = make_batches(2, 10).reshape(-1)
             index = rb.extend(data)
             worker.submit(stream.push(data, index, sampler.generations(index)))
-    time.sleep(0.05)
-    assert not [t for t in threading.enumerate() if t.name == "vlmrb-async-scorer"]
-    assert {t.name for t in threading.enumerate()} <= before | {"MainThread"}
+    assert not [t for t in threading.enumerate() if t not in before]  # close() joined each worker
 
 
 def test_process_backend_scores_and_shuts_down():
