@@ -24,8 +24,14 @@ a positive clip outscores a negative one, ties counting one half (NaN when a cla
 Clips/s counts the time spent in ``transform.score_clips`` only (packing + the scorer).
 
 Policies: ``random`` (uniform over the env's actions; DoorKey envs get the recipes' default
-action subset, see ``--actions``), ``scripted`` (the package's scripted MiniGrid policy, for
-the envs it supports), ``mixed`` (alternating episodes, scripted first). Episode ``i`` resets
+action subset, see ``--actions``), ``scripted`` (``DoorKeyPolicy`` of
+:mod:`vlmrb_torchrl.envs.minigrid_policies`: BFS to the key, the door, the goal, with
+``--epsilon`` random actions and ``--burst-prob`` random bursts, defaults 0.2 and 0.05, so that
+episodes hold the near misses a learning agent makes: without them a scripted DoorKey episode
+is shorter than two clips and every clip of it shows an event; layouts with a goal tile only,
+an error says so otherwise),
+``mixed`` (alternating episodes, scripted first) and ``subgoal`` (``SubgoalPolicy``: walks
+between random objects of any layout and interacts with them). Episode ``i`` resets
 the env with seed ``--seed + i``: the same command gives the same numbers.
 
 Usage:
@@ -63,7 +69,7 @@ EVENT_TYPES = {
     "goal_reached": "goal reached",
     "success": "task success",
 }
-POLICIES = ("random", "scripted", "mixed")
+POLICIES = ("random", "scripted", "mixed", "subgoal")
 FRAME_KEY = "pixels"  # the recipes' frame key (recipes.replay.FRAME_KEY)
 
 
@@ -199,25 +205,40 @@ class RandomPolicy:
         return td
 
 
-def scripted_policy(env, seed: int) -> Callable:
-    """The package's scripted MiniGrid policy for ``env``; a ValueError names env and policy if unsupported."""
-    try:
-        from vlmrb_torchrl.envs import minigrid_policies
-    except ImportError as err:  # the module is not in this checkout of the package
-        raise ValueError(
-            "--policy scripted needs vlmrb_torchrl.envs.minigrid_policies, which this version of the "
-            f"package does not have ({err}); use --policy random."
-        ) from err
-    raise ValueError(f"--policy scripted is not wired to {minigrid_policies.__name__} yet; use --policy random.")
+def _has_goal(env) -> bool:
+    grid = env.unwrapped.grid
+    return any(obj is not None and obj.type == "goal" for obj in grid.grid)
 
 
-def make_policy(name: str, env, seed: int) -> Callable:
-    """``random`` or ``scripted`` policy for ``env`` (``mixed`` picks one per episode)."""
+def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: float = 0.0) -> Callable:
+    """The ``random``, ``scripted`` or ``subgoal`` policy acting in ``env`` (``mixed`` picks one per episode).
+
+    ``scripted`` is :class:`~vlmrb_torchrl.envs.minigrid_policies.DoorKeyPolicy` (BFS to the
+    key, the door, the goal): it plays layouts with a goal tile (DoorKey of every size, and
+    goal-reaching tasks such as Empty, MultiRoom, LockedRoom); on a layout without a goal
+    (UnlockPickup, KeyCorridor, Fetch, ...) it has no task to solve, and this raises instead of
+    quietly acting at random. ``subgoal`` is
+    :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` (walks between random objects
+    and interacts with them), for any layout. ``epsilon`` / ``burst_prob`` go to both.
+
+    Raises:
+        ValueError: ``scripted`` on a layout without a goal tile (the message names policy and env).
+    """
     if name == "random":
         return RandomPolicy(env, seed)
+    if name not in ("scripted", "subgoal"):
+        raise ValueError(f"unknown policy {name!r}: use one of {POLICIES}.")
+    from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, SubgoalPolicy
+
     if name == "scripted":
-        return scripted_policy(env, seed)
-    raise ValueError(f"unknown policy {name!r}: use one of {POLICIES}.")
+        env.reset()  # the layout decides: DoorKeyPolicy plays toward a goal tile
+        if not _has_goal(env):
+            raise ValueError(
+                f"the scripted policy (DoorKeyPolicy: key -> door -> goal) does not support env {env.env_id!r}: "
+                "its layout has no goal tile. Use --policy random or --policy subgoal."
+            )
+        return DoorKeyPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
+    return SubgoalPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
 
 
 def episode_policy(policy: str, episode: int) -> str:
@@ -238,7 +259,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--env", required=True, help="a MiniGrid env id, e.g. MiniGrid-DoorKey-6x6-v0")
     parser.add_argument("--episodes", type=int, required=True, help="episodes to roll out")
     parser.add_argument("--policy", choices=POLICIES, default="random",
-                        help="random, scripted or mixed (alternating, scripted first). Default: random")
+                        help="random (uniform actions), scripted (DoorKeyPolicy: key -> door -> goal; layouts with "
+                        "a goal tile), mixed (alternating episodes, scripted first) or subgoal (SubgoalPolicy: "
+                        "random objects of any layout). Default: random")
+    parser.add_argument("--epsilon", type=float, default=0.2,
+                        help="scripted/subgoal: probability of a random action per step. Default: 0.2")
+    parser.add_argument("--burst-prob", type=float, default=0.05,
+                        help="scripted/subgoal: probability per step of starting a burst of 2-8 random actions. "
+                        "Default: 0.05")
     parser.add_argument("--seed", type=int, default=1000,
                         help="episode i resets with seed SEED + i; also seeds the policy and the noise. "
                         "Default: 1000 (held out: training data uses seeds below 1000)")
@@ -280,6 +308,9 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> di
         parser.error(f"--frames must be <= --clip-len={args.clip_len}, got {args.frames}.")
     if args.threshold is not None and not 0.0 <= args.threshold < 1.0:
         parser.error(f"--threshold must be in [0, 1), got {args.threshold}.")
+    for name in ("epsilon", "burst_prob"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            parser.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}.")
     if not 0.0 <= args.label_noise <= 1.0:
         parser.error(f"--label-noise must be in [0, 1], got {args.label_noise}.")
     if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
@@ -387,7 +418,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             policies = {}
             for offset, name in enumerate(policy_names):
                 try:
-                    policies[name] = make_policy(name, env, args.seed * 7919 + offset)
+                    policies[name] = make_policy(name, env, args.seed * 7919 + offset,
+                                                 epsilon=args.epsilon, burst_prob=args.burst_prob)
                 except ValueError as err:
                     parser.error(f"--policy {args.policy}: {err}")
             horizon = args.max_steps or int(env.unwrapped.max_steps)
@@ -398,6 +430,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             score_seconds = rollout_seconds = 0.0
             for episode in range(args.episodes):
                 name = episode_policy(args.policy, episode)
+                if hasattr(policies[name], "reset"):
+                    policies[name].reset()  # no random burst carried over from the last episode
                 env.set_seed(args.seed + episode)
                 t0 = time.perf_counter()
                 with torch.no_grad():
@@ -438,6 +472,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "config": {
             "scorer": args.scorer, "env": args.env, "episodes": args.episodes, "policy": args.policy,
             "seed": args.seed, "clip_len": args.clip_len, "stride": args.stride, "frames": args.frames,
+            "epsilon": args.epsilon, "burst_prob": args.burst_prob,
             "threshold": threshold, "label_noise": args.label_noise, "noise_std": args.noise_std,
             "actions": list(env.action_names), "max_steps": args.max_steps, "frame_size": args.frame_size,
             "rendered": stream.frame_key is not None, "torch_threads": args.threads or threads_before,
