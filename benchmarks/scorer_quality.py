@@ -269,7 +269,7 @@ def _parser() -> argparse.ArgumentParser:
                         "Default: 0.05")
     parser.add_argument("--seed", type=int, default=1000,
                         help="episode i resets with seed SEED + i; also seeds the policy and the noise. "
-                        "Default: 1000 (held out: training data uses seeds below 1000)")
+                        "Default: 1000 (seeds from 1000 on are held out: training data must use lower ones)")
     parser.add_argument("--clip-len", type=int, default=16, help="ClipSpec.clip_len (recipes: 16)")
     parser.add_argument("--stride", type=int, default=1, help="ClipSpec.stride (recipes: 1)")
     parser.add_argument("--frames", type=int, default=None,
