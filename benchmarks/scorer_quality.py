@@ -62,7 +62,7 @@ import torch
 
 #: the row of all progress events: the oracle's own flag.
 PROGRESS = "progress_event"
-#: per-type event flags of :class:`~vlmrb_torchrl.envs.MiniGridEnv` and their row names.
+#: row names of the per-type event flags of :class:`~vlmrb_torchrl.envs.MiniGridEnv` (other flags: their key).
 EVENT_TYPES = {
     "key_picked_up": "key picked up",
     "door_opened": "door opened",
@@ -178,12 +178,12 @@ def quality_report(scores: np.ndarray, labels: dict[str, np.ndarray], threshold:
 
     Args:
         scores: ``[N]`` clip scores.
-        labels: ``[N]`` bool labels by flag name: :data:`PROGRESS` and every :data:`EVENT_TYPES` key.
+        labels: ``[N]`` bool labels by flag name: :data:`PROGRESS` and one per event type.
         threshold: the decision threshold.
     """
     any_event = labels[PROGRESS]
     report = {PROGRESS: binary_metrics(scores, any_event, threshold)}
-    for name in EVENT_TYPES:
+    for name in (k for k in labels if k != PROGRESS):
         keep = labels[name] | ~any_event
         row = binary_metrics(scores[keep], labels[name][keep], threshold)
         if row["positives"] == 0:  # an event these episodes never showed: nothing to measure
@@ -357,9 +357,8 @@ def format_table(report: dict[str, dict]) -> str:
         "| events | clips | pos | neg | TP | FP | FN | precision | recall | F1 | AUROC |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    names = {PROGRESS: "all progress", **EVENT_TYPES}
-    for key, name in names.items():
-        m = report[key]
+    for key, m in report.items():
+        name = "all progress" if key == PROGRESS else EVENT_TYPES.get(key, key)
         lines.append(
             f"| {name} | {m['clips']} | {m['positives']} | {m['negatives']} | {m['tp']} | {m['fp']} | "
             f"{m['fn']} | {_fmt(m['precision'])} | {_fmt(m['recall'])} | {_fmt(m['f1'])} | {_fmt(m['auroc'])} |"
@@ -384,7 +383,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from vlmrb_torchrl.recipes.envs import minigrid_actions
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
-    assert set(EVENT_TYPES) | {PROGRESS} == set(MINIGRID_EVENT_KEYS), "event flags changed in envs.minigrid"
     threads_before = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -398,7 +396,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         threshold = _threshold(args, scorer)
         spec = ClipSpec(clip_len=args.clip_len, stride=args.stride, frames=args.frames)
         # the oracle's per-type flags ride along in the clips, next to what the scorer reads
-        label_keys = {name: ("next", name) for name in (PROGRESS, *EVENT_TYPES)}
+        # (every flag the env writes: a flag added to MINIGRID_EVENT_KEYS gets its own row)
+        label_keys = {name: ("next", name) for name in (PROGRESS, *(k for k in MINIGRID_EVENT_KEYS if k != PROGRESS))}
         stream, transform = make_clip_scoring(scorer, spec, frame_key=FRAME_KEY,
                                               extra_keys=list(label_keys.values()))
         oracles = {name: make_scorer("oracle:minigrid", events_key=key) for name, key in label_keys.items()}
@@ -442,8 +441,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 for key, flag in label_keys.items():
                     step_events[key] += int(rollout[flag].sum())
                 rollout["collector", "traj_ids"] = torch.full(rollout.shape, episode, dtype=torch.long)
-                parts = [b for b in (stream.push(rollout, torch.arange(rollout.numel())), stream.flush()) if b is not None]
-                batch = ClipBatch.cat(parts)
+                pushed = (stream.push(rollout, torch.arange(rollout.numel())), stream.flush())
+                batch = ClipBatch.cat([b for b in pushed if b is not None])
                 for key, oracle in oracles.items():
                     all_labels[key].append(oracle.score(batch.clips).numpy().astype(bool))
                 t0 = time.perf_counter()
