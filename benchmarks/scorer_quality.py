@@ -1,0 +1,536 @@
+"""Scorer quality: precision, recall, F1 and AUROC of a scorer against the MiniGrid oracle.
+
+Rolls out ``--episodes`` episodes of a MiniGrid env (:class:`~vlmrb_torchrl.envs.MiniGridEnv`,
+rendering frames only when the scorer reads them), cuts them into clips with the stream and
+transform :func:`~vlmrb_torchrl.make_clip_scoring` builds for the scorer (what the recipes and
+the gallery use), scores every clip with ``transform.score_clips`` (what the async worker
+calls) and labels the same clips with the privileged oracle (``oracle:minigrid``, which reads
+the env's event flags, not frames).
+
+Labels. A clip is *positive* when one of its real (``mask`` True) steps has a progress event
+(``("next", "progress_event")``: first key pickup, first door opening, goal reached, task
+success). Per event type, the env writes one flag each (``("next", "key_picked_up")``,
+``"door_opened"``, ``"goal_reached"``, ``"success"``) and the oracle reads that flag instead.
+A per-type row compares the clips showing that event (positives) with the clips showing *no*
+event at all (negatives); clips showing only other events are left out of it, so a scorer that
+detects every kind of progress is not charged with false positives for detecting the others.
+
+Metrics. A clip is predicted positive when ``score > threshold`` (the sampler's binarisation
+rule); the threshold is ``--threshold``, else the scorer's own ``threshold`` attribute if it
+has one, else 0.5. Precision = TP / (TP + FP) (NaN when nothing is predicted positive),
+recall = TP / (TP + FN) (NaN without positives), F1 = 2 TP / (2 TP + FP + FN) (NaN only when
+there are neither positives nor predicted positives), AUROC = the Mann-Whitney probability that
+a positive clip outscores a negative one, ties counting one half (NaN when a class is empty).
+Clips/s counts the time spent in ``transform.score_clips`` only (packing + the scorer).
+
+Policies: ``random`` (uniform over the env's actions; DoorKey envs get the recipes' default
+action subset, see ``--actions``), ``scripted`` (``DoorKeyPolicy`` of
+:mod:`vlmrb_torchrl.envs.minigrid_policies`: BFS to the key, the door, the goal, with
+``--epsilon`` random actions and ``--burst-prob`` random bursts, defaults 0.2 and 0.05, so that
+episodes hold the near misses a learning agent makes: without them a scripted DoorKey episode
+is shorter than two clips and every clip of it shows an event; layouts with a goal tile only,
+an error says so otherwise),
+``mixed`` (alternating episodes, scripted first) and ``subgoal`` (``SubgoalPolicy``: walks
+between random objects of any layout and interacts with them). Episode ``i`` resets
+the env with seed ``--seed + i``: the same command gives the same numbers.
+
+Usage:
+
+    python benchmarks/scorer_quality.py --scorer oracle:minigrid --env MiniGrid-DoorKey-5x5-v0 \\
+        --episodes 50 --policy random --seed 1000
+    python benchmarks/scorer_quality.py --scorer oracle:minigrid --label-noise 0.1 \\
+        --env MiniGrid-DoorKey-8x8-v0 --episodes 50 --policy mixed --seed 1000 --json out.json
+
+Prints a Markdown table (one row for all progress events, one per event type) and, with
+``--json``, writes the same numbers plus the run's settings and the scorer's provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import numbers
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+#: the row of all progress events: the oracle's own flag.
+PROGRESS = "progress_event"
+#: row names of the per-type event flags of :class:`~vlmrb_torchrl.envs.MiniGridEnv` (other flags: their key).
+EVENT_TYPES = {
+    "key_picked_up": "key picked up",
+    "door_opened": "door opened",
+    "goal_reached": "goal reached",
+    "success": "task success",
+}
+POLICIES = ("random", "scripted", "mixed", "subgoal")
+FRAME_KEY = "pixels"  # the recipes' frame key (recipes.replay.FRAME_KEY)
+
+
+# ----------------------------------------------------------------------------- metrics
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values``, tied values sharing the mean of their ranks.
+
+    Examples:
+        >>> average_ranks(np.array([0.5, 0.1, 0.5, 0.9])).tolist()
+        [2.5, 1.0, 2.5, 4.0]
+    """
+    values = np.asarray(values, dtype=np.float64).ravel()
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    # runs of equal values: [start, end) in sorted order
+    boundaries = np.flatnonzero(np.diff(sorted_values)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [values.size]])
+    run_ranks = (starts + ends + 1) / 2.0  # mean of ranks start+1 .. end
+    ranks = np.empty(values.size, dtype=np.float64)
+    ranks[order] = np.repeat(run_ranks, ends - starts)
+    return ranks
+
+
+def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray) -> float:
+    """Area under the ROC curve: P(score of a positive > score of a negative), ties count 1/2.
+
+    Computed from average ranks (the Mann-Whitney U statistic), so tied scores are handled
+    exactly: a constant scorer gets 0.5.
+
+    Args:
+        scores: ``[N]`` scores.
+        labels: ``[N]`` bools (or 0/1), True for positives.
+
+    Returns:
+        the AUROC in ``[0, 1]``, or NaN when there are no positives or no negatives (it is
+        undefined then; no warning is raised, callers report the missing class).
+
+    Examples:
+        >>> auroc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+        0.75
+        >>> auroc([0.5, 0.5, 0.5], [0, 1, 1])
+        0.5
+        >>> auroc([0.2, 0.3], [1, 1])
+        nan
+    """
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    labels = np.asarray(labels).astype(bool).ravel()
+    if scores.shape != labels.shape:
+        raise ValueError(f"auroc needs one label per score, got {scores.shape[0]} scores and {labels.shape[0]} labels.")
+    n_pos = int(labels.sum())
+    n_neg = labels.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    ranks = average_ranks(scores)
+    u = ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0
+    return float(u / (n_pos * n_neg))
+
+
+def binary_metrics(
+    scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray, threshold: float = 0.5
+) -> dict[str, float]:
+    """Confusion counts, precision, recall, F1 (``score > threshold`` is a positive) and AUROC.
+
+    Undefined ratios are NaN: precision without predicted positives, recall without positives,
+    F1 without either, AUROC without both classes.
+
+    Examples:
+        >>> m = binary_metrics([0.9, 0.8, 0.2, 0.6, 0.1], [1, 1, 1, 0, 0])
+        >>> m["tp"], m["fp"], m["fn"], m["tn"]
+        (2, 1, 1, 1)
+        >>> round(m["precision"], 4), round(m["recall"], 4), round(m["f1"], 4), round(m["auroc"], 4)
+        (0.6667, 0.6667, 0.6667, 0.8333)
+    """
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    labels = np.asarray(labels).astype(bool).ravel()
+    if scores.shape != labels.shape:
+        raise ValueError(
+            f"binary_metrics needs one label per score, got {scores.shape[0]} scores and {labels.shape[0]} labels."
+        )
+    predicted = scores > threshold
+    tp = int((predicted & labels).sum())
+    fp = int((predicted & ~labels).sum())
+    fn = int((~predicted & labels).sum())
+    tn = int((~predicted & ~labels).sum())
+    return {
+        "clips": int(labels.size),
+        "positives": tp + fn,
+        "negatives": fp + tn,
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "tn": tn,
+        "precision": tp / (tp + fp) if tp + fp else math.nan,
+        "recall": tp / (tp + fn) if tp + fn else math.nan,
+        "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else math.nan,
+        "auroc": auroc(scores, labels),
+    }
+
+
+def quality_report(scores: np.ndarray, labels: dict[str, np.ndarray], threshold: float) -> dict[str, dict]:
+    """Metrics of all progress events (``labels[PROGRESS]``) and of each event type.
+
+    A type's row keeps the clips with that event (positives) and the clips with no event at all
+    (negatives), see the module docstring. A type no clip shows has NaN metrics (its counts stay).
+
+    Args:
+        scores: ``[N]`` clip scores.
+        labels: ``[N]`` bool labels by flag name: :data:`PROGRESS` and one per event type.
+        threshold: the decision threshold.
+    """
+    any_event = labels[PROGRESS]
+    report = {PROGRESS: binary_metrics(scores, any_event, threshold)}
+    for name in (k for k in labels if k != PROGRESS):
+        keep = labels[name] | ~any_event
+        row = binary_metrics(scores[keep], labels[name][keep], threshold)
+        if row["positives"] == 0:  # an event these episodes never showed: nothing to measure
+            row.update(precision=math.nan, recall=math.nan, f1=math.nan, auroc=math.nan)
+        report[name] = row
+    return report
+
+
+# ----------------------------------------------------------------------------- policies
+class RandomPolicy:
+    """Uniform random actions from a seeded NumPy generator (a TorchRL policy: td -> td)."""
+
+    def __init__(self, env, seed: int) -> None:
+        self.n = int(env.action_spec.space.n)
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, td):
+        td.set("action", torch.tensor(int(self.rng.integers(self.n)), dtype=torch.int64))
+        return td
+
+
+def _has_goal(env) -> bool:
+    grid = env.unwrapped.grid
+    return any(obj is not None and obj.type == "goal" for obj in grid.grid)
+
+
+def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: float = 0.0) -> Callable:
+    """The ``random``, ``scripted`` or ``subgoal`` policy acting in ``env`` (``mixed`` picks one per episode).
+
+    ``scripted`` is :class:`~vlmrb_torchrl.envs.minigrid_policies.DoorKeyPolicy` (BFS to the
+    key, the door, the goal): it plays layouts with a goal tile (DoorKey of every size, and
+    goal-reaching tasks such as Empty, MultiRoom, LockedRoom); on a layout without a goal
+    (UnlockPickup, KeyCorridor, Fetch, ...) it has no task to solve, and this raises instead of
+    quietly acting at random. ``subgoal`` is
+    :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` (walks between random objects
+    and interacts with them), for any layout. ``epsilon`` / ``burst_prob`` go to both.
+
+    Raises:
+        ValueError: ``scripted`` on a layout without a goal tile (the message names policy and env).
+    """
+    if name == "random":
+        return RandomPolicy(env, seed)
+    if name not in ("scripted", "subgoal"):
+        raise ValueError(f"unknown policy {name!r}: use one of {POLICIES}.")
+    from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, SubgoalPolicy
+
+    if name == "scripted":
+        env.reset()  # the layout decides: DoorKeyPolicy plays toward a goal tile
+        if not _has_goal(env):
+            raise ValueError(
+                f"the scripted policy (DoorKeyPolicy: key -> door -> goal) does not support env {env.env_id!r}: "
+                "its layout has no goal tile. Use --policy random or --policy subgoal."
+            )
+        return DoorKeyPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
+    return SubgoalPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
+
+
+def episode_policy(policy: str, episode: int) -> str:
+    """The policy of episode ``episode``: ``mixed`` alternates scripted (even) and random (odd)."""
+    if policy == "mixed":
+        return "scripted" if episode % 2 == 0 else "random"
+    return policy
+
+
+# ----------------------------------------------------------------------------- the run
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scorer_quality.py",
+        description="Precision, recall, F1 and AUROC of a clip scorer against the MiniGrid oracle.",
+    )
+    parser.add_argument("--scorer", required=True, help="scorer spec for make_scorer (oracle:minigrid, "
+                        "builtin:minigrid, clip:<dir>, hf:<dir>, python:mod:fn, ...)")
+    parser.add_argument("--env", required=True, help="a MiniGrid env id, e.g. MiniGrid-DoorKey-6x6-v0")
+    parser.add_argument("--episodes", type=int, required=True, help="episodes to roll out")
+    parser.add_argument("--policy", choices=POLICIES, default="random",
+                        help="random (uniform actions), scripted (DoorKeyPolicy: key -> door -> goal; layouts with "
+                        "a goal tile), mixed (alternating episodes, scripted first) or subgoal (SubgoalPolicy: "
+                        "random objects of any layout). Default: random")
+    parser.add_argument("--epsilon", type=float, default=0.2,
+                        help="scripted/subgoal: probability of a random action per step. Default: 0.2")
+    parser.add_argument("--burst-prob", type=float, default=0.05,
+                        help="scripted/subgoal: probability per step of starting a burst of 2-8 random actions. "
+                        "Default: 0.05")
+    parser.add_argument("--seed", type=int, default=1000,
+                        help="episode i resets with seed SEED + i; also seeds the policy and the noise. "
+                        "Default: 1000 (seeds from 1000 on are held out: training data must use lower ones)")
+    parser.add_argument("--clip-len", type=int, default=16, help="ClipSpec.clip_len (recipes: 16)")
+    parser.add_argument("--stride", type=int, default=1, help="ClipSpec.stride (recipes: 1)")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="ClipSpec.frames: frames per clip sent to the scorer (default: all)")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="decision threshold (score > threshold is positive). Default: the scorer's "
+                        "threshold attribute, else 0.5")
+    parser.add_argument("--label-noise", type=float, default=0.0,
+                        help="wrap the scorer in NoisyScorer(flip_prob=...), as the recipes' label_noise")
+    parser.add_argument("--noise-std", type=float, default=0.0, help="NoisyScorer's Gaussian noise_std")
+    parser.add_argument("--prompt", default=None, help="override the scorer's prompt")
+    parser.add_argument("--scorer-kwargs", default=None,
+                        help="JSON object of extra make_scorer keyword arguments, e.g. '{\"device\": \"cuda\"}'")
+    parser.add_argument("--actions", default="auto",
+                        help="the env's action set: auto (DoorKey: left,right,forward,pickup,toggle; "
+                        "others: all), all, or a comma-separated list of MiniGrid action names")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="truncate episodes after this many steps (default: MiniGrid's own max_steps)")
+    parser.add_argument("--frame-size", type=int, default=64, help="rendered frame size (recipes: 64)")
+    parser.add_argument("--batch-size", type=int, default=64, help="clips per score_clips call")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the run")
+    parser.add_argument("--json", type=Path, default=None, help="write the results as JSON to this file")
+    parser.add_argument("--quiet", action="store_true", help="print nothing (the JSON still gets written)")
+    return parser
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    for name in ("episodes", "clip_len", "stride", "batch_size", "frame_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
+    for name in ("max_steps", "threads", "frames"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
+    if args.frames is not None and args.frames > args.clip_len:
+        parser.error(f"--frames must be <= --clip-len={args.clip_len}, got {args.frames}.")
+    if args.threshold is not None and not 0.0 <= args.threshold < 1.0:
+        parser.error(f"--threshold must be in [0, 1), got {args.threshold}.")
+    for name in ("epsilon", "burst_prob"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            parser.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}.")
+    if not 0.0 <= args.label_noise <= 1.0:
+        parser.error(f"--label-noise must be in [0, 1], got {args.label_noise}.")
+    if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
+        parser.error(f"--noise-std must be a finite float >= 0, got {args.noise_std}.")
+    if not args.env.startswith(("MiniGrid-", "BabyAI-")):
+        parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*), got {args.env!r}.")
+    try:
+        kwargs = json.loads(args.scorer_kwargs) if args.scorer_kwargs else {}
+    except json.JSONDecodeError as err:
+        parser.error(f"--scorer-kwargs must be a JSON object: {err}.")
+    if not isinstance(kwargs, dict):
+        parser.error(f"--scorer-kwargs must be a JSON object, got {args.scorer_kwargs!r}.")
+    if args.prompt is not None:
+        kwargs["prompt"] = args.prompt
+    return kwargs
+
+
+def _threshold(args: argparse.Namespace, scorer) -> float:
+    if args.threshold is not None:
+        return float(args.threshold)
+    own = getattr(scorer, "threshold", None)
+    if isinstance(own, numbers.Real) and not isinstance(own, bool) and 0.0 <= own < 1.0:
+        return float(own)
+    return 0.5
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
+def _fmt(value: float) -> str:
+    return "–" if isinstance(value, float) and math.isnan(value) else f"{value:.3f}"
+
+
+def format_table(report: dict[str, dict]) -> str:
+    """The per-event metrics as a Markdown table."""
+    lines = [
+        "| events | clips | pos | neg | TP | FP | FN | precision | recall | F1 | AUROC |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, m in report.items():
+        name = "all progress" if key == PROGRESS else EVENT_TYPES.get(key, key)
+        lines.append(
+            f"| {name} | {m['clips']} | {m['positives']} | {m['negatives']} | {m['tp']} | {m['fp']} | "
+            f"{m['fn']} | {_fmt(m['precision'])} | {_fmt(m['recall'])} | {_fmt(m['f1'])} | {_fmt(m['auroc'])} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Runs the benchmark; returns the results written with ``--json`` (NaN as ``None`` there).
+
+    Errors in the arguments (an unknown env id, a scorer spec :func:`make_scorer` rejects, a
+    policy the env does not support, a value out of range) exit through argparse with a message
+    naming the argument (``SystemExit(2)``).
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    scorer_kwargs = _check_args(parser, args)
+
+    from vlmrb_torchrl import ClipSpec, make_clip_scoring
+    from vlmrb_torchrl.clips import ClipBatch
+    from vlmrb_torchrl.envs.minigrid import MINIGRID_EVENT_KEYS, make_minigrid_env
+    from vlmrb_torchrl.recipes.envs import minigrid_actions
+    from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
+
+    threads_before = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        try:
+            scorer = make_scorer(args.scorer, **scorer_kwargs)
+        except (ValueError, TypeError, KeyError) as err:
+            parser.error(f"--scorer {args.scorer!r}: {err}")
+        if args.label_noise > 0 or args.noise_std > 0:
+            scorer = NoisyScorer(scorer, flip_prob=args.label_noise, noise_std=args.noise_std, seed=args.seed)
+        threshold = _threshold(args, scorer)
+        spec = ClipSpec(clip_len=args.clip_len, stride=args.stride, frames=args.frames)
+        # the oracle's per-type flags ride along in the clips, next to what the scorer reads
+        # (every flag the env writes: a flag added to MINIGRID_EVENT_KEYS gets its own row)
+        label_keys = {name: ("next", name) for name in (PROGRESS, *(k for k in MINIGRID_EVENT_KEYS if k != PROGRESS))}
+        stream, transform = make_clip_scoring(scorer, spec, frame_key=FRAME_KEY,
+                                              extra_keys=list(label_keys.values()))
+        oracles = {name: make_scorer("oracle:minigrid", events_key=key) for name, key in label_keys.items()}
+
+        env_kwargs = {"frame_size": args.frame_size, "render": stream.frame_key is not None}
+        if args.max_steps is not None:
+            env_kwargs["max_episode_steps"] = args.max_steps
+        try:
+            actions = minigrid_actions(args.env, args.actions)
+            if actions is not None:
+                env_kwargs["actions"] = actions
+            env = make_minigrid_env(args.env, **env_kwargs)
+        except ValueError as err:
+            parser.error(f"--env {args.env!r}: {err}")
+        try:
+            policy_names = sorted({episode_policy(args.policy, i) for i in range(args.episodes)})
+            policies = {}
+            for offset, name in enumerate(policy_names):
+                try:
+                    policies[name] = make_policy(name, env, args.seed * 7919 + offset,
+                                                 epsilon=args.epsilon, burst_prob=args.burst_prob)
+                except ValueError as err:
+                    parser.error(f"--policy {args.policy}: {err}")
+            horizon = args.max_steps or int(env.unwrapped.max_steps)
+
+            all_scores, all_labels, clip_policy = [], {k: [] for k in label_keys}, []
+            steps = successes = 0
+            step_events = {name: 0 for name in label_keys}
+            score_seconds = rollout_seconds = 0.0
+            for episode in range(args.episodes):
+                name = episode_policy(args.policy, episode)
+                if hasattr(policies[name], "reset"):
+                    policies[name].reset()  # no random burst carried over from the last episode
+                env.set_seed(args.seed + episode)
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    rollout = env.rollout(horizon, policies[name], break_when_any_done=True)
+                rollout_seconds += time.perf_counter() - t0
+                steps += rollout.numel()
+                successes += int(rollout["next", "success"].any())
+                for key, flag in label_keys.items():
+                    step_events[key] += int(rollout[flag].sum())
+                rollout["collector", "traj_ids"] = torch.full(rollout.shape, episode, dtype=torch.long)
+                pushed = (stream.push(rollout, torch.arange(rollout.numel())), stream.flush())
+                batch = ClipBatch.cat([b for b in pushed if b is not None])
+                for key, oracle in oracles.items():
+                    all_labels[key].append(oracle.score(batch.clips).numpy().astype(bool))
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    for start in range(0, len(batch), args.batch_size):
+                        chunk = batch.clips[start : start + args.batch_size]
+                        all_scores.append(transform.score_clips(chunk, frames=batch.frames).cpu().numpy())
+                score_seconds += time.perf_counter() - t0
+                clip_policy += [name] * len(batch)
+        finally:
+            env.close()
+    finally:
+        torch.set_num_threads(threads_before)
+
+    scores = np.concatenate(all_scores).astype(np.float64)
+    labels = {k: np.concatenate(v) for k, v in all_labels.items()}
+    clip_policy = np.asarray(clip_policy)
+    report = quality_report(scores, labels, threshold)
+    by_policy = {}
+    if args.policy == "mixed":
+        for name in policy_names:
+            keep = clip_policy == name
+            by_policy[name] = quality_report(scores[keep], {k: v[keep] for k, v in labels.items()}, threshold)
+    n_clips = int(scores.size)
+    results = {
+        "config": {
+            "scorer": args.scorer, "env": args.env, "episodes": args.episodes, "policy": args.policy,
+            "seed": args.seed, "clip_len": args.clip_len, "stride": args.stride, "frames": args.frames,
+            "epsilon": args.epsilon, "burst_prob": args.burst_prob,
+            "threshold": threshold, "label_noise": args.label_noise, "noise_std": args.noise_std,
+            "actions": list(env.action_names), "max_steps": args.max_steps, "frame_size": args.frame_size,
+            "rendered": stream.frame_key is not None, "torch_threads": args.threads or threads_before,
+        },
+        "provenance": _jsonable(getattr(scorer, "provenance", {})),
+        "counts": {
+            "episodes": args.episodes, "successes": successes, "steps": steps, "clips": n_clips,
+            "step_events": step_events,
+            "positive_clips": {k: int(v.sum()) for k, v in labels.items()},
+        },
+        "throughput": {
+            "score_seconds": score_seconds,
+            "clips_per_second": n_clips / score_seconds if score_seconds > 0 else math.nan,
+            "rollout_steps_per_second": steps / rollout_seconds if rollout_seconds > 0 else math.nan,
+        },
+        "metrics": report,
+        "by_policy": by_policy,
+    }
+    if not args.quiet:
+        print(_summary(results))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_nan_to_none(results), indent=2) + "\n")
+    return results
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        if isinstance(value, dict):
+            return {str(k): _jsonable(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_jsonable(v) for v in value]
+        return repr(value)
+
+
+def _summary(results: dict) -> str:
+    c, n, t = results["config"], results["counts"], results["throughput"]
+    noise = f" + NoisyScorer(flip_prob={c['label_noise']}, noise_std={c['noise_std']})" if (
+        c["label_noise"] or c["noise_std"]) else ""
+    lines = [
+        f"scorer {c['scorer']}{noise} | {c['env']} | policy {c['policy']} | {c['episodes']} episodes from seed "
+        f"{c['seed']} | clip_len {c['clip_len']}, stride {c['stride']}, frames {c['frames'] or 'all'} | "
+        f"threshold {c['threshold']}",
+        f"{n['steps']} steps, {n['successes']}/{n['episodes']} episodes solved, {n['clips']} clips; "
+        f"step events: " + ", ".join(f"{k} {v}" for k, v in n["step_events"].items()),
+        f"scoring {t['clips_per_second']:.1f} clips/s ({t['score_seconds']:.2f} s, {c['torch_threads']} torch "
+        f"threads); rollouts {t['rollout_steps_per_second']:.0f} steps/s",
+        "",
+        format_table(results["metrics"]),
+    ]
+    for name, report in results["by_policy"].items():
+        lines += ["", f"policy {name} only:", "", format_table(report)]
+    if any(math.isnan(m[k]) for m in results["metrics"].values() for k in ("precision", "recall", "f1", "auroc")):
+        lines += ["", "– : undefined: no clip shows this event (or, for precision, no clip is predicted positive)."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
