@@ -153,6 +153,10 @@ class DQNConfig(RecipeConfig):
     # env
     actions: str = _field("auto", "MiniGrid action subset: auto (DoorKey ids: left,right,forward,pickup,toggle; "
                                   "other ids: all) | all | comma-separated action names")
+    # replay
+    scorer: str = _field("builtin:minigrid", "scorer spec for vlm modes: builtin:minigrid (the small CLIP shipped "
+                                             "with the package, scoring rendered frames), oracle:minigrid (privileged "
+                                             "event flags), python:mod:fn, clip:<id or dir>, hf:<id or dir>, ...")
     # collection
     eps_start: float = _field(1.0, "initial exploration epsilon")
     eps_end: float = _field(0.05, "final exploration epsilon")
