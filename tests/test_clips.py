@@ -21,7 +21,10 @@ from vlmrb_torchrl.clips import ClipBatch, ClipSpec, ClipStream
 
 
 def make_batch(traj, done=None, *, step=None, reward=None):
-    """A collector-like batch of any batch shape; pixels[..., :] = (traj id, step)."""
+    """A collector-like batch of any batch shape; pixels[..., :] = (traj id, step).
+
+    ("next", "pixels") is the frame after the step, (traj id, step + 1), as a collector writes it.
+    """
     traj = torch.as_tensor(traj, dtype=torch.long)
     shape = traj.shape
     done = torch.zeros(shape, dtype=torch.bool) if done is None else torch.as_tensor(done).bool()
@@ -30,7 +33,8 @@ def make_batch(traj, done=None, *, step=None, reward=None):
     return TensorDict(
         pixels=torch.stack([traj, step], -1),
         collector=TensorDict(traj_ids=traj, batch_size=shape),
-        next=TensorDict(done=done[..., None], reward=reward[..., None], batch_size=shape),
+        next=TensorDict(done=done[..., None], reward=reward[..., None],
+                        pixels=torch.stack([traj, step + 1], -1), batch_size=shape),
         batch_size=shape,
     )
 
@@ -43,11 +47,37 @@ def one_traj(n, *, traj_id=0, done=True, first_step=0):
     return make_batch(torch.full((n,), traj_id), d, step=steps)
 
 
-def clip_records(cb: ClipBatch | None) -> list[tuple]:
-    """One hashable record per clip: (traj, frames, mask, clip index, targets, generations)."""
+def check_outcome(cb: ClipBatch) -> ClipBatch:
+    """Checks the outcome position of clips from a stream with ``final_frame`` and drops it.
+
+    The outcome frame is the frame after the clip's last real step, (traj, last step + 1); the
+    position is no step (mask False, index -1) and its other entries repeat the last real step.
+    """
+    clips = cb.gather_frames()
+    length = clips.shape[1] - 1
+    mask = clips["mask"]
+    assert not mask[:, length].any() and (clips["clip", "index"][:, length] == -1).all()
+    last = mask[:, :length].sum(-1) - 1
+    rows = torch.arange(len(cb))
+    outcome, last_frame = clips["pixels"][:, length], clips["pixels"][rows, last]
+    assert torch.equal(outcome[:, 0], last_frame[:, 0]) and torch.equal(outcome[:, 1], last_frame[:, 1] + 1)
+    for key in clips.keys(include_nested=True, leaves_only=True):
+        if key not in ("pixels", "mask", ("clip", "index")):
+            assert torch.equal(clips[key][:, length], clips[key][rows, last]), key
+    return ClipBatch(clips[:, :length], cb.target_clip, cb.index, cb.generation, cb.reduce)
+
+
+def clip_records(cb: ClipBatch | None, final_frame: bool = True) -> list[tuple]:
+    """One hashable record per clip: (traj, frames, mask, clip index, targets, generations).
+
+    Clips showing the outcome frame (``final_frame``) are checked (:func:`check_outcome`) and
+    recorded without it.
+    """
     if cb is None:
         return []
     assert cb.clips.batch_dims == 2
+    if final_frame:
+        cb = check_outcome(cb)
     out = []
     for b in range(len(cb)):
         px = cb.clips["pixels"][b]
@@ -98,12 +128,12 @@ class Recorder:
             assert len(self.trajs[tid]) == st, "test data must be in time order"
             self.trajs[tid].append(i)
         out = self.stream.push(batch, index, index + 1000)
-        self.records += clip_records(out)
+        self.records += clip_records(out, self.stream.final_frame)
         return out
 
     def flush(self):
         out = self.stream.flush()
-        self.records += clip_records(out)
+        self.records += clip_records(out, self.stream.final_frame)
         return out
 
 
@@ -164,6 +194,7 @@ class TestClipSpec:
             ({"frames": True}, TypeError, r"frames=True"),
             ({"assign": "end"}, ValueError, r"ClipSpec.assign must be one of \['start', 'cover_max'\], got assign='end'"),
             ({"assign": None}, TypeError, r"assign=None"),
+            ({"final_frame": 1}, TypeError, r"ClipSpec.final_frame must be a bool, got final_frame=1"),
         ],
     )
     def test_bad_args(self, kwargs, error, match):
@@ -173,8 +204,10 @@ class TestClipSpec:
     def test_defaults_and_properties(self):
         spec = ClipSpec()
         assert (spec.clip_len, spec.stride, spec.frames, spec.assign) == (32, 1, None, "start")
-        assert spec.num_frames == 32 and spec.reduce == "replace"
+        assert spec.final_frame and spec.clip_frames == 33 and spec.num_frames == 33  # 32 steps + outcome
+        assert spec.reduce == "replace"
         assert ClipSpec(clip_len=8, frames=3).num_frames == 3
+        assert ClipSpec(clip_len=8, final_frame=False).num_frames == 8
         assert ClipSpec(assign="cover_max").reduce == "max"
         with pytest.raises(dataclasses.FrozenInstanceError):
             spec.clip_len = 4
@@ -201,17 +234,35 @@ class TestClipSpec:
         ],
     )
     def test_frame_indices(self, clip_len, frames, expected):
-        idx = ClipSpec(clip_len=clip_len, frames=frames).frame_indices()
+        idx = ClipSpec(clip_len=clip_len, frames=frames, final_frame=False).frame_indices()
         assert idx.dtype == torch.int64
         assert idx.tolist() == expected
 
-    def test_frame_indices_invariants(self):
+    @pytest.mark.parametrize(
+        "clip_len, frames, expected",
+        [
+            (1, None, [0, 1]),
+            (1, 1, [1]),  # one frame: the outcome
+            (4, None, [0, 1, 2, 3, 4]),
+            (8, 1, [8]),
+            (8, 2, [0, 8]),
+            (8, 3, [0, 4, 8]),
+            (8, 8, [0, 1, 2, 3, 5, 6, 7, 8]),  # 8 of the 9 frames: the outcome stays
+            (16, 5, [0, 4, 8, 12, 16]),
+        ],
+    )
+    def test_frame_indices_with_the_outcome_frame(self, clip_len, frames, expected):
+        assert ClipSpec(clip_len=clip_len, frames=frames).frame_indices().tolist() == expected
+
+    @pytest.mark.parametrize("final_frame", [True, False])
+    def test_frame_indices_invariants(self, final_frame):
         for clip_len in range(1, 41):
             for frames in range(1, clip_len + 1):
-                idx = ClipSpec(clip_len=clip_len, frames=frames).frame_indices()
+                idx = ClipSpec(clip_len=clip_len, frames=frames, final_frame=final_frame).frame_indices()
                 assert idx.shape == (frames,)
                 assert (idx.diff() > 0).all(), (clip_len, frames, idx)
-                assert int(idx[-1]) == clip_len - 1
+                # the last frame is always kept: the outcome (position clip_len) when shown
+                assert int(idx[-1]) == clip_len - 1 + final_frame
                 if frames >= 2:
                     assert int(idx[0]) == 0
 
@@ -286,8 +337,12 @@ class TestClipBatch:
         n = 9
         batch = make_batch([0] * 5 + [1] * 4)
         batch["pixels"] = torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1).expand(n, 2, 2, 3).clone()
-        inline = ClipStream(ClipSpec(clip_len=3)).push(batch, torch.arange(n))
-        pooled = ClipStream(ClipSpec(clip_len=3), pool_frames=True).push(batch, torch.arange(n))
+        batch["next", "pixels"] = batch["pixels"] + 100
+        inline_stream = ClipStream(ClipSpec(clip_len=3))
+        pooled_stream = ClipStream(ClipSpec(clip_len=3), pool_frames=True)
+        inline = inline_stream.push(batch, torch.arange(n))
+        pooled = pooled_stream.push(batch, torch.arange(n))
+        assert pooled.frames.shape == (n,)  # each frame once (the outcomes are the next steps' frames)
         assert ClipBatch.FRAME_ROW_KEY in pooled.clips.keys(True) and "pixels" not in pooled.clips.keys()
         assert ClipBatch.MASK_KEY == "mask" and ClipBatch.INDEX_KEY == ("clip", "index")
         full = pooled.gather_frames()
@@ -302,6 +357,11 @@ class TestClipBatch:
         assert head.frames is pooled.frames is rest.frames
         assert torch.equal(ClipBatch.cat([rest, head]).gather_frames()["pixels"],
                            torch.cat([inline.clips["pixels"][1:], inline.clips["pixels"][:1]]))
+        # flushed tails: the trajectories' last "next" frames join the pool, once each
+        inline, pooled = inline_stream.flush(), pooled_stream.flush()
+        assert torch.equal(pooled.gather_frames()["pixels"], inline.clips["pixels"])
+        held = sorted(set(pooled.frames["pixels"][:, 0, 0, 0].tolist()))
+        assert held == [2, 3, 4, 6, 7, 8, 104, 108] and pooled.frames.shape == (len(held),)
 
     @pytest.mark.parametrize(
         "parts, match",
@@ -370,7 +430,7 @@ class TestClipStream:
     )
     def test_push_errors(self, case, error, match):
         extra = ["obs"] if case == "no_extra" else []
-        stream = ClipStream(ClipSpec(clip_len=2), extra_keys=extra)
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=2), extra_keys=extra)
         batch = make_batch([[0, 0], [1, 1]])
         index, generation = torch.arange(4), None
         if case == "no_pixels":
@@ -398,7 +458,7 @@ class TestClipStream:
             stream.push(batch, index, generation)
 
     def test_frame_shape_change_mid_trajectory(self):
-        stream = ClipStream(ClipSpec(clip_len=4))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=4))
         stream.push(one_traj(2, done=False), torch.arange(2))
         bad = one_traj(2, done=False, first_step=2)
         bad["pixels"] = bad["pixels"][:, :1]
@@ -410,7 +470,7 @@ class TestClipStream:
     # ---- exact hand-built cases
 
     def test_single_trajectory_exact(self):
-        stream = ClipStream(ClipSpec(clip_len=3), extra_keys=[("next", "reward")])
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=3), extra_keys=[("next", "reward")])
         out = stream.push(one_traj(5), torch.arange(10, 15), torch.arange(20, 25))
         assert out.clips.batch_size == (5, 3) and out.reduce == "replace"
         assert out.clips["pixels"][..., 1].tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 4], [4, 4, 4]]
@@ -429,7 +489,7 @@ class TestClipStream:
 
     @pytest.mark.parametrize("assign", ["start", "cover_max"])
     def test_short_trajectory_exact(self, assign):
-        stream = ClipStream(ClipSpec(clip_len=4, stride=1, assign=assign))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=4, stride=1, assign=assign))
         out = stream.push(one_traj(2), torch.tensor([7, 8]))
         assert out.clips["pixels"][..., 1].tolist() == [[0, 1, 1, 1], [1, 1, 1, 1]]
         assert out.clips["mask"].tolist() == [[True, True, False, False], [True, False, False, False]]
@@ -442,7 +502,7 @@ class TestClipStream:
     @pytest.mark.parametrize("assign", ["start", "cover_max"])
     def test_stride_two_exact(self, assign):
         # L=3, stride=2, n=6: starts 0, 2, 4
-        stream = ClipStream(ClipSpec(clip_len=3, stride=2, assign=assign))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=3, stride=2, assign=assign))
         out = stream.push(one_traj(6), torch.arange(6))
         assert out.clips["pixels"][..., 1].tolist() == [[0, 1, 2], [2, 3, 4], [4, 5, 5]]
         assert out.clips["mask"].sum(-1).tolist() == [3, 3, 2]
@@ -456,7 +516,7 @@ class TestClipStream:
     def test_stride_longer_than_clip_exact(self, assign):
         # L=2, stride=3: windows [0,1], [3,4], [6]; steps 2 and 5 are shown by no clip and
         # belong to the preceding clip in both modes.
-        stream = ClipStream(ClipSpec(clip_len=2, stride=3, assign=assign))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=2, stride=3, assign=assign))
         out = stream.push(one_traj(5, done=False), torch.arange(5))
         # clip 0 needs its stride block (steps 0..2) before it can be emitted
         assert out.clips["pixels"][..., 1].tolist() == [[0, 1]]
@@ -471,7 +531,7 @@ class TestClipStream:
         assert out.index.tolist() == [6]
 
     def test_emitted_as_soon_as_complete(self):
-        stream = ClipStream(ClipSpec(clip_len=3))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=3))
         starts = []
         for t in range(6):
             out = stream.push(one_traj(1, done=False, first_step=t), torch.tensor([t]))
@@ -485,7 +545,7 @@ class TestClipStream:
     def test_flat_blocks_touching_without_done_never_mix(self):
         # [E=2, T=4] reshaped to [8]: trajectory 0's last step touches trajectory 1's first,
         # with no done in between.
-        stream = ClipStream(ClipSpec(clip_len=3))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=3))
         batch = make_batch([[0, 0, 0, 0], [1, 1, 1, 1]], step=[[0, 1, 2, 3], [5, 6, 7, 8]])
         out = stream.push(batch, torch.arange(8))
         assert out.clips["pixels"].tolist() == [
@@ -500,7 +560,7 @@ class TestClipStream:
         batch = make_batch([[3, 3, 3], [9, 9, 9]], step=[[0, 1, 2], [0, 1, 2]]).transpose(0, 1)
         flat = batch.contiguous().reshape(-1)
         assert flat["collector", "traj_ids"].tolist() == [3, 9, 3, 9, 3, 9]
-        stream = ClipStream(ClipSpec(clip_len=2))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=2))
         out = stream.push(flat, torch.arange(6))
         assert out.clips["pixels"].tolist() == [
             [[3, 0], [3, 1]], [[3, 1], [3, 2]], [[9, 0], [9, 1]], [[9, 1], [9, 2]],
@@ -510,7 +570,7 @@ class TestClipStream:
 
     def test_done_then_same_id_starts_a_new_trajectory(self):
         # set_truncated-style data: a done, then more steps under the same id
-        stream = ClipStream(ClipSpec(clip_len=2))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=2))
         batch = make_batch([0, 0, 0, 0, 0], [False, True, False, False, False], step=[0, 1, 0, 1, 2])
         out = stream.push(batch, torch.arange(5))
         assert out.clips["pixels"][..., 1].tolist() == [[0, 1], [1, 1], [0, 1], [1, 2]]
@@ -518,7 +578,7 @@ class TestClipStream:
         assert stream.num_trajectories == 1 and stream.num_frames_held == 1
 
     def test_done_key_none_ends_only_at_flush(self):
-        stream = ClipStream(ClipSpec(clip_len=3), done_key=None)
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=3), done_key=None)
         batch = make_batch([0, 0, 0, 0], [True, True, True, True], step=[0, 1, 2, 3])
         del batch["next", "done"]
         assert stream.push(batch, torch.arange(4)).index.tolist() == [0, 1]
@@ -527,7 +587,7 @@ class TestClipStream:
     def test_uint8_hwc_frames_keep_dtype_and_shape(self):
         batch = make_batch([[0, 0, 0], [1, 1, 1]])
         batch["rgb"] = torch.arange(6, dtype=torch.uint8).reshape(2, 3, 1, 1, 1).expand(2, 3, 4, 5, 3)
-        stream = ClipStream(ClipSpec(clip_len=2), frame_key="rgb")
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=2), frame_key="rgb")
         out = stream.push(batch, torch.arange(6))
         assert out.clips["rgb"].dtype == torch.uint8
         assert out.clips["rgb"].shape == (4, 2, 4, 5, 3)
@@ -538,7 +598,7 @@ class TestClipStream:
 
     def test_tensordict_extra_key(self):
         # a whole sub-TensorDict can ride along; it is padded like the frames
-        stream = ClipStream(ClipSpec(clip_len=3), extra_keys=["next"])
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=3), extra_keys=["next"])
         out = stream.push(one_traj(2), torch.tensor([4, 5]))
         assert out.clips["next"].batch_size == (2, 3)
         assert out.clips["next", "reward"][..., 0].tolist() == [[0, 10, 10], [10, 10, 10]]
@@ -551,7 +611,7 @@ class TestClipStream:
         traj, step, done = env_data([[3, 9, 2, 7], [5, 5, 5, 5], [1] * 20], steps=20)
         results = []
         for device in ("cpu", "cuda"):
-            stream = ClipStream(ClipSpec(clip_len=4, stride=2, assign="cover_max"))
+            stream = ClipStream(ClipSpec(final_frame=False, clip_len=4, stride=2, assign="cover_max"))
             outs = []
             for lo, hi in ((0, 7), (7, 20)):
                 batch = make_batch(traj[:, lo:hi], done[:, lo:hi], step=step[:, lo:hi]).to(device)
@@ -576,14 +636,14 @@ class TestClipStream:
              ("next", "done"): torch.arange(10) == 9},  # done without the trailing [1]
             batch_size=[10],
         )
-        out = ClipStream(ClipSpec(clip_len=3), frame_key=None, extra_keys=["obs"]).push(
+        out = ClipStream(ClipSpec(final_frame=False, clip_len=3), frame_key=None, extra_keys=["obs"]).push(
             batch, torch.arange(10)
         )
         assert set(out.clips.keys(include_nested=True, leaves_only=True)) == {
             "obs", "mask", ("clip", "index"),
         }
         assert out.clips["obs"].amax(1).tolist() == [2, 3, 4, 5, 6, 7, 8, 9, 9, 9]
-        stream = ClipStream(ClipSpec(clip_len=4, stride=5), frame_key=None)
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=4, stride=5), frame_key=None)
         out = stream.push(batch[:7], torch.arange(7))
         assert out.clips["clip", "index"].tolist() == [[0, 1, 2, 3]]
         assert stream.num_frames_held == 2  # steps 5, 6: buffered positions, no frames
@@ -593,11 +653,11 @@ class TestClipStream:
         assert out.index.tolist() == [5, 6, 7, 8, 9]
 
     def test_generation_defaults_to_zeros(self):
-        out = ClipStream(ClipSpec(clip_len=2)).push(one_traj(3), torch.arange(3))
+        out = ClipStream(ClipSpec(final_frame=False, clip_len=2)).push(one_traj(3), torch.arange(3))
         assert out.generation.tolist() == [0, 0, 0] and out.generation.dtype == torch.int64
 
     def test_none_when_nothing_complete_and_reset(self):
-        stream = ClipStream(ClipSpec(clip_len=4))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=4))
         assert stream.push(one_traj(3, done=False), torch.arange(3)) is None
         assert (stream.num_trajectories, stream.num_frames_held) == (1, 3)
         stream.reset()
@@ -606,7 +666,7 @@ class TestClipStream:
 
     def test_flush_then_traj_ids_restart(self):
         # A recreated collector restarts ids at 0: flush first, so nothing is stitched.
-        stream = ClipStream(ClipSpec(clip_len=3))
+        stream = ClipStream(ClipSpec(final_frame=False, clip_len=3))
         stream.push(one_traj(2, done=False), torch.arange(2))
         out = stream.flush()
         assert out.clips["pixels"][..., 1].tolist() == [[0, 1, 1], [1, 1, 1]]
@@ -616,11 +676,13 @@ class TestClipStream:
 
     # ---- against a brute-force reference
 
+    @pytest.mark.parametrize("final_frame", [True, False])
     @pytest.mark.parametrize("stride", [1, 2, 3, 4, 6])
     @pytest.mark.parametrize("assign", ["start", "cover_max"])
     @pytest.mark.parametrize("layout", ["env_time", "time_major_flat"])
-    def test_matches_reference(self, stride, assign, layout):
-        spec = ClipSpec(clip_len=4, stride=stride, assign=assign)
+    def test_matches_reference(self, stride, assign, layout, final_frame):
+        # with final_frame, Recorder checks every clip's outcome frame (check_outcome)
+        spec = ClipSpec(clip_len=4, stride=stride, assign=assign, final_frame=final_frame)
         gen = torch.Generator().manual_seed(stride * 10 + len(assign))
         lengths = [[int(x) for x in torch.randint(1, 12, (40,), generator=gen)] for _ in range(3)]
         traj, step, done = env_data(lengths, steps=60)
@@ -634,7 +696,9 @@ class TestClipStream:
                     batch = batch.transpose(0, 1).contiguous().reshape(-1)
                 rec.push(batch)
                 # clips wait for their steps: frames bounded by clip_len per live trajectory
-                assert rec.stream.num_frames_held <= rec.stream.num_trajectories * spec.clip_len
+                # (+2 with the outcome: one more step, the buffered next frame)
+                bound = spec.clip_len + 2 * final_frame
+                assert rec.stream.num_frames_held <= rec.stream.num_trajectories * bound
                 assert rec.stream.num_trajectories <= 3
             rec.flush()
             records = sorted(rec.records)
@@ -681,10 +745,11 @@ class TestClipStream:
                 counts += torch.bincount(out.index, minlength=counts.numel())
                 check_clip_integrity(clip_records(out))
             assert stream.num_trajectories <= num_envs
-            assert stream.num_frames_held <= stream.num_trajectories * clip_len
+            # with the outcome frame: one more step per trajectory and its buffered next frame
+            assert stream.num_frames_held <= stream.num_trajectories * (clip_len + 2)
             max_held = max(max_held, stream.num_frames_held)
         counts += torch.bincount(stream.flush().index, minlength=counts.numel())
-        assert max_held <= num_envs * clip_len  # whatever the 20,000-step stream length
+        assert max_held <= num_envs * (clip_len + 2)  # whatever the 20,000-step stream length
         if assign == "start":
             assert (counts == 1).all()
         else:
@@ -749,3 +814,75 @@ def test_real_collector_serial_env():
         assert set(targets.tolist()) <= set(real_idx.tolist())
     # several envs and several episodes really were seen
     assert len(set(stored["collector", "traj_ids"].tolist())) > 3
+
+
+# --------------------------------------------------------------------------- the outcome frame
+
+
+class TestOutcomeFrame:
+    def test_outcome_is_the_frame_after_the_last_real_step(self):
+        # one trajectory of 5 steps that ends (done): its last "next" frame is the terminal one
+        stream = ClipStream(ClipSpec(clip_len=3), extra_keys=[("next", "reward")])
+        out = stream.push(one_traj(5), torch.arange(5))
+        px = out.clips["pixels"][..., 1].tolist()
+        # full clips end with the next step's frame; padded tails with the "next" of step 4
+        assert px == [[0, 1, 2, 3], [1, 2, 3, 4], [2, 3, 4, 5], [3, 4, 4, 5], [4, 4, 4, 5]]
+        assert out.clips["mask"].tolist()[3] == [True, True, False, False]
+        assert out.clips["clip", "index"][:, 3].tolist() == [-1] * 5
+        assert out.clips["next", "reward"][:, 3, 0].tolist() == [20.0, 30.0, 40.0, 40.0, 40.0]  # last real step's
+
+    def test_emitted_once_the_next_frame_arrived_and_flush_uses_the_last_next_frame(self):
+        stream = ClipStream(ClipSpec(clip_len=3))
+        assert stream.push(one_traj(3, done=False), torch.arange(3)) is None  # step 3's frame not there yet
+        out = stream.push(one_traj(1, done=False, first_step=3), torch.arange(3, 4))
+        assert out.clips["pixels"][..., 1].tolist() == [[0, 1, 2, 3]]
+        rest = stream.flush()  # no step 4 yet: the outcome of clips ending at step 3 is its "next" frame
+        assert rest.clips["pixels"][..., 1].tolist() == [[1, 2, 3, 4], [2, 3, 3, 4], [3, 3, 3, 4]]
+        assert stream.num_frames_held == 0
+
+    def test_pooled_stores_each_frame_once_and_equals_inline(self):
+        batch = make_batch(torch.tensor([[0] * 7 + [2] * 5, [1] * 12]),
+                           done=torch.tensor([[0] * 6 + [1] + [0] * 5, [0] * 12]),
+                           step=torch.tensor([list(range(7)) + list(range(5)), list(range(12))]))
+        for stride in (1, 2, 5):
+            spec = ClipSpec(clip_len=4, stride=stride)
+            inline, pooled = ClipStream(spec), ClipStream(spec, pool_frames=True)
+            for a, b in ((inline.push(batch, torch.arange(24)), pooled.push(batch, torch.arange(24))),
+                         (inline.flush(), pooled.flush())):
+                assert torch.equal(b.gather_frames()["pixels"], a.clips["pixels"])
+                rows = b.frames["pixels"]
+                assert len({tuple(r) for r in rows.tolist()}) == rows.shape[0]  # no frame twice
+
+    def test_stride_longer_than_the_clip_keeps_the_outcome_step(self):
+        stream = ClipStream(ClipSpec(clip_len=2, stride=4))
+        out = stream.push(one_traj(10), torch.arange(10))
+        assert out.clips["pixels"][..., 1].tolist() == [[0, 1, 2], [4, 5, 6], [8, 9, 10]]
+        assert out.index.tolist() == list(range(10))
+
+    def test_next_frame_needed(self):
+        batch = one_traj(4).exclude(("next", "pixels"))
+        with pytest.raises(KeyError, match=r"outcome frames \('next', 'pixels'\).*final_frame=False"):
+            ClipStream(ClipSpec(clip_len=2)).push(batch, torch.arange(4))
+        assert ClipStream(ClipSpec(clip_len=2, final_frame=False)).push(batch, torch.arange(4)) is not None
+        assert ClipStream(ClipSpec(clip_len=2), frame_key=None).final_frame is False  # no frames, no outcome
+        bad = one_traj(4)
+        bad["next", "pixels"] = bad["next", "pixels"].float()
+        with pytest.raises(ValueError, match=r"\('next', 'pixels'\) with the per-step shape and dtype"):
+            ClipStream(ClipSpec(clip_len=2)).push(bad, torch.arange(4))
+
+    def test_collector_batches_carry_the_next_frame(self):
+        # a rendered MiniGrid env under a TorchRL collector: ("next", "pixels") is in every batch
+        pytest.importorskip("minigrid")
+        from torchrl.collectors import Collector
+
+        from vlmrb_torchrl.envs import make_minigrid_env
+
+        env = make_minigrid_env("MiniGrid-Empty-5x5-v0", render=True, frame_size=16)
+        collector = Collector(env, None, frames_per_batch=30, total_frames=30)
+        batch = next(iter(collector))
+        collector.shutdown()
+        assert ("next", "pixels") in batch.keys(True)
+        cont = ~batch["next", "done"].reshape(-1)[:-1]
+        assert torch.equal(batch["next", "pixels"][:-1][cont], batch["pixels"][1:][cont])  # next = next step's
+        out = ClipStream(ClipSpec(clip_len=4), pool_frames=True).push(batch, torch.arange(30))
+        assert out is not None and out.clips.shape[1] == 5

@@ -120,9 +120,40 @@ class TestPacking:
     def test_frame_subsampling_matches_spec(self, clip_len, frames):
         scorer = RecordingScorer()
         t = VLMScoreTransform(scorer, clip_len=clip_len, frames=frames)
+        # no ("next", "pixels") in the slices: shown without the outcome frame
         t(TensorDict(pixels=step_frames(clip_len), batch_size=[clip_len]))
         got = scorer.seen[0]["pixels"][0, :, 0, 0, 0].long()
+        assert got.tolist() == ClipSpec(clip_len=clip_len, frames=frames, final_frame=False).frame_indices().tolist()
+        # with it: clip_len + 1 frames, subsampled keeping the last, the outcome (frame clip_len)
+        t(TensorDict({"pixels": step_frames(clip_len), ("next", "pixels"): step_frames(clip_len + 1)[1:]},
+                     batch_size=[clip_len]))
+        got = scorer.seen[1]["pixels"][0, :, 0, 0, 0].long()
         assert got.tolist() == ClipSpec(clip_len=clip_len, frames=frames).frame_indices().tolist()
+        assert got[-1] == clip_len and scorer.seen[1]["mask"].all()
+
+    def test_outcome_frame_of_the_last_real_step(self):
+        # slices with padding: the outcome is the "next" frame of the last real step
+        scorer = RecordingScorer()
+        t = VLMScoreTransform(scorer, clip_len=4)
+        td = TensorDict({"pixels": step_frames(8), ("next", "pixels"): step_frames(8) + 50,
+                         "mask": torch.tensor([1, 1, 0, 0, 1, 1, 1, 1]).bool()}, batch_size=[8])
+        out = t(td)
+        assert out["vlm_score"].tolist() == pytest.approx([0.51] * 4 + [0.57] * 4)
+        seen = scorer.seen[0]
+        assert seen["pixels"][:, :, 0, 0, 0].tolist() == [[0, 1, 2, 3, 51], [4, 5, 6, 7, 57]]
+        assert seen["mask"].tolist() == [[True, True, False, False, True], [True] * 5]
+        t_off = VLMScoreTransform(RecordingScorer(), clip_len=4, final_frame=False)
+        assert t_off(td.clone())["vlm_score"].tolist() == pytest.approx([0.01] * 4 + [0.07] * 4)
+
+    def test_events_with_the_outcome_position(self):
+        # the outcome position stands for no step of its own: every event counted once
+        clips = TensorDict(pixels=step_frames(9).unsqueeze(0), mask=(torch.arange(9) < 8).unsqueeze(0),
+                           event=(torch.arange(9) == 7).unsqueeze(0), batch_size=[1, 9])
+        packed = pack_frames(clips, positions=torch.tensor([0, 4, 8]), frame_keys=["pixels"], final_frame=True)
+        assert packed["event"].tolist() == [[False, False, True]] and packed["mask"].all()
+        packed = pack_frames(clips, positions=torch.arange(9), frame_keys=["pixels"], final_frame=True)
+        assert packed["event"].tolist() == [[False] * 7 + [True, False]]
+        assert packed["mask"].tolist() == [[True] * 9]
 
     def test_event_between_frames_not_lost(self):
         clips = TensorDict(pixels=step_frames(8).unsqueeze(0), mask=torch.ones(1, 8, dtype=torch.bool),
@@ -174,11 +205,13 @@ def test_frame_pool_scores_equal_inline(frames):
 
     n = 40
     batch = TensorDict({"pixels": step_frames(n), ("collector", "traj_ids"): torch.arange(n) // 13,
-                        ("next", "done"): torch.zeros(n, dtype=torch.bool)}, batch_size=[n])
+                        ("next", "done"): torch.arange(n) % 13 == 12,
+                        ("next", "pixels"): step_frames(n) + 50}, batch_size=[n])
     spec = ClipSpec(clip_len=6, frames=frames)
     inline = ClipStream(spec).push(batch, torch.arange(n))
     pooled = ClipStream(spec, pool_frames=True).push(batch, torch.arange(n))
-    assert "pixels" not in pooled.clips.keys() and pooled.frames.shape[0] <= n
+    # each frame once: the steps' frames and the ended trajectories' last "next" frames
+    assert "pixels" not in pooled.clips.keys() and pooled.frames.shape[0] <= n + 3
     assert (pooled.gather_frames()["pixels"] == inline.clips["pixels"]).all()
     assert (pooled.materialize()["pixels"] == inline.clips["pixels"]).all()  # the earlier name
     t = VLMScoreTransform(RecordingScorer(), clip_len=6, frames=frames)
@@ -256,6 +289,7 @@ class TestMakeClipScoring:
     def batch(self, n=40, traj_len=13):
         return TensorDict({"pixels": step_frames(n), ("collector", "traj_ids"): torch.arange(n) // traj_len,
                            ("next", "done"): torch.zeros(n, dtype=torch.bool),
+                           ("next", "pixels"): step_frames(n + 1)[1:],
                            ("next", "progress_event"): torch.arange(n) % 7 == 3}, batch_size=[n])
 
     def test_frame_scorer(self):
@@ -279,7 +313,8 @@ class TestMakeClipScoring:
                                               extra_keys=["obs", ("next", "progress_event")], pool_frames=False)
         assert stream.frame_key is None and stream.done_key is None and not stream.pool_frames
         assert stream.extra_keys == [("next", "progress_event"), "obs"]  # the scorer's first, no duplicates
-        assert transform.in_keys == [] and transform.clip_spec == ClipSpec(clip_len=4)
+        # no frames read, so no outcome frame: the oracle sees exactly the steps it saw before
+        assert transform.in_keys == [] and transform.clip_spec == ClipSpec(clip_len=4, final_frame=False)
 
     def test_default_clip_spec(self):
         from vlmrb_torchrl import make_clip_scoring
@@ -294,14 +329,17 @@ class TestMakeClipScoring:
         stream, transform = make_clip_scoring(scorer, spec)
         n = 50  # one trajectory: full clips, then padded tail clips
         batch = TensorDict({"pixels": step_frames(n), ("collector", "traj_ids"): torch.zeros(n, dtype=torch.long),
-                            ("next", "done"): torch.arange(n) == n - 1}, batch_size=[n])
+                            ("next", "done"): torch.arange(n) == n - 1,
+                            ("next", "pixels"): step_frames(n + 1)[1:]}, batch_size=[n])
         out = stream.push(batch, torch.arange(n))
         transform.score_clips(out.clips, frames=out.frames)
         positions = spec.frame_indices().tolist()
+        assert positions[-1] == 32  # the outcome frame, kept by the subsampling
         assert scorer.seen[0] == positions  # exactly the transform's frames
         assert len(scorer.seen) == n
         for start, seen in enumerate(scorer.seen):  # padded clips: the real ones among them, untouched
-            assert seen == [start + p for p in positions if start + p < n]
+            # ... ending with the outcome: the frame after the last real step (the "next" one at the end)
+            assert seen == [start + p for p in positions[:-1] if start + p < n] + [min(start + 32, n)]
 
     def test_double_subsampling_warns(self):
         from vlmrb_torchrl import make_clip_scoring
@@ -320,5 +358,43 @@ class TestMakeClipScoring:
 
         for length in range(1, 70):
             for frames in range(1, length + 1):
-                assert subsample(length, frames) == ClipSpec(clip_len=length, frames=frames).frame_indices().tolist()
+                assert subsample(length, frames) == ClipSpec(
+                    clip_len=length, frames=frames, final_frame=False).frame_indices().tolist()
+                # with the outcome frame: the same rule over the clip's length + 1 frames
+                assert subsample(length + 1, frames) == ClipSpec(clip_len=length, frames=frames).frame_indices().tolist()
             assert subsample(length, None) == subsample(length, length + 3) == list(range(length))
+
+
+class TestOutcomeFrameThroughTheStream:
+    def batch(self, n=60):
+        # 3 episodes of 20 steps, an event on the last step of each; frames encode the step
+        step = torch.arange(n) % 20
+        return TensorDict({"pixels": step_frames(n), ("next", "pixels"): step_frames(n) + 1,
+                           ("collector", "traj_ids"): torch.arange(n) // 20,
+                           ("next", "done"): step == 19, ("next", "progress_event"): step == 19},
+                          batch_size=[n])
+
+    def scores(self, scorer, spec):
+        from vlmrb_torchrl import make_clip_scoring
+
+        stream, transform = make_clip_scoring(scorer, spec)
+        out = stream.push(self.batch(), torch.arange(60))
+        return out.index, out.scores_for_targets(transform.score_clips(out.clips, frames=out.frames))
+
+    @pytest.mark.parametrize("frames", [None, 3])
+    def test_oracle_labels_unchanged(self, frames):
+        index, on = self.scores("oracle:minigrid", ClipSpec(clip_len=5, frames=frames))
+        index_off, off = self.scores("oracle:minigrid", ClipSpec(clip_len=5, frames=frames, final_frame=False))
+        assert torch.equal(index, index_off) and torch.equal(on, off)
+        if frames is None:
+            assert on.sum() == 15  # 5 clips per episode hold its last step
+
+    def test_a_frame_scorer_sees_the_goal_frame(self):
+        # the frame after the goal step (value 20) exists only as ("next", "pixels") of step 19
+        # (RecordingScorer scores a clip by its last real frame / 100; episode 0's frames are 0..19)
+        index, on = self.scores(RecordingScorer(), ClipSpec(clip_len=5))
+        first = index < 20
+        assert on[first].max() == pytest.approx(0.20)
+        torch.testing.assert_close(on[first & (index >= 15)], torch.full((5,), 0.20))
+        _, off = self.scores(RecordingScorer(), ClipSpec(clip_len=5, final_frame=False))
+        assert off[first].max() == pytest.approx(0.19)  # without it, the goal frame is never shown

@@ -294,7 +294,8 @@ class TestMakeVLMReplayBuffer:
             rows = torch.nonzero(trajs == tid).flatten()
             px = flat["pixels"][rows][..., 0, 0, 0].float()
             for k, row in enumerate(rows.tolist()):
-                exp[row] = px[k : k + 4].max().item() / 255
+                # 4 steps and the outcome frame: the next step's, or at the end ("next" here = the step's own)
+                exp[row] = px[k : k + 5].max().item() / 255
         np.testing.assert_allclose(rb.sampler.scores(index), [exp[i] for i in range(60)], rtol=1e-6)
         assert rb.sample().shape == (16,)
         stats = rb.vlm_stats()
@@ -304,11 +305,24 @@ class TestMakeVLMReplayBuffer:
 
     def test_store_frames(self):
         data = make_batches(1, 8).reshape(-1)
-        data["pixels"] = torch.zeros(8, 2, 2, 3, dtype=torch.uint8)
+        data["pixels"] = data["next", "pixels"] = torch.zeros(8, 2, 2, 3, dtype=torch.uint8)
         rb = make_vlm_replay_buffer(16, FramesScorer(), clip_spec=ClipSpec(clip_len=2), store_frames=True)
         rb.extend(data)
         rb.close()
-        assert "pixels" in rb.storage[0].keys()
+        assert "pixels" in rb.storage[0].keys() and ("next", "pixels") in rb.storage[0].keys(True)
+
+    def test_batches_without_next_frames_fail_clearly(self):
+        # the outcome frame of a clip ending an episode is ("next", "pixels"): needed in every batch
+        data = make_batches(1, 8).reshape(-1)
+        data["pixels"] = torch.zeros(8, 2, 2, 3, dtype=torch.uint8)
+        rb = make_vlm_replay_buffer(16, FramesScorer(), clip_spec=ClipSpec(clip_len=2))
+        with pytest.raises(KeyError, match=r"outcome frames \('next', 'pixels'\).*final_frame=False"):
+            rb.extend(data)
+        rb.close(flush=False)
+        off = make_vlm_replay_buffer(16, FramesScorer(), clip_spec=ClipSpec(clip_len=2, final_frame=False))
+        off.extend(data)
+        off.close()
+        assert off.sampler.stats()["fraction_scored"] == 1.0
 
     def test_only_needed_keys_travel(self):
         # a scorer that does not read frames: the stream holds no frames at all

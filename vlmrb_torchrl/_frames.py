@@ -1,6 +1,14 @@
 """The two frame rules every clip consumer shares: which frames of a clip are shown, and how
 several frames are tiled into one image.
 
+Which frames a clip of ``L`` steps has: the frame *before* each step (positions ``0 .. L - 1``)
+and, with the outcome frame on (:attr:`vlmrb_torchrl.ClipSpec.final_frame`, the default), the
+frame *after* its last real step (position ``L``: the ``("next", <frame key>)`` frame of that
+step), so ``L + 1`` frames in all. Events live in ``("next", ...)``: without the outcome frame,
+what the last step did (reaching the goal, say) never appears in the clip. When fewer frames
+are sent (``ClipSpec.frames=F``), they are :func:`evenly_spaced` over all of the clip's frames,
+``evenly_spaced(L + 1, F)``, which always keeps the first frame and the last one, the outcome.
+
 A leaf module (it imports nothing from the package): :class:`~vlmrb_torchrl.ClipSpec`, the
 scoring transform and the scorer backends all read these rules from here, so a clip the
 transform has subsampled is never subsampled again by a scorer with another rounding.

@@ -51,6 +51,8 @@ def make_clip_scoring(
     the frames (pooled, see ``pool_frames``) and the transform packs them; otherwise the
     stream cuts frame-less clips and the environment need not render. Either way the stream
     carries every other entry the scorer reads (:meth:`VLMScoreTransform.score_key_list`).
+    Both show each clip's outcome frame when ``clip_spec.final_frame`` (the default) and the
+    scorer reads frames: the stream then reads ``("next", frame_key)`` from every batch.
 
     A scorer with a ``max_frames`` attribute shows at most that many real frames of each clip;
     it subsamples only clips with more (same rule as :meth:`ClipSpec.frame_indices`), so with
@@ -80,7 +82,7 @@ def make_clip_scoring(
         >>> stream, transform = make_clip_scoring("oracle:minigrid", ClipSpec(clip_len=8, frames=4))
         >>> stream.frame_key is None, stream.extra_keys  # the oracle reads event flags, not frames
         (True, [('next', 'progress_event')])
-        >>> transform.in_keys, transform.clip_spec.num_frames
+        >>> transform.in_keys, transform.clip_spec.num_frames  # no frames, so no outcome frame either
         ([], 4)
     """
     if isinstance(scorer, str):
@@ -91,7 +93,7 @@ def make_clip_scoring(
     needs_frames = frame_key in list(getattr(scorer, "in_keys", []))
     transform = VLMScoreTransform(
         scorer, clip_len=clip_spec.clip_len, in_keys=[frame_key] if needs_frames else [],
-        frames=clip_spec.frames, frame_size=frame_size, grid=grid,
+        frames=clip_spec.frames, frame_size=frame_size, grid=grid, final_frame=clip_spec.final_frame,
     )
     user_extras = stream_kwargs.pop("extra_keys", ())
     if isinstance(user_extras, str):
@@ -103,7 +105,7 @@ def make_clip_scoring(
         extra_keys=extra_keys, pool_frames=pool_frames, **stream_kwargs,
     )
     max_frames = getattr(scorer, "max_frames", None)
-    shown = 1 if grid else clip_spec.num_frames
+    shown = 1 if grid else transform.clip_spec.num_frames
     if needs_frames and isinstance(max_frames, int) and max_frames < shown:
         warnings.warn(
             f"{type(scorer).__name__}.max_frames={max_frames} is below the {shown} frames per clip the "

@@ -62,6 +62,13 @@ class ClipSpec:
     trajectory, clips run past the last step; they are padded by repeating the last real frame
     and carry a validity mask, so transitions near an episode end are scored like the others.
 
+    A clip of ``L`` steps shows ``L + 1`` frames when ``final_frame`` is on (the default): the
+    frame before each step, then the *outcome* frame, the ``("next", <frame key>)`` frame of its
+    last real step. Events live in ``("next", ...)``, so without it what the clip's last step
+    did (reaching the goal, opening a door) would never be seen by a scorer reading frames.
+    Scorers that read only per-step entries (the privileged oracle) are unaffected: the outcome
+    frame is not a step and carries no event.
+
     Args:
         clip_len (int, optional): number of consecutive steps ``L`` covered by one clip
             (the paper uses 32). Defaults to ``32``.
@@ -69,7 +76,8 @@ class ClipSpec:
             ``1`` is the paper's "one clip per transition"; larger strides trade resolution for
             scoring cost. Defaults to ``1``.
         frames (int, optional): number of frames actually sent to the scorer, evenly subsampled
-            from the ``clip_len`` steps (see :meth:`frame_indices`). ``None`` sends all of them.
+            from the clip's ``clip_len`` (``+ 1`` with ``final_frame``) frames, always keeping
+            the first and the last (see :meth:`frame_indices`). ``None`` sends all of them.
             Defaults to ``None``.
         assign (str, optional): how a clip score becomes per-transition scores.
 
@@ -82,19 +90,23 @@ class ClipSpec:
               preceding clip, as with ``"start"``, so no transition is left unscored.
 
             Defaults to ``"start"``.
+        final_frame (bool, optional): show the outcome frame after each clip's last real step
+            (position ``clip_len`` of :meth:`frame_indices`). Defaults to ``True``.
 
     Raises:
-        TypeError: if an integer argument is not an ``int`` (``bool`` is rejected) or
-            ``assign`` is not a string.
+        TypeError: if an integer argument is not an ``int`` (``bool`` is rejected),
+            ``assign`` is not a string or ``final_frame`` is not a bool.
         ValueError: if ``clip_len < 1``, ``stride < 1``, ``frames`` is outside
             ``[1, clip_len]`` or ``assign`` is not one of ``"start"``, ``"cover_max"``.
 
     Examples:
-        >>> spec = ClipSpec(clip_len=8, stride=4, frames=3)
+        >>> spec = ClipSpec(clip_len=8, stride=4, frames=3)  # 9 frames: 8 steps + the outcome
         >>> spec.num_frames, spec.frame_indices().tolist()
-        (3, [0, 4, 7])
-        >>> ClipSpec(clip_len=8, frames=1).frame_indices().tolist()
-        [7]
+        (3, [0, 4, 8])
+        >>> ClipSpec(clip_len=8, frames=1).frame_indices().tolist()  # the outcome alone
+        [8]
+        >>> ClipSpec(clip_len=8, frames=3, final_frame=False).frame_indices().tolist()
+        [0, 4, 7]
         >>> ClipSpec(clip_len=0)
         Traceback (most recent call last):
             ...
@@ -105,6 +117,7 @@ class ClipSpec:
     stride: int = 1
     frames: int | None = None
     assign: Literal["start", "cover_max"] = "start"
+    final_frame: bool = True
 
     def __post_init__(self) -> None:
         # Frozen dataclass: normalised values (numpy ints -> int) go through object.__setattr__.
@@ -131,11 +144,21 @@ class ClipSpec:
             raise ValueError(
                 f"ClipSpec.assign must be one of {list(_ASSIGN_MODES)}, got assign={self.assign!r}."
             )
+        if not isinstance(self.final_frame, bool):
+            raise TypeError(
+                f"ClipSpec.final_frame must be a bool, got final_frame={self.final_frame!r} "
+                f"of type {type(self.final_frame).__name__}."
+            )
+
+    @property
+    def clip_frames(self) -> int:
+        """Number of frames a clip has: ``clip_len``, plus one (the outcome) with ``final_frame``."""
+        return self.clip_len + int(self.final_frame)
 
     @property
     def num_frames(self) -> int:
-        """Number of frames per clip sent to the scorer: ``frames``, or ``clip_len`` if ``None``."""
-        return self.clip_len if self.frames is None else self.frames
+        """Number of frames per clip sent to the scorer: ``frames``, or :attr:`clip_frames` if ``None``."""
+        return self.clip_frames if self.frames is None else self.frames
 
     @property
     def reduce(self) -> str:
@@ -143,26 +166,29 @@ class ClipSpec:
         return _REDUCE_OF_ASSIGN[self.assign]
 
     def frame_indices(self) -> Tensor:
-        """Positions inside a clip (``0 .. clip_len - 1``) of the frames sent to the scorer.
+        """Positions inside a clip of the frames sent to the scorer.
 
-        All positions when ``frames`` is ``None``. Otherwise ``frames`` positions evenly spaced
-        by ``torch.linspace(0, clip_len - 1, frames).round()`` (round half to even): strictly
-        increasing, the first is ``0`` and the last ``clip_len - 1``. A single frame
-        (``frames=1``) is the *last* position, because the end of a clip is what shows whether
-        progress was made. The scorer backends subsample with the same rule
-        (:func:`vlmrb_torchrl._frames.evenly_spaced`), and only clips with more real frames
-        than their ``max_frames``.
+        Positions ``0 .. clip_len - 1`` are the frames before each step; position
+        ``clip_len`` is the outcome frame (only with ``final_frame``). All positions when
+        ``frames`` is ``None``. Otherwise ``frames`` positions evenly spaced over the clip's
+        :attr:`clip_frames` frames by ``torch.linspace(0, clip_frames - 1, frames).round()``
+        (round half to even): strictly increasing, the first is ``0`` and the last is the
+        clip's last frame (the outcome with ``final_frame``). A single frame (``frames=1``) is
+        the *last* position, because the end of a clip is what shows whether progress was
+        made. The rule lives in :func:`vlmrb_torchrl._frames.evenly_spaced`; the scorer
+        backends subsample with it too, and only clips with more real frames than their
+        ``max_frames``.
 
         Returns:
             an int64 tensor of shape ``[num_frames]``.
 
         Examples:
             >>> ClipSpec(clip_len=4).frame_indices().tolist()
-            [0, 1, 2, 3]
-            >>> ClipSpec(clip_len=32, frames=8).frame_indices().tolist()
+            [0, 1, 2, 3, 4]
+            >>> ClipSpec(clip_len=32, frames=8, final_frame=False).frame_indices().tolist()
             [0, 4, 9, 13, 18, 22, 27, 31]
         """
-        return evenly_spaced(self.clip_len, self.num_frames)
+        return evenly_spaced(self.clip_frames, self.num_frames)
 
 
 class _ClipBatchFields(NamedTuple):
@@ -179,12 +205,16 @@ class ClipBatch(_ClipBatchFields):
 
     Fields (read them by name; the tuple order is the one below):
 
-    - ``clips`` (TensorDict ``[B, L]``): one row per clip, always the full ``clip_len`` L steps
-      (the scoring transform subsamples with :meth:`ClipSpec.frame_indices`). Entries:
-      the frame key (``[B, L, *frame_shape]``, dtype as collected), ``"mask"`` (``[B, L]`` bool,
-      ``True`` on real steps, ``False`` on padding), ``("clip", "index")`` (``[B, L]`` int64
-      storage index of each step, ``-1`` on padding) and every ``extra_keys`` entry. Padding
-      repeats the last real step, for frames and extras alike.
+    - ``clips`` (TensorDict ``[B, L']``): one row per clip, always the full ``clip_len`` L steps
+      (the scoring transform subsamples with :meth:`ClipSpec.frame_indices`), then, when the
+      stream shows the outcome frame (:attr:`ClipStream.final_frame`), one more position
+      ``L`` (``L' = L + 1``; else ``L' = L``). Entries: the frame key
+      (``[B, L', *frame_shape]``, dtype as collected), ``"mask"`` (``[B, L']`` bool, ``True``
+      on real steps, ``False`` on padding), ``("clip", "index")`` (``[B, L']`` int64 storage
+      index of each step, ``-1`` on padding) and every ``extra_keys`` entry. Padding repeats
+      the last real step, for frames and extras alike. Position ``L`` is no step: its frame is
+      the outcome (``("next", frame)`` of the last real step), its other entries repeat the
+      last real step, ``"mask"`` is ``False`` and the index ``-1``.
     - ``target_clip`` (Tensor ``[M]`` int64): which row of ``clips`` scores each target.
     - ``index`` (Tensor ``[M]`` int64): storage index of each target transition.
     - ``generation`` (Tensor ``[M]`` int64): the slot generation given to
@@ -413,9 +443,11 @@ class _Trajectory:
     ``index``/``generation`` cover steps ``next_start .. length - 1`` (targets not yet emitted);
     ``data`` holds the frames (and extras) of the steps some pending clip still shows, at the
     trajectory steps listed in ``steps`` (sorted; contiguous unless ``stride > clip_len``).
+    ``tail`` is the ``("next", frame)`` of step ``length - 1``, the outcome frame of a clip
+    ending there if the trajectory is flushed before its next step arrives.
     """
 
-    __slots__ = ("length", "next_start", "data", "steps", "index", "generation")
+    __slots__ = ("length", "next_start", "data", "steps", "index", "generation", "tail")
 
     def __init__(self) -> None:
         self.length = 0
@@ -424,6 +456,7 @@ class _Trajectory:
         self.steps: Tensor | None = None
         self.index: Tensor | None = None
         self.generation: Tensor | None = None
+        self.tail: Tensor | None = None
 
 
 class _Piece(NamedTuple):
@@ -432,12 +465,14 @@ class _Piece(NamedTuple):
     # gather is the costly copy and must happen once.
     data: dict
     num_rows: int
-    rows: Tensor
+    rows: Tensor  # [count, L'] rows of ``data`` per clip position (the outcome position: the last real step)
     mask: Tensor
     clip_index: Tensor
     target_clip: Tensor
     index: Tensor
     generation: Tensor
+    frame_rows: Tensor | None = None  # [count, L + 1] frame rows; row num_rows is ``tail``
+    tail: Tensor | None = None  # the outcome frame past the buffered steps, when a clip shows it
 
 
 def _found_keys(td: TensorDictBase) -> list:
@@ -469,8 +504,20 @@ class ClipStream:
     Trajectory boundaries come only from ``traj_key`` and ``done_key``: a clip never mixes two
     trajectory ids, even where flattened env blocks of a ``[E, T]`` batch touch without a done.
 
+    Outcome frame (``spec.final_frame``, on by default, and a ``frame_key``): every clip also
+    shows the frame after its last real step, ``("next", frame_key)`` of that step, at position
+    ``L`` (so clips are ``[B, L + 1]``; see :class:`ClipBatch`). Inside a trajectory it is the
+    next step's frame, so a clip is emitted one step later (once ``s + L + 1`` steps arrived);
+    at a trajectory's end (``done`` or :meth:`flush`) it is read from ``("next", frame_key)``,
+    which every batch must then hold (TorchRL collectors write it for every observation of a
+    rendering env). Pooled, it is stored once like any frame. Per-step entries at position
+    ``L`` repeat the last real step, with ``"mask"`` ``False`` and index ``-1``: the outcome
+    is a frame, not a step, so a scorer reading event flags sees exactly the steps it saw
+    without it.
+
     Memory: only the steps some pending clip still needs are kept, at most ``clip_len`` frames
-    per live trajectory whatever the stream length (see :attr:`num_frames_held`).
+    per live trajectory whatever the stream length (``clip_len + 2`` with the outcome frame;
+    see :attr:`num_frames_held`).
 
     Args:
         spec (ClipSpec): clip geometry.
@@ -495,6 +542,10 @@ class ClipStream:
             (``clip_len`` copies with stride 1). Use it for image scorers; the scoring
             transform gathers only the frames it sends. Defaults to ``False``.
 
+    Raises:
+        KeyError: at :meth:`push`, a needed entry (``("next", frame_key)`` included, with the
+            outcome frame on) is missing from the batch.
+
     .. note::
         A trajectory that stops appearing without a ``done`` (a collector recreated on resume,
         ``reset_at_each_iter=True``) stays buffered: its ids can come back meaning something
@@ -505,29 +556,37 @@ class ClipStream:
 
     Examples:
         >>> # two envs, 4 steps each; pixels encode the storage index. Env 1 finishes
-        >>> # trajectory 1 after its second step and starts trajectory 2.
+        >>> # trajectory 1 after its second step (its last frame, "next" of step 5, is 50)
+        >>> # and starts trajectory 2.
         >>> batch = TensorDict(
         ...     pixels=torch.arange(8, dtype=torch.uint8).reshape(2, 4, 1),
         ...     collector=TensorDict(traj_ids=torch.tensor([[0, 0, 0, 0], [1, 1, 2, 2]]),
         ...                          batch_size=[2, 4]),
         ...     next=TensorDict(done=torch.tensor([[0, 0, 0, 0], [0, 1, 0, 0]]).bool()[..., None],
+        ...                     pixels=torch.tensor([[1, 2, 3, 4], [5, 50, 7, 8]]).byte()[..., None],
         ...                     batch_size=[2, 4]),
         ...     batch_size=[2, 4])
-        >>> stream = ClipStream(ClipSpec(clip_len=3))
+        >>> stream = ClipStream(ClipSpec(clip_len=3))  # 3 steps + the outcome frame
         >>> out = stream.push(batch, index=torch.arange(8))
         >>> out.clips.batch_size
-        torch.Size([4, 3])
+        torch.Size([3, 4])
         >>> out.clips["pixels"][..., 0].tolist()
-        [[0, 1, 2], [1, 2, 3], [4, 5, 5], [5, 5, 5]]
+        [[0, 1, 2, 3], [4, 5, 5, 50], [5, 5, 5, 50]]
         >>> out.clips["mask"].sum(-1).tolist(), out.index.tolist()
-        ([3, 3, 2, 1], [0, 1, 4, 5])
+        ([3, 2, 1], [0, 4, 5])
         >>> stream.num_trajectories, stream.num_frames_held
-        (2, 4)
+        (2, 7)
         >>> rest = stream.flush()
         >>> rest.clips["pixels"][..., 0].tolist(), rest.index.tolist()
-        ([[2, 3, 3], [3, 3, 3], [6, 7, 7], [7, 7, 7]], [2, 3, 6, 7])
+        ([[1, 2, 3, 4], [2, 3, 3, 4], [3, 3, 3, 4], [6, 7, 7, 8], [7, 7, 7, 8]], [1, 2, 3, 6, 7])
         >>> stream.num_trajectories, stream.flush()
         (0, None)
+
+        Without the outcome frame, clips hold the frames before their steps only:
+
+        >>> stream = ClipStream(ClipSpec(clip_len=3, final_frame=False))
+        >>> stream.push(batch, index=torch.arange(8)).clips["pixels"][..., 0].tolist()
+        [[0, 1, 2], [1, 2, 3], [4, 5, 5], [5, 5, 5]]
     """
 
     def __init__(
@@ -562,6 +621,12 @@ class ClipStream:
             )
         self.extra_keys = extras
         self.pool_frames = bool(pool_frames)
+        #: whether clips show the outcome frame (``spec.final_frame`` and a ``frame_key``).
+        self.final_frame = spec.final_frame and self.frame_key is not None
+        #: where the outcome frame is read at a trajectory's end: ``("next", frame_key)``.
+        self.next_frame_key = (
+            None if self.frame_key is None else unravel_key(("next", self.frame_key))
+        )
         self._data_keys = data_keys
         self._trajs: dict[int, _Trajectory] = {}
         # (feature shape, dtype) per data key, so a mid-trajectory change fails clearly.
@@ -597,9 +662,13 @@ class ClipStream:
     def num_frames_held(self) -> int:
         """Number of steps (frames) currently buffered, summed over trajectories.
 
-        Bounded by ``num_trajectories * spec.clip_len``.
+        Bounded by ``num_trajectories * spec.clip_len`` (``clip_len + 2`` with the outcome
+        frame: one more step and the buffered ``("next", frame)`` of the last step).
         """
-        return sum(0 if t.steps is None else t.steps.numel() for t in self._trajs.values())
+        return sum(
+            (0 if t.steps is None else t.steps.numel()) + (t.tail is not None)
+            for t in self._trajs.values()
+        )
 
     def reset(self) -> None:
         """Drops all buffered state without emitting anything."""
@@ -647,7 +716,9 @@ class ClipStream:
                 frame shape/dtype changes while a trajectory is buffered.
             TypeError: if ``batch`` is not a TensorDict or ``index`` is not an integer tensor.
         """
-        num, data, traj, done, index, generation = self._read_batch(batch, index, generation)
+        num, data, traj, done, index, generation, next_frames = self._read_batch(
+            batch, index, generation
+        )
         traj_ids, group_of = torch.unique(traj, return_inverse=True)
         # Process trajectories in order of first appearance so output order follows the batch.
         positions = torch.arange(num, device=traj.device)
@@ -658,7 +729,8 @@ class ClipStream:
         rank[group_order] = torch.arange(group_order.numel(), device=rank.device)
         step_rank = rank[group_of]
         perm = torch.argsort(step_rank, stable=True)
-        if not torch.equal(perm, positions):
+        permuted = not torch.equal(perm, positions)
+        if permuted:
             data = {k: v[perm.to(v.device)] for k, v in data.items()}
             done = done[perm.to(done.device)]
             perm_i = perm.to(index.device)
@@ -683,12 +755,17 @@ class ClipStream:
                     continue
                 ended = seg_end in cuts
                 traj_state = self._trajs.pop(tid, None) or _Trajectory()
+                tail = None
+                if next_frames is not None:  # ("next", frame) of the segment's last step
+                    last = int(perm[seg_end - 1]) if permuted else seg_end - 1
+                    tail = next_frames[last].clone()
                 piece = self._advance(
                     traj_state,
                     {k: v[seg_begin:seg_end] for k, v in data.items()},
                     index[seg_begin:seg_end],
                     generation[seg_begin:seg_end],
                     ended=ended,
+                    tail=tail,
                 )
                 if piece is not None:
                     pieces.append(piece)
@@ -712,7 +789,7 @@ class ClipStream:
         """
         pieces = []
         for traj_state in self._trajs.values():
-            piece = self._advance(traj_state, None, None, None, ended=True)
+            piece = self._advance(traj_state, None, None, None, ended=True, tail=traj_state.tail)
             if piece is not None:
                 pieces.append(piece)
         self.reset()
@@ -722,7 +799,7 @@ class ClipStream:
 
     def _read_batch(
         self, batch: TensorDictBase, index: Tensor, generation: Tensor | None
-    ) -> tuple[int, dict, Tensor, Tensor, Tensor, Tensor]:
+    ) -> tuple[int, dict, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         if not isinstance(batch, TensorDictBase):
             raise TypeError(
                 f"ClipStream.push needs a TensorDict batch, got {type(batch).__name__}."
@@ -743,6 +820,14 @@ class ClipStream:
         if self.frame_key is not None and self.frame_key not in keys:
             raise missing(
                 "", self.frame_key, "Render frames at collection time or pass frame_key=."
+            )
+        if self.final_frame and self.next_frame_key not in keys:
+            raise missing(
+                "the outcome frames ",
+                self.next_frame_key,
+                "Clips show the frame after their last step (ClipSpec.final_frame=True): "
+                "push batches as collectors write them (they hold ('next', <frame key>)), or "
+                "pass ClipSpec(final_frame=False).",
             )
         if self.traj_key not in keys:
             raise missing(
@@ -784,8 +869,19 @@ class ClipStream:
             value = batch.get(key)
             value = value.reshape(num, *value.shape[batch.batch_dims :])
             data[key] = value
+        next_frames = None
+        if self.final_frame:
+            value = batch.get(self.next_frame_key)
+            next_frames = value.reshape(num, *value.shape[batch.batch_dims :])
+            frames = data[self.frame_key]
+            if next_frames.shape[1:] != frames.shape[1:] or next_frames.dtype != frames.dtype:
+                raise ValueError(
+                    f"ClipStream needs {self.next_frame_key!r} with the per-step shape and dtype "
+                    f"of {self.frame_key!r} ({list(frames.shape[1:])}, {frames.dtype}); got "
+                    f"{list(next_frames.shape[1:])}, {next_frames.dtype}."
+                )
         self._check_features(data)
-        return num, data, traj, done, index, generation
+        return num, data, traj, done, index, generation, next_frames
 
     @staticmethod
     def _check_steps(name: str, value, num: int, batch: TensorDictBase) -> Tensor:
@@ -826,12 +922,19 @@ class ClipStream:
         seg_generation: Tensor | None,
         *,
         ended: bool,
+        tail: Tensor | None = None,
     ) -> _Piece | None:
-        """Appends a run of steps to ``traj``, returns its newly complete clips, updates state."""
+        """Appends a run of steps to ``traj``, returns its newly complete clips, updates state.
+
+        ``tail`` is the ``("next", frame)`` of the run's last step (of the trajectory's last
+        step when flushing), the outcome frame of a clip ending at the trajectory's end.
+        """
         clip_len, stride = self.spec.clip_len, self.spec.stride
-        # A clip is ready once its frames (L steps) and its targets (stride block for "start",
-        # window or stride block for "cover_max") have all arrived.
-        window = max(clip_len, stride)
+        outcome = int(self.final_frame)
+        # A clip is ready once its frames (L steps, plus the next step's frame: its outcome)
+        # and its targets (stride block for "start", window or stride block for "cover_max")
+        # have all arrived.
+        window = max(clip_len + outcome, stride)
         first = traj.length
         if seg is None:
             length, work, work_steps = first, traj.data, traj.steps
@@ -842,7 +945,7 @@ class ClipStream:
             seg_steps = torch.arange(first, length, device=device)
             if stride > clip_len:
                 # Steps between two windows are never shown: keep only their index/generation.
-                shown = (seg_steps % stride) < clip_len
+                shown = (seg_steps % stride) < clip_len + outcome
                 if not bool(shown.all()):
                     seg = {k: v[shown] for k, v in seg.items()}
                     seg_steps = seg_steps[shown]
@@ -862,9 +965,10 @@ class ClipStream:
 
         piece = None
         if count and work is not None:
-            piece = self._cut(work, work_steps, index, generation, start0, count, length)
+            piece = self._cut(work, work_steps, index, generation, start0, count, length, tail)
         if ended:
             return piece
+        traj.tail = tail
         next_start = start0 + stride * count
         # Clone what is kept: slices would pin the whole batch (or concatenation) in memory.
         keep_from = int((work_steps < next_start).sum())
@@ -885,6 +989,7 @@ class ClipStream:
         start0: int,
         count: int,
         length: int,
+        tail: Tensor | None = None,
     ) -> _Piece:
         """Gathers ``count`` clips starting at ``start0, start0 + stride, ...``."""
         clip_len, stride = self.spec.clip_len, self.spec.stride
@@ -900,6 +1005,23 @@ class ClipStream:
         clip_index = index[(pos - start0).to(idx_device)]
         clip_index = torch.where(mask.to(idx_device), clip_index, -1).to(device)
 
+        frame_rows = used_tail = None
+        if self.final_frame:
+            # the outcome: the frame of the step after the last real one while that step is
+            # buffered, else (trajectory end) the tail, appended as row work_steps.numel()
+            after = (starts + clip_len).clamp(max=length)
+            inside = after < length
+            found = torch.searchsorted(work_steps, after.clamp(max=length - 1))
+            outcome_rows = torch.where(inside, found, work_steps.numel())
+            frame_rows = torch.cat([rows, outcome_rows[:, None]], 1)
+            rows = torch.cat([rows, rows[:, -1:]], 1)  # per-step entries repeat the last real step
+            mask = torch.cat([mask, mask.new_zeros(count, 1)], 1)
+            clip_index = torch.cat([clip_index, clip_index.new_full((count, 1), -1)], 1)
+            if not bool(inside.all()):
+                if tail is None:  # push() always reads it: only reachable by misuse
+                    raise RuntimeError("ClipStream: the outcome frame of a trajectory's end is missing.")
+                used_tail = tail
+
         span = stride if self.spec.assign == "start" else max(clip_len, stride)
         starts_i = starts.to(idx_device)
         tpos = starts_i[:, None] + torch.arange(span, device=idx_device)
@@ -908,7 +1030,7 @@ class ClipStream:
         offset = tpos[valid] - start0
         return _Piece(
             work, work_steps.numel(), rows, mask, clip_index, target_clip, index[offset],
-            generation[offset],
+            generation[offset], frame_rows, used_tail,
         )
 
     def _assemble(self, pieces: list[_Piece]) -> ClipBatch | None:
@@ -924,15 +1046,24 @@ class ClipStream:
             num_rows = [p.num_rows for p in pieces[:-1]]
             row_offsets = itertools.accumulate(num_rows, initial=0)
             rows = torch.cat([p.rows + off for p, off in zip(pieces, row_offsets)])
-        flat_rows = rows.reshape(-1)
-        clips = TensorDict(batch_size=[total, self.spec.clip_len], device=self._device)
-        frames = None
-        if self.pool_frames and self.frame_key is not None:
-            # frames stay one copy each; clips point at their rows (see ClipBatch.frames)
-            pool = source[self.frame_key]
-            frames = TensorDict({self.frame_key: pool}, batch_size=[pool.shape[0]], device=self._device)
-            clips.set(_FRAME_ROW_KEY, rows)
+        frame_pool = frame_rows = None
+        if self.frame_key is not None:
+            frame_pool, frame_rows = source[self.frame_key], rows
+            if self.final_frame:
+                frame_pool, frame_rows = self._outcome_frames(pieces, frame_pool)
             source = {k: v for k, v in source.items() if k != self.frame_key}
+        flat_rows = rows.reshape(-1)
+        clips = TensorDict(batch_size=[total, rows.shape[1]], device=self._device)
+        frames = None
+        if frame_pool is not None:
+            if self.pool_frames:
+                # frames stay one copy each; clips point at their rows (see ClipBatch.frames)
+                frames = TensorDict(
+                    {self.frame_key: frame_pool}, batch_size=[frame_pool.shape[0]], device=self._device
+                )
+                clips.set(_FRAME_ROW_KEY, frame_rows)
+            else:
+                clips.set(self.frame_key, _gather_rows(frame_pool, frame_rows))
         for key, value in source.items():
             if isinstance(value, Tensor):
                 clips.set(key, _gather_rows(value, rows))
@@ -949,3 +1080,17 @@ class ClipStream:
             self.spec.reduce,
             frames,
         )
+
+    def _outcome_frames(self, pieces: list[_Piece], steps_pool: Tensor) -> tuple[Tensor, Tensor]:
+        """The frame pool with each piece's tail (trajectory-end outcome) after its own rows,
+        and the ``[B, L + 1]`` frame rows into it."""
+        if len(pieces) == 1 and pieces[0].tail is None:
+            return steps_pool, pieces[0].frame_rows
+        parts, frame_rows, offset = [], [], 0
+        for p in pieces:
+            parts.append(p.data[self.frame_key])
+            if p.tail is not None:
+                parts.append(p.tail[None])
+            frame_rows.append(p.frame_rows + offset)
+            offset += p.num_rows + (p.tail is not None)
+        return torch.cat(parts), torch.cat(frame_rows)

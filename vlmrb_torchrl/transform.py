@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 from torch import Tensor
 from torchrl.data import Composite, Unbounded
 from torchrl.envs.transforms import Transform
 
-from vlmrb_torchrl._frames import tile_frames
+from vlmrb_torchrl._frames import evenly_spaced, tile_frames
 from vlmrb_torchrl.clips import _FRAME_ROW_KEY, _MASK_KEY, ClipBatch, ClipSpec
 
 __all__ = ["VLMScoreTransform", "pack_frames"]
@@ -42,12 +42,17 @@ def pack_frames(
     frame_size: tuple[int, int] | None = None,
     grid: bool = False,
     frame_pool: TensorDictBase | None = None,
+    final_frame: bool = False,
 ) -> TensorDictBase:
     """Packs ``[B, L]`` clips into what a scorer receives: ``[B, F]`` (or ``[B, 1]`` with ``grid``).
 
     Frame keys are subsampled at ``positions`` (and resized / tiled); boolean per-step keys
-    are OR-reduced over the steps each kept position stands for, so an event between two
-    subsampled frames is not lost; other per-step keys are taken at ``positions``. With a
+    are OR-reduced over the steps each kept position stands for (the steps after the previous
+    kept position, up to its own), so an event between two subsampled frames is not lost;
+    other per-step keys are taken at ``positions``. With ``final_frame`` the clips are
+    ``[B, L + 1]`` in the :class:`~vlmrb_torchrl.ClipBatch` layout: position ``L`` is the
+    outcome frame, no step (it stands for the steps after the previous kept position only,
+    none when that is ``L - 1``), and its packed ``"mask"`` is ``True``. With a
     ``frame_pool`` (see :attr:`vlmrb_torchrl.ClipBatch.frames`) the frames are gathered from
     it through ``("clip", "frame_row")``, only at ``positions``
     (:meth:`~vlmrb_torchrl.ClipBatch.pooled_frames`). Tiling follows
@@ -64,21 +69,27 @@ def pack_frames(
         >>> packed["pixels"].shape, packed["event"].tolist()
         (torch.Size([2, 3, 8, 8, 3]), [[False, True, False], [False, True, False]])
     """
-    b, length = clips.batch_size[:2]
+    b, width = clips.batch_size[:2]
+    steps = width - int(final_frame)
     positions = positions.to(torch.long)
-    # the steps each kept position stands for: (previous position, position]
-    segment_end = positions
-    segment_start = torch.cat([positions.new_full((1,), -1), positions[:-1]])
+    # the steps each kept position stands for: (previous position, position], clipped to the
+    # steps (the outcome position L is no step)
+    segment_end = positions.clamp(max=steps - 1)
+    segment_start = torch.cat([positions.new_full((1,), -1), positions[:-1]]).clamp(max=steps - 1)
     out = {}
     for key, value in clips.items(include_nested=True, leaves_only=True):
         if key in frame_keys or key == _FRAME_ROW_KEY:
             continue
-        if value.dtype == torch.bool:
+        if key == _MASK_KEY:  # a kept frame is real if its own step is real; the outcome is
+            mask = value[:, :steps]
+            if final_frame:
+                mask = torch.cat([mask, mask.any(1, keepdim=True)], 1)
+            value = mask[:, positions]
+        elif value.dtype == torch.bool:
+            value = value[:, :steps]
             cum = torch.cat([value.new_zeros(b, 1, *value.shape[2:], dtype=torch.long),
                              value.long().cumsum(1)], 1)
             value = (cum[:, segment_end + 1] - cum[:, segment_start + 1]) > 0
-            if key == _MASK_KEY:  # a kept frame is real if its own step is real
-                value = clips[_MASK_KEY][:, positions]
         else:
             value = value[:, positions]
         out[key] = value
@@ -123,6 +134,16 @@ class VLMScoreTransform(Transform):
     each kept frame stands for. ``"mask"`` (False on padded steps) is read from the input when
     present, else all steps count as real.
 
+    The outcome frame (``final_frame=True``, the default, when the transform reads frames): a
+    clip of ``clip_len`` steps is shown with the frame after its last real step too, so
+    ``clip_len + 1`` frames (``frames=F`` subsamples them and always keeps that last one; see
+    :meth:`ClipSpec.frame_indices`). The clips a :class:`~vlmrb_torchrl.ClipStream` emits
+    carry it at position ``clip_len``; in ``[B, clip_len]`` slices it is read from
+    ``("next", <frame key>)`` at the last real step, and when that entry is absent (e.g. a
+    buffer that stores no ``"next"`` frames) the clips are shown without it, as with
+    ``final_frame=False``. A transform without frame keys (the oracle) shows no frames, so
+    the outcome changes nothing there.
+
     Where it runs:
 
     - **In** :class:`~vlmrb_torchrl.AsyncScorer`, on the clips a
@@ -156,10 +177,12 @@ class VLMScoreTransform(Transform):
         frames (int, optional): frames sent to the scorer per clip; ``None`` = all.
         frame_size (int or (int, int), optional): resize frames to this size; ``None`` keeps them.
         grid (bool): tile the frames into one image per clip. Defaults to ``False``.
+        final_frame (bool): show each clip's outcome frame (see above). Defaults to ``True``.
 
     Attributes:
-        clip_spec (ClipSpec): ``ClipSpec(clip_len, frames=frames)``, the clip geometry the
-            transform expects (``spec`` is a deprecated alias).
+        clip_spec (ClipSpec): ``ClipSpec(clip_len, frames=frames, final_frame=...)``, the clip
+            geometry the transform expects (``spec`` is a deprecated alias); its
+            ``final_frame`` is ``False`` when the transform reads no frames.
         scorer: the scorer (not a submodule).
 
     Examples:
@@ -204,13 +227,16 @@ class VLMScoreTransform(Transform):
         frames: int | None = None,
         frame_size: int | tuple[int, int] | None = None,
         grid: bool = False,
+        final_frame: bool = True,
     ) -> None:
         if not callable(getattr(scorer, "score", None)):
             raise TypeError(
                 f"scorer must have a score(clips) method (see vlmrb_torchrl.scorers.Scorer); "
                 f"got {type(scorer).__name__}."
             )
-        clip_spec = ClipSpec(clip_len=clip_len, frames=frames)
+        if not isinstance(final_frame, bool):
+            raise TypeError(f"final_frame must be a bool, got final_frame={final_frame!r}.")
+        clip_spec = ClipSpec(clip_len=clip_len, frames=frames, final_frame=final_frame and len(in_keys) > 0)
         if isinstance(frame_size, int) and not isinstance(frame_size, bool):
             frame_size = (frame_size, frame_size)
         if frame_size is not None and (
@@ -240,22 +266,71 @@ class VLMScoreTransform(Transform):
         """Positions along a clip of the frames sent to the scorer (:meth:`ClipSpec.frame_indices`)."""
         return self.clip_spec.frame_indices()
 
+    def _positions(self, outcome: bool) -> Tensor:
+        # clips without their outcome frame (absent from the input) show their steps' frames
+        if outcome or not self.clip_spec.final_frame:
+            return self.positions
+        spec = self.clip_spec
+        return evenly_spaced(spec.clip_len, spec.frames)
+
+    def _with_outcome(self, clips: TensorDictBase) -> TensorDictBase | None:
+        """``[B, L]`` clips + their ``("next", frame)`` entries → the ``[B, L + 1]`` stream layout;
+        ``None`` when an outcome frame is absent."""
+        next_keys = [unravel_key(("next", key)) for key in self.in_keys]
+        present = set(clips.keys(include_nested=True, leaves_only=True))
+        if any(k not in present for k in next_keys):
+            return None
+        b, length = clips.batch_size[:2]
+        if _MASK_KEY in present:
+            real = clips[_MASK_KEY].to(torch.bool)
+            last = torch.where(real.any(1), length - 1 - real.flip(1).long().argmax(1), length - 1)
+        else:
+            last = torch.full((b,), length - 1, dtype=torch.long, device=clips.device)
+        rows = torch.arange(b, device=last.device)
+        out = clips.exclude(*next_keys)
+        extended = {}
+        for key, value in out.items(include_nested=True, leaves_only=True):
+            tail = value[rows, last][:, None]  # per-step entries repeat the last real step
+            if key == _MASK_KEY:
+                tail = torch.zeros_like(tail)
+            elif key in self.in_keys:
+                tail = clips.get(unravel_key(("next", key)))[rows, last][:, None]
+            extended[key] = torch.cat([value, tail], 1)
+        if _MASK_KEY not in extended:
+            mask = torch.ones(b, length + 1, dtype=torch.bool, device=clips.device)
+            mask[:, length] = False
+            extended[_MASK_KEY] = mask
+        return TensorDict(extended, batch_size=[b, length + 1], device=clips.device)
+
     def score_key_list(self) -> list[NestedKey]:
         """Keys the scorer needs besides frames and the mask (carried per step by clips)."""
         frame_keys = set(self.in_keys)
         return [k for k in getattr(self.scorer, "in_keys", []) if k not in frame_keys and k != _MASK_KEY]
 
     def score_clips(self, clips: TensorDictBase, frames: TensorDictBase | None = None) -> Tensor:
-        """Scores ``[B, clip_len]`` clips; returns float32 ``[B]`` in [0, 1].
+        """Scores ``[B, clip_len]`` clips (``[B, clip_len + 1]`` with their outcome frame, as a
+        :class:`~vlmrb_torchrl.ClipStream` emits them); returns float32 ``[B]`` in [0, 1].
 
         ``frames`` is the frame pool of a :class:`~vlmrb_torchrl.ClipBatch` built with
         ``pool_frames=True``: only the frames sent to the scorer are gathered from it.
         """
         clip_len = self.clip_spec.clip_len
-        if clips.batch_dims < 2 or clips.batch_size[1] != clip_len:
+        final = self.clip_spec.final_frame
+        widths = (clip_len, clip_len + 1) if final else (clip_len,)
+        if clips.batch_dims < 2 or clips.batch_size[1] not in widths:
+            hint = ""
+            if clips.batch_dims >= 2 and clips.batch_size[1] == clip_len + 1 and self.in_keys:
+                hint = (" Clips of clip_len + 1 carry their outcome frame (ClipSpec.final_frame=True): build "
+                        "the transform with final_frame=True too (make_clip_scoring builds both from one ClipSpec).")
             raise ValueError(
-                f"score_clips expects clips with batch [B, {clip_len}]; got {tuple(clips.batch_size)}."
+                f"score_clips expects clips with batch [B, {' or '.join(map(str, widths))}]; got "
+                f"{tuple(clips.batch_size)}.{hint}"
             )
+        outcome = final and clips.batch_size[1] == clip_len + 1
+        if final and not outcome and frames is None:
+            extended = self._with_outcome(clips)
+            if extended is not None:
+                clips, outcome = extended, True
         needed = list(self.in_keys) + self.score_key_list()
         present = set(clips.keys(include_nested=True, leaves_only=True))
         if frames is not None:
@@ -276,8 +351,9 @@ class VLMScoreTransform(Transform):
             selected[_MASK_KEY] = clips[_MASK_KEY].to(torch.bool)
         if clips.batch_dims > 2:
             raise ValueError(f"clips must have batch [B, T]; got {tuple(clips.batch_size)}.")
-        packed = pack_frames(selected, positions=self.positions, frame_keys=self.in_keys,
-                             frame_size=self.frame_size, grid=self.grid, frame_pool=frames)
+        packed = pack_frames(selected, positions=self._positions(outcome), frame_keys=self.in_keys,
+                             frame_size=self.frame_size, grid=self.grid, frame_pool=frames,
+                             final_frame=outcome)
         scores = torch.as_tensor(self.scorer.score(packed))
         if scores.shape != (clips.batch_size[0],):
             raise ValueError(
@@ -333,5 +409,5 @@ class VLMScoreTransform(Transform):
     def __repr__(self) -> str:
         spec = self.clip_spec
         return (f"{type(self).__name__}(scorer={type(self.scorer).__name__}, clip_len={spec.clip_len}, "
-                f"frames={spec.frames}, frame_size={self.frame_size}, grid={self.grid}, "
+                f"frames={spec.frames}, final_frame={spec.final_frame}, frame_size={self.frame_size}, grid={self.grid}, "
                 f"in_keys={self.in_keys}, out_keys={self.out_keys})")

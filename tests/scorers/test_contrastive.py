@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from vlmrb_torchrl.scorers import HFContrastiveScorer, contrastive_prompts, make_scorer, prompt_hash
+from vlmrb_torchrl.scorers.prompts import PromptCheck, prompt_set_text
 
 from . import tiny_vlms
 from ._shared import ScorerContract
@@ -131,3 +132,175 @@ class TestHFContrastiveScorer:
     def test_not_a_contrastive_model(self, tiny_model_dir):
         with pytest.raises(ValueError, match="is not a contrastive image-text model .* make_scorer\\('hf:"):
             make_scorer(f"clip:{tiny_model_dir('idefics3')}")
+
+
+# --------------------------------------------------------------------------- prompt sets
+
+CHECKS = [
+    PromptCheck("a bright red square", ["a dark room", "nothing happens"], "progress"),
+    ("an agent achieving its goal", ["an agent doing nothing useful"], "max"),  # a plain tuple works too
+    PromptCheck("the red triangle", "the green square", "mean"),
+]
+
+
+def count_vision_frames(scorer):
+    """Wraps the model's vision tower: returns a list that gets the batch size of every call."""
+    calls = []
+    inner = scorer.model.get_image_features
+
+    def counted(*args, **kwargs):
+        calls.append(int(kwargs["pixel_values"].shape[0]))
+        return inner(*args, **kwargs)
+
+    scorer.model.get_image_features = counted
+    return calls
+
+
+class TestPromptSet:
+    def test_score_is_the_max_of_the_single_prompt_scorers(self, family_dir):
+        _, directory = family_dir
+        scorer = make_scorer(f"clip:{directory}", prompt_set=CHECKS)
+        assert scorer.prompt_set == tuple(PromptCheck.coerce(c) for c in CHECKS)
+        clips = noise_clips(6, 4)
+        clips["mask"][2, 2:] = False
+        singles = [make_scorer(f"clip:{directory}", prompt=c.positive, negatives=list(c.negatives),
+                               aggregation=c.aggregation) for c in scorer.prompt_set]
+        single_scores = torch.stack([s.score(clips) for s in singles])
+        got = scorer.score(clips)
+        torch.testing.assert_close(got, single_scores.max(0).values, atol=1e-6, rtol=0)
+        # the checks really disagree, so the max is not one of them everywhere
+        assert (single_scores.argmax(0).unique().numel() > 1) or (single_scores.std(0) > 1e-3).any()
+        per_frame = scorer.frame_probabilities(clips)
+        assert [tuple(p.shape) for p in per_frame][:3] == [(4, 3), (4, 3), (2, 3)]
+
+    def test_one_check_set_is_the_single_prompt_scorer(self, tiny_model_dir):
+        directory = tiny_model_dir("clip")
+        clips = noise_clips(4, 3)
+        single = HFContrastiveScorer(str(directory), prompt="a bright red square", negatives=["a dark room"],
+                                     aggregation="progress")
+        one = HFContrastiveScorer(str(directory), prompt_set=[("a bright red square", ["a dark room"], "progress")])
+        assert torch.equal(one.score(clips), single.score(clips))
+        assert one.prompt != single.prompt  # the set is named by its canonical text
+        assert single.provenance["aggregation"] == "progress" and "prompt_set" not in single.provenance
+
+    def test_each_frame_embedded_once_per_call_whatever_the_checks(self, tiny_model_dir):
+        clips = noise_clips(5, 4)
+        clips["mask"][0, 3:] = False
+        real = int(clips["mask"].sum())
+        for cache in (0, 4096):
+            scorer = HFContrastiveScorer(str(tiny_model_dir("clip")), prompt_set=CHECKS, embedding_cache=cache,
+                                         batch_size=8)
+            calls = count_vision_frames(scorer)
+            scorer.score(clips)
+            assert sum(calls) == real and len(calls) == -(-real // 8)
+            assert scorer.embedding_stats()["frames_embedded"] == real
+
+    def test_provenance_names_the_whole_set(self, tiny_model_dir):
+        directory = str(tiny_model_dir("clip"))
+        scorer = HFContrastiveScorer(directory, prompt_set=CHECKS)
+        text = prompt_set_text(scorer.prompt_set)
+        assert scorer.prompt == text and scorer.provenance["prompt_hash"] == prompt_hash(text)
+        assert scorer.provenance["prompt_set"][0] == ["a bright red square", ["a dark room", "nothing happens"],
+                                                      "progress"]
+        assert scorer.provenance["aggregation"] == "max of checks"
+        assert HFContrastiveScorer(directory, prompt_set=list(CHECKS)).provenance == scorer.provenance  # stable
+        other = HFContrastiveScorer(directory, prompt_set=CHECKS[:2])
+        assert other.provenance["prompt_hash"] != scorer.provenance["prompt_hash"]
+        clone = pickle.loads(pickle.dumps(scorer))
+        assert clone.prompt_set == scorer.prompt_set and clone.provenance == scorer.provenance
+
+    def test_task_fills_the_checks(self, tiny_model_dir):
+        scorer = HFContrastiveScorer(str(tiny_model_dir("clip")), task="open the door",
+                                     prompt_set=[("an agent that {task}", ["{task} fails"], "max")])
+        assert scorer.prompt_set[0] == PromptCheck("an agent that open the door", ["open the door fails"], "max")
+
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"prompt_set": CHECKS, "prompt": "x"}, ValueError, "pass either prompt_set= or prompt=, not both"),
+            ({"prompt_set": CHECKS, "aggregation": "max"}, ValueError, "prompt_set= or aggregation="),
+            ({"prompt_set": []}, ValueError, "at least one check"),
+            ({"prompt_set": "a bright red square"}, TypeError, "prompt_set must be a sequence"),
+            ({"prompt_set": [("a", ["b"])]}, TypeError, r"a \(positive, negatives, aggregation\) tuple"),
+            ({"prompt_set": [("a", ["b"], "median")]}, ValueError, "aggregation must be one of"),
+            ({"embedding_cache": -1}, ValueError, "embedding_cache must be an int >= 0"),
+        ],
+    )
+    def test_errors(self, tiny_model_dir, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            HFContrastiveScorer(str(tiny_model_dir("clip")), **kwargs)
+
+
+# --------------------------------------------------------------------------- frame embedding reuse
+
+
+def trajectory_batch(lengths, size=12, seed=0):
+    """A flat collector-like batch of random frames: trajectories of the given lengths, in order."""
+    from tensordict import TensorDict
+
+    g = torch.Generator().manual_seed(seed)
+    n = sum(lengths)
+    # each step's "next" frame is the next step's frame; at an episode end a fresh one
+    frames = torch.randint(0, 256, (n + len(lengths), size, size, 3), generator=g, dtype=torch.uint8)
+    pixels, next_pixels, traj, done, row = [], [], [], [], 0
+    for tid, length in enumerate(lengths):
+        pixels.append(frames[row : row + length])
+        next_pixels.append(frames[row + 1 : row + length + 1])
+        traj += [tid] * length
+        done += [False] * (length - 1) + [True]
+        row += length + 1
+    return TensorDict({"pixels": torch.cat(pixels), ("next", "pixels"): torch.cat(next_pixels),
+                       ("collector", "traj_ids"): torch.tensor(traj), ("next", "done"): torch.tensor(done)[:, None]},
+                      batch_size=[n])
+
+
+class TestEmbeddingReuse:
+    def test_reuse_scores_equal_embedding_every_clip(self, tiny_model_dir):
+        from vlmrb_torchrl import ClipSpec, make_clip_scoring
+
+        directory = str(tiny_model_dir("clip"))
+        batch = trajectory_batch([23, 9])
+        scores = {}
+        for cache in (0, 4096, 7):  # no reuse, reuse, a cache too small to hold a clip's frames
+            scorer = HFContrastiveScorer(directory, prompt_set=CHECKS, embedding_cache=cache)
+            stream, transform = make_clip_scoring(scorer, ClipSpec(clip_len=6))
+            out = stream.push(batch, torch.arange(batch.numel()))
+            scores[cache] = torch.cat([transform.score_clips(part.clips, frames=part.frames)
+                                       for part in _splits(out, 5)])
+            stats = scorer.embedding_stats()
+            assert stats["cache_size"] <= cache
+            if cache == 4096:  # every distinct frame once: 23 + 9 steps and 2 outcome frames
+                assert stats["frames_embedded"] == 34 and stats["cache_hits"] > 0
+        torch.testing.assert_close(scores[4096], scores[0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(scores[7], scores[0], atol=1e-6, rtol=0)
+
+    def test_forwards_per_transition_through_stream_worker_transform(self, tiny_model_dir):
+        # the real path: ClipStream -> AsyncScorer -> VLMScoreTransform -> HFContrastiveScorer
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+        from vlmrb_torchrl import AsyncScorer, ClipSpec, VLMPrioritizedSampler, make_clip_scoring
+
+        scorer = HFContrastiveScorer(str(tiny_model_dir("clip")), prompt_set=CHECKS)
+        calls = count_vision_frames(scorer)
+        stream, transform = make_clip_scoring(scorer, ClipSpec(clip_len=16, stride=1))
+        lengths = [70, 45, 90]
+        batch = trajectory_batch(lengths)
+        sampler = VLMPrioritizedSampler(1000)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
+        with AsyncScorer(transform, sampler, batch_size=16) as worker:
+            for chunk in range(0, batch.numel(), 50):  # collector-sized pushes
+                part = batch[chunk : chunk + 50]
+                index = rb.extend(part.exclude("pixels", ("next", "pixels")))
+                worker.submit(stream.push(part, index, sampler.generations(index)))
+            worker.submit(stream.flush())
+        transitions = sum(lengths)
+        assert not sampler.scores(torch.arange(transitions)).isnan().any()  # every transition scored
+        assert sum(calls) / transitions <= 1.2  # ~1 + 1/episode length; 17 without reuse
+        assert sum(calls) == transitions + len(lengths)
+
+
+def _splits(out, size):
+    rest = out
+    while len(rest):
+        head, rest = rest.split(min(size, len(rest)))
+        yield head

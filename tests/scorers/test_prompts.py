@@ -78,3 +78,44 @@ def test_scorers_use_the_templates():
         "http://127.0.0.1:9/v1", "m", prompt="Does the agent {task}? Answer yes or no.", task="open it"
     )
     assert custom.prompt == "Does the agent open it? Answer yes or no."
+
+
+class TestPromptCheck:
+    def test_fields_normalised(self):
+        from vlmrb_torchrl.scorers.contrastive import AGGREGATIONS as CONTRASTIVE_AGGREGATIONS
+        from vlmrb_torchrl.scorers.prompts import AGGREGATIONS, PromptCheck
+
+        check = PromptCheck("holds the key", ["the key is on the floor", "no key"], "progress")
+        assert check.negatives == ("the key is on the floor", "no key") and check._fields == (
+            "positive", "negatives", "aggregation")
+        assert PromptCheck("a", "b", "max").negatives == ("b",)  # a lone str is one negative
+        assert check._replace(aggregation="mean").aggregation == "mean"
+        assert AGGREGATIONS is CONTRASTIVE_AGGREGATIONS == ("max", "mean", "progress")
+
+    @pytest.mark.parametrize(
+        "args, error, match",
+        [
+            ((3, ["b"], "max"), TypeError, "positive must be a str"),
+            (("  ", ["b"], "max"), ValueError, "positive must be a non-empty str"),
+            (("a", [], "max"), ValueError, "negatives must be a non-empty sequence"),
+            (("a", ["b", ""], "max"), ValueError, "negatives must be a non-empty sequence"),
+            (("a", 5, "max"), TypeError, "negatives must be a sequence of str"),
+            (("a", ["b"], "median"), ValueError, r"aggregation must be one of \['max', 'mean', 'progress'\]"),
+        ],
+    )
+    def test_errors(self, args, error, match):
+        from vlmrb_torchrl.scorers.prompts import PromptCheck
+
+        with pytest.raises(error, match=match):
+            PromptCheck(*args)
+        with pytest.raises(error, match=match):
+            PromptCheck.coerce(args)
+
+    def test_canonical_text_is_unambiguous_and_ordered(self):
+        from vlmrb_torchrl.scorers.prompts import PromptCheck, prompt_set_text
+
+        a = PromptCheck('say "hi", then', ["b"], "max")
+        b = PromptCheck("say", ['hi", then b'], "max")
+        assert prompt_set_text([a]) != prompt_set_text([b])
+        assert prompt_set_text([a, b]) != prompt_set_text([b, a])  # the set's order is part of its name
+        assert prompt_set_text([a]) == prompt_set_text([PromptCheck.coerce(('say "hi", then', ("b",), "max"))])

@@ -12,15 +12,25 @@ override is filled from ``task=``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import NamedTuple
 
 __all__ = [
+    "AGGREGATIONS",
     "ENV_FAMILIES",
     "GOAL_QUESTION",
+    "PromptCheck",
     "default_prompt",
     "contrastive_prompts",
     "format_prompt",
+    "prompt_set_text",
 ]
+
+#: How a contrastive scorer turns per-frame probabilities into a clip score: the best frame
+#: (``"max"``), the average (``"mean"``), or the gain from the first to the last real frame,
+#: clamped at 0 (``"progress"``).
+AGGREGATIONS = ("max", "mean", "progress")
 
 #: The paper's reported yes/no question (MiniGrid DoorKey prompt, Appendix C).
 GOAL_QUESTION = "Does this clip contain a clear instance of goal satisfaction anywhere in it?"
@@ -180,3 +190,108 @@ def check_negatives(negatives: Sequence[str] | str, *, owner: str) -> list[str]:
     if not negatives or not all(isinstance(n, str) and n.strip() for n in negatives):
         raise ValueError(f"{owner}: negatives must be a non-empty list of non-empty str, got {negatives!r}.")
     return negatives
+
+
+class _PromptCheckFields(NamedTuple):
+    positive: str
+    negatives: tuple[str, ...]
+    aggregation: str
+
+
+class PromptCheck(_PromptCheckFields):
+    """One check of a contrastive scorer's prompt set: a positive text, the baseline texts it
+    must beat, and how its per-frame probabilities become a clip score.
+
+    A frame's probability is the softmax of its similarities over ``(positive, *negatives)``;
+    ``aggregation`` (one of :data:`AGGREGATIONS`) folds them over the clip's real frames:
+    ``"progress"`` for an event (a state that changes within the clip: "holds the key" vs
+    "the key is on the floor"), ``"max"`` for a state worth reaching ("faces the goal").
+    :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer` takes a list of them as
+    ``prompt_set=`` and scores a clip by the max over its checks.
+
+    Fields are validated on construction: ``negatives`` becomes a tuple (a lone str is one
+    negative). ``{task}`` placeholders are filled by the scorer from its ``task=``.
+
+    Args:
+        positive (str): the text whose probability is measured.
+        negatives (sequence of str): one or more baseline texts.
+        aggregation (str): ``"max"``, ``"mean"`` or ``"progress"``.
+
+    Raises:
+        TypeError: a text is not a str.
+        ValueError: an empty text, no negatives, or an unknown aggregation.
+
+    Examples:
+        >>> check = PromptCheck("the agent holds the key", ["the key is on the floor"], "progress")
+        >>> check
+        PromptCheck(positive='the agent holds the key', negatives=('the key is on the floor',), aggregation='progress')
+        >>> PromptCheck("the door is open", "the door is locked", "median")
+        Traceback (most recent call last):
+            ...
+        ValueError: PromptCheck.aggregation must be one of ['max', 'mean', 'progress'], got aggregation='median'.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, positive: str, negatives: Sequence[str] | str, aggregation: str) -> PromptCheck:
+        if not isinstance(positive, str):
+            raise TypeError(f"PromptCheck.positive must be a str, got {type(positive).__name__}.")
+        if not positive.strip():
+            raise ValueError("PromptCheck.positive must be a non-empty str, got an empty one.")
+        if isinstance(negatives, str):
+            negatives = (negatives,)
+        try:
+            negatives = tuple(negatives)
+        except TypeError:
+            raise TypeError(
+                f"PromptCheck.negatives must be a sequence of str, got {type(negatives).__name__}."
+            ) from None
+        if not negatives or not all(isinstance(n, str) and n.strip() for n in negatives):
+            raise ValueError(
+                f"PromptCheck.negatives must be a non-empty sequence of non-empty str, got {negatives!r}."
+            )
+        if not isinstance(aggregation, str) or aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"PromptCheck.aggregation must be one of {list(AGGREGATIONS)}, got aggregation={aggregation!r}."
+            )
+        return super().__new__(cls, positive, negatives, aggregation)
+
+    @classmethod
+    def _make(cls, iterable) -> PromptCheck:  # namedtuple's _make/_replace validate too
+        return cls(*iterable)
+
+    @classmethod
+    def coerce(cls, check: PromptCheck | Sequence) -> PromptCheck:
+        """A :class:`PromptCheck` from itself or a ``(positive, negatives, aggregation)`` tuple.
+
+        Examples:
+            >>> PromptCheck.coerce(("faces the goal", ["is far from the goal"], "max")).negatives
+            ('is far from the goal',)
+        """
+        if isinstance(check, PromptCheck):
+            return check
+        if isinstance(check, str) or not isinstance(check, Sequence) or len(check) != 3:
+            raise TypeError(
+                "a prompt check is a PromptCheck or a (positive, negatives, aggregation) tuple, "
+                f"got {check!r}."
+            )
+        return cls(*check)
+
+
+def prompt_set_text(checks: Sequence[PromptCheck]) -> str:
+    """The canonical text of a prompt set: what a scorer's ``prompt`` and prompt hash name.
+
+    One ``aggregation(positive vs negative, ...)`` term per check in the given order, texts
+    JSON-quoted (so two different sets never read the same), after ``"max of "``: the clip
+    score is the max over the checks.
+
+    Examples:
+        >>> print(prompt_set_text([PromptCheck("holds the key", ["the key is on the floor"], "progress"),
+        ...                        PromptCheck("faces the goal", ["is far from the goal", "a wall"], "max")]))
+        max of progress("holds the key" vs "the key is on the floor"); max("faces the goal" vs "is far from the goal", "a wall")
+    """
+    terms = [
+        f"{c.aggregation}({json.dumps(c.positive)} vs {', '.join(json.dumps(n) for n in c.negatives)})"
+        for c in checks
+    ]
+    return "max of " + "; ".join(terms)
