@@ -94,7 +94,7 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
         description="Train a small CLIP on MiniGrid frames captioned from the simulator's state, on one CPU "
                     "thread, and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:minigrid "
-                    "model (~10 CPU-minutes). Same arguments, same seed: identical weights.",
+                    "model (~13 CPU-minutes). Same arguments, same seed: identical weights.",
     )
     parser.add_argument("name", choices=["minigrid"], help="which built-in scorer to train")
     parser.add_argument("--out", required=True, help="output directory")

@@ -22,7 +22,8 @@ __all__ = ["COLORS", "OBJECTS", "Statement", "true_statements", "wordings", "all
 #: MiniGrid's colours (minigrid.core.constants.COLOR_NAMES) and the objects captions name.
 COLORS = ("red", "green", "blue", "purple", "yellow", "grey")
 OBJECTS = ("key", "ball", "box")
-DOOR_STATES = ("open", "closed", "locked", "unlocked")  # closed: not open; unlocked: closed, not locked
+# closed: not open; unlocked: closed and not locked; notlocked: open or closed, not locked
+DOOR_STATES = ("open", "closed", "locked", "unlocked", "notlocked")
 FACED = ("key", "ball", "box", "door", "goal", "wall", "lava", "floor")
 
 Statement = tuple[str, ...]
@@ -49,6 +50,7 @@ def true_statements(state: MiniGridState) -> frozenset[Statement]:
         out |= {("floor", color, kind), ("floor", "any", kind)}
     for color, door in state.doors:
         names = [door] + (["closed"] if door != "open" else []) + (["unlocked"] if door == "closed" else [])
+        names += ["notlocked"] if door != "locked" else []
         for name in names:
             out |= {("door", color, name), ("door", "any", name)}
     if state.front is None:
@@ -92,6 +94,8 @@ def wordings(statement: Statement) -> tuple[str, ...]:
     if head == "door":
         door = _thing(statement[1], "door")
         state = statement[2]
+        if state == "notlocked":  # a door once unlocked stays so: its first opening, seen in a frame
+            return (f"{door} is unlocked", f"{door} is not locked")
         if state == "unlocked":
             return (f"{door} is unlocked but closed", f"{door} is closed but unlocked")
         if state == "open":

@@ -34,7 +34,7 @@ def build_tokenizer(words: Sequence[str], *, max_length: int = 32):
     Examples:
         >>> tok = build_tokenizer(["the", "agent", "holds", "key"])
         >>> tok("The agent holds the red key")["input_ids"]
-        [2, 7, 4, 6, 7, 1, 5, 3]
+        [2, 7, 4, 5, 7, 1, 6, 3]
     """
     import transformers
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors

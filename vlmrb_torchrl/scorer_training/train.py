@@ -45,6 +45,7 @@ QUESTIONS: dict[str, tuple[Statement, ...]] = {
     "holds": (("holds_nothing",), ("holds", "any", "key"), ("holds", "any", "ball"), ("holds", "any", "box")),
     "key": (("holds", "any", "key"), ("floor", "any", "key")),
     "door": (("door", "any", "open"), ("door", "any", "unlocked"), ("door", "any", "locked")),
+    "lock": (("door", "any", "notlocked"), ("door", "any", "locked")),
     "faces": tuple(("faces", "any", k) for k in ("floor", "wall", "door", "key", "ball", "box", "goal")),
     "goal": (("goal", "on"), ("goal", "next"), ("goal", "far")),
     "room": (("room", "left"), ("room", "doorway"), ("room", "right")),
