@@ -174,8 +174,12 @@ class DQNConfig(RecipeConfig):
 
     def _checks(self) -> list[tuple[str, bool, str]]:
         minigrid = self.env.startswith(("MiniGrid-", "BabyAI-"))
+        minigrid_scorer = self.scorer.split(":", 1)[0] in ("builtin", "oracle") and self.scorer.endswith(":minigrid")
         return [*super()._checks(), ("actions", minigrid or self.actions in ("auto", "all"),
-                                     "'auto' or 'all' (action subsets are for MiniGrid ids)")]
+                                     "'auto' or 'all' (action subsets are for MiniGrid ids)"),
+                ("scorer", minigrid or not minigrid_scorer or self.replay not in ("vlm", "vlm_td"),
+                 "a scorer for this env (builtin:minigrid and oracle:minigrid read MiniGrid frames and flags; for "
+                 "Atari pass scorer=hf:<dir>, clip:<dir>, openai:<url>#<model> or python:<module>:<callable>)")]
 
     def validate(self) -> DQNConfig:
         return super().validate()
