@@ -2,7 +2,8 @@
 
 A *study* fixes the environment and budget (``doorkey5``, ``doorkey6``, ...); an *arm* is one
 replay configuration (``uniform``, ``per``, ``vlm_oracle``, ``vlm_noise20``, ``vlm_random``,
-...). Every arm of a study shares every hyper-parameter but its replay settings. Each run is a
+``vlm_builtin``, ...). Every arm of a study shares every hyper-parameter but its replay
+settings; DQN arms score with ``oracle:minigrid`` unless they name a scorer. Each run is a
 plain ``vlmrb train dqn`` process (``vlmrb train sac`` for the robosuite study ``lift``):
 
 - run directories (checkpoints, TensorBoard) go to ``runs/learning/<study>/<arm>/seed<N>/``
@@ -61,8 +62,9 @@ COMMON = {
 }
 #: Per recipe, on top of COMMON.
 RECIPE_COMMON: dict[str, dict[str, str]] = {
-    # Nature-DQN's evaluation epsilon; at 0.01 near-greedy policies loop for the whole episode
-    "dqn": {"eval_episodes": "50", "eval_eps": "0.05"},
+    # Nature-DQN's evaluation epsilon; at 0.01 near-greedy policies loop for the whole episode.
+    # The oracle arms mean the oracle: pinned, since the recipe's default scorer is builtin:minigrid
+    "dqn": {"eval_episodes": "50", "eval_eps": "0.05", "scorer": "oracle:minigrid"},
     # SAC evaluates its deterministic actor; a robosuite episode costs ~200 env steps of ~25 ms
     "sac": {"eval_episodes": "10"},
 }
@@ -98,6 +100,8 @@ ARMS: dict[str, dict[str, str]] = {
     "vlm_noise30": {"replay": "vlm", "label_noise": "0.3"},
     "vlm_random": {"replay": "vlm", "scorer": _RANDOM},
     "vlm_td_oracle": {"replay": "vlm_td"},
+    # the small CLIP shipped with the package, scoring rendered frames (no privileged flags)
+    "vlm_builtin": {"replay": "vlm", "scorer": "builtin:minigrid"},
 }
 #: One change at a time to the oracle arm: the mechanisms the study investigates.
 ABLATIONS: dict[str, dict[str, str]] = {

@@ -182,6 +182,10 @@ class DQNConfig(RecipeConfig):
     # env
     actions: str = _field("auto", "MiniGrid action subset: auto (DoorKey ids: left,right,forward,pickup,toggle; "
                                   "other ids: all) | all | comma-separated action names")
+    # replay
+    scorer: str = _field("builtin:minigrid", "scorer spec for vlm modes: builtin:minigrid (the small CLIP shipped "
+                                             "with the package, scoring rendered frames), oracle:minigrid (privileged "
+                                             "event flags), python:mod:fn, clip:<id or dir>, hf:<id or dir>, ...")
     # collection
     eps_start: float = _field(1.0, "initial exploration epsilon")
     eps_end: float = _field(0.05, "final exploration epsilon")
@@ -199,8 +203,12 @@ class DQNConfig(RecipeConfig):
 
     def _checks(self) -> list[tuple[str, bool, str]]:
         minigrid = self.env.startswith(("MiniGrid-", "BabyAI-"))
+        minigrid_scorer = self.scorer.split(":", 1)[0] in ("builtin", "oracle") and self.scorer.endswith(":minigrid")
         return [*super()._checks(), ("actions", minigrid or self.actions in ("auto", "all"),
-                                     "'auto' or 'all' (action subsets are for MiniGrid ids)")]
+                                     "'auto' or 'all' (action subsets are for MiniGrid ids)"),
+                ("scorer", minigrid or not minigrid_scorer or self.replay not in ("vlm", "vlm_td"),
+                 "a scorer for this env (builtin:minigrid and oracle:minigrid read MiniGrid frames and flags; for "
+                 "Atari pass scorer=hf:<dir>, clip:<dir>, openai:<url>#<model> or python:<module>:<callable>)")]
 
     def validate(self) -> DQNConfig:
         return super().validate()

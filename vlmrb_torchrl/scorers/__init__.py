@@ -2,7 +2,8 @@
 
 Build one from a spec string with :func:`make_scorer` (``"hf:<hub id or local dir>"``,
 ``"clip:<hub id or local dir>"``, ``"openai:<base_url>#<model>"``, ``"oracle:minigrid"``,
-``"python:<module>:<callable>"``, a bare local model directory, or any backend added with
+``"python:<module>:<callable>"``, ``"builtin:minigrid"`` (the small CLIP shipped with the
+package, :func:`make_builtin_scorer`), a bare local model directory, or any backend added with
 :func:`register_scorer`), wrap a function with :class:`CallableScorer`, or write any class
 following the :class:`Scorer` protocol. The VLM backends import transformers / Pillow only when
 a scorer is built (``pip install 'vlmrb-torchrl[vlm]'``); their modules themselves (``contrastive``,
@@ -31,6 +32,7 @@ from vlmrb_torchrl.scorers.wrappers import CachedScorer, NoisyScorer, ThresholdS
 if TYPE_CHECKING:  # imported lazily at run time: see __getattr__
     from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
     from vlmrb_torchrl.scorers.generative import HFGenerativeScorer, answer_token_ids
+    from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET, builtin_model_dir, make_builtin_scorer
     from vlmrb_torchrl.scorers.openai import OpenAIScorer, OpenAIScorerError
 
 #: names of the backend modules, imported on first access: name -> module.
@@ -40,6 +42,9 @@ _LAZY_NAMES = {
     "answer_token_ids": "vlmrb_torchrl.scorers.generative",
     "OpenAIScorer": "vlmrb_torchrl.scorers.openai",
     "OpenAIScorerError": "vlmrb_torchrl.scorers.openai",
+    "make_builtin_scorer": "vlmrb_torchrl.scorers.builtin",
+    "builtin_model_dir": "vlmrb_torchrl.scorers.builtin",
+    "MINIGRID_PROMPT_SET": "vlmrb_torchrl.scorers.builtin",
 }
 
 __all__ = [
@@ -65,6 +70,9 @@ __all__ = [
     "PromptCheck",
     "ENV_FAMILIES",
     "ORACLE_EVENT_KEYS",
+    "make_builtin_scorer",
+    "builtin_model_dir",
+    "MINIGRID_PROMPT_SET",
 ]
 
 

@@ -267,6 +267,7 @@ _LAZY_BACKENDS: dict[str, str] = {
     "hf": "vlmrb_torchrl.scorers.generative",
     "clip": "vlmrb_torchrl.scorers.contrastive",
     "openai": "vlmrb_torchrl.scorers.openai",
+    "builtin": "vlmrb_torchrl.scorers.builtin",
 }
 
 
@@ -360,6 +361,8 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
       model, else ``"hf:"``.
     - ``"oracle:minigrid"``: :class:`~vlmrb_torchrl.scorers.OracleScorer` on MiniGrid's
       privileged ``("next", "progress_event")`` flags (ablations; needs no model).
+    - ``"builtin:minigrid"``: the small CLIP model shipped inside the package, with its prompt
+      set (:func:`~vlmrb_torchrl.scorers.builtin.make_builtin_scorer`; no download).
     - ``"python:<module>:<callable>"``: imports ``<callable>`` (a dotted path inside
       ``<module>``). A class is instantiated with ``kwargs``; a scorer instance is used as is; a
       function with no required positional argument is a factory, called with ``kwargs``; any

@@ -1,0 +1,205 @@
+"""The built-in MiniGrid scorer: the training tool, the shipped model, ``make_scorer("builtin:minigrid")``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+pytest.importorskip("minigrid")
+
+from vlmrb_torchrl.envs import DOORKEY_ACTIONS, MiniGridEnv  # noqa: E402
+from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, SubgoalPolicy, minigrid_state  # noqa: E402
+from vlmrb_torchrl.scorer_training import BuildConfig, build_minigrid_scorer, weights_sha256  # noqa: E402
+from vlmrb_torchrl.scorer_training.captions import true_statements  # noqa: E402
+from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
+from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET, builtin_model_dir  # noqa: E402
+
+MICRO = BuildConfig(frames=200, steps=3, batch_size=16, size="micro", held_out_frames=0, eval_every=100)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _clips(frames: list[torch.Tensor]) -> TensorDict:
+    pixels = torch.stack(frames).unsqueeze(0)
+    return TensorDict(pixels=pixels, mask=torch.ones(1, len(frames), dtype=torch.bool), batch_size=[1, len(frames)])
+
+
+# ------------------------------------------------------------------------------ training tool
+def test_micro_build_loads_through_make_scorer(tmp_path):
+    report = build_minigrid_scorer(tmp_path, MICRO, log=None)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "processor_config.json", "MODEL_CARD.md"):
+        assert (tmp_path / name).is_file(), name
+    assert json.loads((tmp_path / "training.json").read_text())["weights_sha256"] == weights_sha256(tmp_path)
+    assert report["weights_sha256"] in (tmp_path / "MODEL_CARD.md").read_text()
+    scorer = make_scorer(f"clip:{tmp_path}", prompt="the agent holds the red ball",
+                         negatives=["the agent holds nothing"], aggregation="max")
+    # the tokenizer appends the end-of-text token the CLIP text tower pools on
+    ids = scorer.processor(text=["the agent holds the red ball"])["input_ids"][0]
+    assert ids[-1] == scorer.model.config.text_config.eos_token_id != 2
+    assert ids[0] == scorer.model.config.text_config.bos_token_id
+    assert 1 not in ids  # every word is in the vocabulary (1 = <unk>)
+    env = MiniGridEnv("MiniGrid-DoorKey-5x5-v0", seed=0)
+    frames = [env.reset()["pixels"]] * 3
+    scores = scorer.score(_clips(frames))
+    assert scores.shape == (1,) and 0.0 <= float(scores[0]) <= 1.0
+
+
+def test_micro_build_is_deterministic(tmp_path):
+    build_minigrid_scorer(tmp_path / "a", MICRO, log=None)
+    build_minigrid_scorer(tmp_path / "b", MICRO, log=None)
+    build_minigrid_scorer(tmp_path / "c", BuildConfig(**{**MICRO.__dict__, "seed": 1}), log=None)
+    a, b, c = (weights_sha256(tmp_path / n) for n in "abc")
+    assert a == b
+    assert a != c
+
+
+def test_cli_build_scorer(tmp_path, capsys):
+    from vlmrb_torchrl.cli import main
+
+    rc = main(["build-scorer", "minigrid", "--out", str(tmp_path), "--frames", "100", "--steps", "1",
+               "--batch-size", "8", "--size", "micro", "--held-out-frames", "0"])
+    assert rc == 0
+    assert "vlmrb build-scorer minigrid --out" in (tmp_path / "MODEL_CARD.md").read_text()
+    assert main(["build-scorer", "minigrid", "--out", str(tmp_path), "--steps", "0"]) == 2
+
+
+# ------------------------------------------------------------------------------ policies, states
+def test_doorkey_policy_solves_every_size_and_is_seeded():
+    for size in (5, 6, 8, 16):
+        env = MiniGridEnv(f"MiniGrid-DoorKey-{size}x{size}-v0", seed=size, render=False, actions=DOORKEY_ACTIONS)
+        rollout = env.rollout(10 * size * size, DoorKeyPolicy(env, seed=0, epsilon=0.2, burst_prob=0.05))
+        assert bool(rollout["next", "success"][-1]), size
+        assert rollout["next", "key_picked_up"].sum() == 1 and rollout["next", "door_opened"].sum() == 1
+    runs = []
+    for _ in range(2):
+        env = MiniGridEnv("MiniGrid-DoorKey-8x8-v0", seed=1, render=False)
+        runs.append(env.rollout(60, DoorKeyPolicy(env, seed=7, epsilon=0.5), break_when_any_done=False)["action"])
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_subgoal_policy_batched_and_states():
+    from torchrl.envs import SerialEnv
+
+    envs = [MiniGridEnv("MiniGrid-KeyCorridorS3R1-v0", seed=i, render=False) for i in range(2)]
+    policy = SubgoalPolicy(envs, seed=0)
+    serial = SerialEnv(2, [lambda e=e: e for e in envs])
+    serial.set_seed(0)
+    td = serial.reset()
+    out = policy(td)
+    assert out["action"].shape == (2,) and out["action"].dtype == torch.int64
+    state = minigrid_state(envs[0])
+    assert ("holds_nothing",) in true_statements(state)
+    assert any(s[0] == "door" for s in true_statements(state))
+
+
+# ------------------------------------------------------------------------------ the shipped model
+def _episode(size: int, seed: int, *, epsilon: float = 0.2):
+    """A scripted DoorKey episode with random actions: the frame before each step plus the final
+    frame, each frame's state, and the step of each first event."""
+    env = MiniGridEnv(f"MiniGrid-DoorKey-{size}x{size}-v0", seed=seed, actions=DOORKEY_ACTIONS)
+    policy = DoorKeyPolicy(env, seed=seed, epsilon=epsilon, burst_prob=0.05)
+    td = env.reset()
+    frames, states, events = [td["pixels"]], [minigrid_state(env)], {}
+    for step in range(10 * size * size):
+        td = env.step(policy(td))
+        frames.append(td["next", "pixels"])
+        states.append(minigrid_state(env))
+        for key in ("key_picked_up", "door_opened", "goal_reached"):
+            if bool(td["next", key]):
+                events.setdefault(key, step)
+        if bool(td["next", "done"]):
+            break
+        td = td["next"]
+    assert set(events) == {"key_picked_up", "door_opened", "goal_reached"}
+    return frames, states, events
+
+
+def _quiet(states) -> bool:
+    """No key or door state change and no frame facing or on the goal: nothing to detect."""
+    held = {s.carrying is not None for s in states}
+    doors = {s.doors for s in states}
+    return len(held) == 1 and len(doors) == 1 and not any(s.faces_goal or s.on_goal for s in states)
+
+
+def _check_scorers():
+    """One single-prompt scorer per check of the built-in prompt set (score = max over them)."""
+    path = str(builtin_model_dir())
+    return [make_scorer(f"clip:{path}", prompt=c.positive, negatives=list(c.negatives), aggregation=c.aggregation)
+            for c in MINIGRID_PROMPT_SET]
+
+
+@pytest.fixture(scope="module")
+def check_scorers():
+    return _check_scorers()
+
+
+@pytest.fixture(scope="module")
+def builtin_scorer():
+    return make_scorer("builtin:minigrid")
+
+
+def test_shipped_model_files_and_card():
+    path = builtin_model_dir()
+    card = (path / "MODEL_CARD.md").read_text()
+    assert weights_sha256(path) in card
+    assert (path / "model.safetensors").stat().st_size < 5 * 2**20
+    report = json.loads((path / "training.json").read_text())
+    assert report["weights_sha256"] == weights_sha256(path)
+
+
+@pytest.mark.parametrize("size,seed", [(5, 90_001), (6, 90_002), (8, 90_003)])
+def test_shipped_model_scores_scripted_episode(builtin_scorer, size, seed):
+    """Clips around the key, door and goal events score high; clips far from every event score low."""
+    frames, states, events = _episode(size, seed)
+
+    def scores(starts: list[int], length: int) -> list[float]:
+        clips = torch.stack([torch.stack(frames[t : t + length]) for t in starts])
+        td = TensorDict(pixels=clips, mask=torch.ones(clips.shape[:2], dtype=torch.bool), batch_size=clips.shape[:2])
+        return builtin_scorer.score(td).tolist()
+
+    # frame `step` is before the event's step, frame `step + 1` after it
+    names, steps = zip(*events.items())
+    hits = scores([max(0, step - 3) for step in steps], 5)
+    assert all(h > 0.5 for h in hits), dict(zip(names, hits))
+    quiet = [t for t in range(len(frames) - 4) if _quiet(states[t : t + 4])]
+    assert len(quiet) >= 3, "too few clips without events"
+    quiet = quiet[:: max(1, len(quiet) // 20)]
+    wrong = [t for t, v in zip(quiet, scores(quiet, 4)) if v >= 0.5]
+    assert len(wrong) <= len(quiet) // 10, (wrong, len(quiet))
+
+
+def test_builtin_spec_is_the_prompt_set(check_scorers, builtin_scorer):
+    scorer = builtin_scorer
+    frames, _, _ = _episode(6, 90_010)
+    clips = torch.stack([torch.stack(frames[t : t + 6]) for t in range(0, len(frames) - 6, 2)])
+    td = TensorDict(pixels=clips, mask=torch.ones(clips.shape[:2], dtype=torch.bool), batch_size=clips.shape[:2])
+    expected = torch.stack([s.score(td) for s in check_scorers]).max(0).values
+    torch.testing.assert_close(scorer.score(td), expected, atol=1e-5, rtol=0)
+    assert scorer.provenance["backend"] == "clip"
+
+
+def test_builtin_scorer_errors():
+    with pytest.raises(ValueError, match="builtin:minigrid"):
+        make_scorer("builtin:atari")
+    with pytest.raises(ValueError, match="needs negatives"):
+        make_scorer("builtin:minigrid", prompt="the agent holds the red ball")
+
+
+def test_dqn_default_scorer_is_builtin():
+    from vlmrb_torchrl.recipes.config import DQNConfig, SACConfig
+
+    from vlmrb_torchrl.recipes.config import ConfigError, apply_overrides
+
+    assert DQNConfig().scorer == "builtin:minigrid"
+    assert SACConfig().scorer == "oracle:robosuite"
+    with pytest.raises(ConfigError, match="scorer='builtin:minigrid' is invalid: expected a scorer for this env"):
+        apply_overrides(DQNConfig(), ["env=ALE/Pong-v5"]).validate()
+    apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "replay=uniform"]).validate()  # no scorer used

@@ -1,0 +1,124 @@
+"""Scorers that ship with the package: ``make_scorer("builtin:minigrid")``.
+
+``builtin:minigrid`` is a small CLIP model (~0.28M parameters, ~1.1 MB) trained by
+``vlmrb build-scorer minigrid`` on MiniGrid frames captioned from the simulator's state (see
+``docs/builtin_scorer.md`` and the ``MODEL_CARD.md`` next to the weights), scored with a prompt
+set: the best of three checks on the clip's frames,
+
+- the key: "the agent holds the key" against "the key is on the floor" (``progress``: the
+  clip's last frame minus its first, so holding the key throughout scores 0);
+- the door: "the door is unlocked" against "the door is locked" (``progress``). A door stays
+  unlocked once opened, so this sees the *first* opening, as the oracle does, and a door opened
+  and closed again within the clip still counts;
+- the goal: "the agent is on the goal" against "the agent is next to the goal" and "the agent
+  is far from the goal" (``max``). Clips end with the frame after their last step
+  (``ClipSpec.final_frame``), so a clip whose last step reaches the goal shows it.
+
+Its weights live in the package (``vlmrb_torchrl/scorers/models/minigrid``): nothing is
+downloaded, and it loads with ``HF_HUB_OFFLINE=1``. transformers and Pillow are needed
+(``pip install 'vlmrb-torchrl[vlm]'``).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vlmrb_torchrl.scorers.base import register_scorer
+from vlmrb_torchrl.scorers.prompts import PromptCheck
+
+__all__ = ["BUILTIN_MODELS", "MINIGRID_PROMPT_SET", "builtin_model_dir", "make_builtin_scorer"]
+
+#: Built-in models by name: the package-data directory under ``vlmrb_torchrl/scorers/models``.
+BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid"}
+
+#: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
+#: canonical ones of the training captions (``vlmrb_torchrl.scorer_training.captions``).
+MINIGRID_PROMPT_SET: tuple[PromptCheck, ...] = (
+    PromptCheck("the agent holds the key", ("the key is on the floor",), "progress"),
+    PromptCheck("the door is unlocked", ("the door is locked",), "progress"),
+    PromptCheck("the agent is on the goal", ("the agent is next to the goal", "the agent is far from the goal"), "max"),
+)
+
+
+def builtin_model_dir(name: str = "minigrid") -> Path:
+    """The directory of a built-in model's weights (``config.json``, ``model.safetensors``, ...).
+
+    Raises:
+        ValueError: unknown name.
+        FileNotFoundError: the package was installed without its model data.
+
+    Examples:
+        >>> (builtin_model_dir("minigrid") / "config.json").is_file()
+        True
+    """
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"Unknown built-in scorer 'builtin:{name}'. Valid forms: "
+                         + ", ".join(repr(f"builtin:{n}") for n in BUILTIN_MODELS) + ".")
+    path = Path(str(importlib.resources.files("vlmrb_torchrl.scorers") / "models" / BUILTIN_MODELS[name]))
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"builtin:{name}: the model files are missing from {path}; the package was installed without its "
+            "package data. Reinstall vlmrb-torchrl, or rebuild them with "
+            f"`vlmrb build-scorer {name} --out {path}`."
+        )
+    return path
+
+
+def make_builtin_scorer(
+    name: str = "minigrid",
+    *,
+    prompt_set: Sequence[PromptCheck] | None = None,
+    prompt: str | None = None,
+    negatives: Sequence[str] | str | None = None,
+    aggregation: str = "max",
+    dtype: Any = "float32",
+    **kwargs: Any,
+):
+    """The ready scorer of a built-in model: an ``HFContrastiveScorer`` with its prompt set.
+
+    Args:
+        name (str, optional): the built-in model. Defaults to ``"minigrid"``.
+
+    Keyword Args:
+        prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to
+            :data:`MINIGRID_PROMPT_SET`.
+        prompt (str, optional): score one check instead: this positive against ``negatives``
+            (e.g. ``prompt="the agent holds the red ball", negatives=["the agent holds
+            nothing"]``), aggregated with ``aggregation``.
+        negatives (str or list of str, optional): the negatives of ``prompt`` (required with it).
+        aggregation (str, optional): the aggregation of ``prompt``. Defaults to ``"max"``.
+        dtype (optional): the model's dtype. Defaults to float32 (the model is tiny).
+        **kwargs: passed to :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer` (``device``,
+            ``batch_size``, ``max_frames``, ...).
+
+    Examples:
+        >>> scorer = make_builtin_scorer()
+        >>> scorer.provenance["backend"], len(scorer.prompt_set)
+        ('clip', 3)
+    """
+    from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
+
+    path = builtin_model_dir(name)
+    if prompt is not None:
+        if prompt_set is not None:
+            raise ValueError(f"builtin:{name}: pass prompt= (with negatives=) or prompt_set=, not both.")
+        if not negatives:
+            raise ValueError(
+                f"builtin:{name}: prompt={prompt!r} needs negatives= (statements that are true when the prompt is "
+                "false, e.g. negatives=['the agent holds nothing'] for 'the agent holds the red ball'): the model "
+                "scores a prompt against alternatives, not alone."
+            )
+        negatives = (negatives,) if isinstance(negatives, str) else tuple(negatives)
+        prompt_set = [PromptCheck(prompt, negatives, aggregation)]
+    checks = list(MINIGRID_PROMPT_SET if prompt_set is None else prompt_set)
+    return HFContrastiveScorer(str(path), prompt_set=checks, dtype=dtype, **kwargs)
+
+
+def _make_builtin(rest: str, **kwargs: Any):
+    return make_builtin_scorer(rest or "minigrid", **kwargs)
+
+
+register_scorer("builtin", _make_builtin, form="builtin:minigrid", overwrite=True)
