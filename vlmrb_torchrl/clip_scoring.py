@@ -17,7 +17,7 @@ from tensordict.utils import NestedKey
 from vlmrb_torchrl.clips import ClipSpec, ClipStream
 from vlmrb_torchrl.transform import VLMScoreTransform
 
-__all__ = ["ClipScoring", "make_clip_scoring"]
+__all__ = ["ClipScoring", "make_clip_scoring", "reads_frames"]
 
 
 class ClipScoring(NamedTuple):
@@ -32,6 +32,18 @@ class ClipScoring(NamedTuple):
     def needs_frames(self) -> bool:
         """Whether the scorer reads frames (the stream carries ``frame_key``)."""
         return self.stream.frame_key is not None
+
+
+def reads_frames(scorer, frame_key: NestedKey = "pixels") -> bool:
+    """Whether ``scorer`` reads the frames at ``frame_key`` (its ``in_keys`` name them), so the
+    envs must render and the clip stream must carry them.
+
+    Examples:
+        >>> from vlmrb_torchrl.scorers import make_scorer
+        >>> reads_frames(make_scorer("oracle:minigrid"))  # event flags only
+        False
+    """
+    return frame_key in list(getattr(scorer, "in_keys", []))
 
 
 def make_clip_scoring(
@@ -90,7 +102,7 @@ def make_clip_scoring(
 
         scorer = make_scorer(scorer)
     clip_spec = clip_spec if clip_spec is not None else ClipSpec()
-    needs_frames = frame_key in list(getattr(scorer, "in_keys", []))
+    needs_frames = reads_frames(scorer, frame_key)
     transform = VLMScoreTransform(
         scorer, clip_len=clip_spec.clip_len, in_keys=[frame_key] if needs_frames else [],
         frames=clip_spec.frames, frame_size=frame_size, grid=grid, final_frame=clip_spec.final_frame,

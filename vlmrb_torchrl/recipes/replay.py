@@ -25,6 +25,8 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data import LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
 
+from vlmrb_torchrl.clip_scoring import reads_frames
+
 __all__ = ["FRAME_KEY", "VLM_MODES", "Replay", "UniformReplay", "PrioritizedReplay", "VLMReplay", "make_replay",
            "make_scorer_from_config", "uses_scorer", "needs_frames"]
 
@@ -52,7 +54,7 @@ def needs_frames(scorer) -> bool:
         >>> needs_frames(make_scorer("oracle:minigrid")), needs_frames(None)
         (False, False)
     """
-    return scorer is not None and FRAME_KEY in list(getattr(scorer, "in_keys", []))
+    return scorer is not None and reads_frames(scorer, FRAME_KEY)
 
 
 def make_scorer_from_config(cfg: Any):
