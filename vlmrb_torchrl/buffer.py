@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.storages import Storage
 
@@ -194,7 +194,7 @@ def make_vlm_replay_buffer(
     )
     async_scorer = AsyncScorer(transform, sampler, backend=backend, max_pending=max_pending,
                                batch_size=scorer_batch_size, on_full=on_full)
-    frame_keys = [frame_key, ("next",) + ((frame_key,) if isinstance(frame_key, str) else tuple(frame_key))]
+    frame_keys = [frame_key, unravel_key(("next", frame_key))]
     return VLMReplayBuffer(
         clip_stream=clip_stream, scoring_transform=transform, async_scorer=async_scorer,
         frame_keys=frame_keys, store_frames=store_frames,

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, unravel_key
 from torchrl.data import LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
 
 from vlmrb_torchrl.clip_scoring import reads_frames
@@ -162,7 +162,7 @@ class UniformReplay(Replay):
 
     def __init__(self, buffer: TensorDictReplayBuffer, *, frame_key: NestedKey = FRAME_KEY) -> None:
         super().__init__(buffer)
-        self._drop = (frame_key, ("next",) + ((frame_key,) if isinstance(frame_key, str) else tuple(frame_key)))
+        self._drop = (frame_key, unravel_key(("next", frame_key)))
 
     def store(self, stored: TensorDictBase, batch: TensorDictBase) -> None:
         self.buffer.extend(stored.reshape(-1).exclude(*self._drop))
