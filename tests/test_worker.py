@@ -331,3 +331,239 @@ class TestMakeVLMReplayBuffer:
             rb.extend(data)
             assert rb.clip_stream.frame_key is None
         assert rb.sampler.stats()["fraction_scored"] == 1.0
+
+
+# ---------------------------------------------------------------------- on_error="skip"
+class FlakyScorer(MaxObsScorer):
+    """MaxObsScorer whose calls numbered in ``failing`` (1-based) raise, like a flaky remote VLM."""
+
+    def __init__(self, failing):
+        super().__init__()
+        self.failing = set(failing)
+
+    def score(self, clips):
+        if self.calls + 1 in self.failing:
+            self.calls += 1
+            raise ConnectionError(f"server hiccup on call {self.calls}")
+        return super().score(clips)
+
+
+def build_flaky(failing, clip_len=5, **kwargs):
+    sampler = VLMPrioritizedSampler(1000, threshold=None)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
+    stream = ClipStream(ClipSpec(clip_len=clip_len), frame_key=None, extra_keys=["obs"])
+    worker = AsyncScorer(VLMScoreTransform(FlakyScorer(failing), clip_len=clip_len, in_keys=()), sampler,
+                         batch_size=4, **kwargs)
+    return rb, sampler, stream, worker
+
+
+def test_skip_leaves_failed_batches_unscored_counts_and_warns_once():
+    rb, sampler, stream, worker = build_flaky({2, 3}, on_error="skip")
+    data = make_batches(num_envs=2, steps=20, seed=3).reshape(-1)
+    index = rb.extend(data)
+    clips = stream.push(data, index, sampler.generations(index))
+    assert len(clips) > 16  # one submit: calls take clips 0-3, 4-7, 8-11, ... in order
+    with pytest.warns(RuntimeWarning, match=r"scorer call failed \(1 so far, 1 in a row.*its 4 clips keep the "
+                                            r"default priority\): ConnectionError\('server hiccup on call 2'\)") as seen:
+        worker.submit(clips)
+        assert worker.drain(timeout=30)
+    assert len([w for w in seen if "scorer call failed" in str(w.message)]) == 1  # not once per failure
+    failed = torch.isin(clips.target_clip, torch.arange(4, 12))
+    scores = sampler.scores(clips.index)
+    assert scores[failed].isnan().all()  # the two failed calls' transitions keep the unscored priority
+    expected = expected_start_scores(data, 5)
+    np.testing.assert_allclose(scores[~failed], [expected[int(i)] for i in clips.index[~failed]], rtol=1e-6)
+    stats = worker.stats()
+    assert (stats["errors"], stats["error_clips"], stats["consecutive_errors"]) == (2, 8, 0)
+    assert stats["scored"] == len(clips) - 8 and stats["backlog"] == 0
+    worker.close()  # skipped failures are not raised
+
+
+def test_skip_raises_after_max_consecutive_errors():
+    rb, sampler, stream, worker = build_flaky(range(1, 100), on_error="skip", max_consecutive_errors=3)
+    data = make_batches(num_envs=2, steps=30).reshape(-1)
+    index = rb.extend(data)
+    with pytest.warns(RuntimeWarning, match="scorer call failed"):
+        worker.submit(stream.push(data, index, sampler.generations(index)))
+        with pytest.raises(RuntimeError, match=r"3 scorer calls failed in a row \(on_error='skip', "
+                                               r"max_consecutive_errors=3\); the last: ConnectionError") as info:
+            worker.drain(timeout=30)
+    assert isinstance(info.value.__cause__, ConnectionError)
+    assert (worker.stats()["errors"], worker.stats()["consecutive_errors"]) == (3, 3)
+    with pytest.raises(RuntimeError, match="failed in a row"):
+        worker.close()
+
+
+def test_a_success_resets_the_consecutive_count():
+    # F F S F F S ...: never 3 in a row
+    rb, sampler, stream, worker = build_flaky({1, 2, 4, 5, 7, 8}, on_error="skip", max_consecutive_errors=3)
+    data = make_batches(num_envs=2, steps=30).reshape(-1)
+    index = rb.extend(data)
+    with pytest.warns(RuntimeWarning, match="scorer call failed"):
+        worker.submit(stream.push(data, index, sampler.generations(index)))
+        assert worker.drain(timeout=30)
+    assert worker.stats()["errors"] == 6 and worker.stats()["consecutive_errors"] == 0
+    worker.close()
+
+
+def test_raise_is_the_default_and_stops_at_the_first_failure():
+    rb, sampler, stream, worker = build_flaky({2})
+    assert worker.on_error == "raise"
+    data = make_batches(num_envs=2, steps=30).reshape(-1)
+    index = rb.extend(data)
+    worker.submit(stream.push(data, index, sampler.generations(index)))
+    with pytest.raises(RuntimeError, match=r"worker failed: ConnectionError\('server hiccup on call 2'\)"):
+        worker.drain(timeout=30)
+    assert worker.stats()["errors"] == 0  # "errors" counts skipped failures only
+    with pytest.raises(RuntimeError):
+        worker.close()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"on_error": "ignore"}, "on_error must be one of"),
+    ({"max_consecutive_errors": 0}, "max_consecutive_errors must be an int >= 1"),
+    ({"max_consecutive_errors": 2.5}, "max_consecutive_errors must be an int >= 1"),
+])
+def test_bad_error_policy_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AsyncScorer(VLMScoreTransform(MaxObsScorer(), clip_len=2, in_keys=()), VLMPrioritizedSampler(8), **kwargs)
+
+
+# ---------------------------------------------------------------------- bounded close
+class GatedScorer(MaxObsScorer):
+    """Blocks in score() until ``gate`` is set (a hung VLM call); ``entered`` is set on entry."""
+
+    def __init__(self, gate, entered):
+        super().__init__()
+        self.gate, self.entered = gate, entered
+
+    def score(self, clips):
+        self.entered.set()
+        self.gate.wait(30)
+        return super().score(clips)
+
+
+def test_close_with_timeout_abandons_a_hung_thread_call():
+    gate, entered = threading.Event(), threading.Event()
+    sampler = VLMPrioritizedSampler(1000, threshold=None)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
+    stream = ClipStream(ClipSpec(clip_len=5), frame_key=None, extra_keys=["obs"])
+    worker = AsyncScorer(VLMScoreTransform(GatedScorer(gate, entered), clip_len=5, in_keys=()), sampler, batch_size=4)
+    data = make_batches(num_envs=2, steps=20).reshape(-1)
+    index = rb.extend(data)
+    clips = stream.push(data, index, sampler.generations(index))
+    worker.submit(clips)
+    assert entered.wait(10)
+    start = time.perf_counter()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"close\(timeout=0.3\): a scorer call did not return in time; "
+                                                r"its daemon thread is left behind"):
+            worker.close(timeout=0.3)
+        assert time.perf_counter() - start < 3
+        assert worker._thread.daemon and worker._thread.is_alive()
+        assert worker.stats()["dropped"] == len(clips) and worker.stats()["backlog"] == 0
+    finally:
+        gate.set()
+    worker._thread.join(10)
+    assert not worker._thread.is_alive()
+    assert sampler.scores(index).isnan().all()  # the abandoned call's late scores are not written
+
+
+def test_close_with_timeout_after_a_normal_drain_scores_everything():
+    rb, sampler, stream, worker, _ = build()
+    data = make_batches(num_envs=2, steps=20).reshape(-1)
+    index = rb.extend(data)
+    worker.submit(stream.push(data, index, sampler.generations(index)))
+    worker.submit(stream.flush())
+    worker.close(timeout=30)
+    assert not worker._thread.is_alive()
+    assert worker.stats()["scored"] == worker.stats()["submitted"] and not sampler.scores(index).isnan().any()
+
+
+def _hang(clips):  # module level: pickled to the process backend's child
+    time.sleep(600)
+    return torch.zeros(clips.shape[0])
+
+
+@pytest.mark.slow  # spawns a child process
+def test_close_with_timeout_terminates_a_hung_child_process():
+    from vlmrb_torchrl.scorers import CallableScorer
+
+    sampler = VLMPrioritizedSampler(1000, threshold=None)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
+    stream = ClipStream(ClipSpec(clip_len=5), frame_key=None, extra_keys=["obs"])
+    worker = AsyncScorer(VLMScoreTransform(CallableScorer(_hang, in_keys=["obs"]), clip_len=5, in_keys=()), sampler,
+                         backend="process")
+    data = make_batches(num_envs=2, steps=20).reshape(-1)
+    index = rb.extend(data)
+    worker.submit(stream.push(data, index, sampler.generations(index)))
+    deadline = time.monotonic() + 60
+    while not worker._in_flight and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(5)  # the child starts (spawn, imports) and takes the call
+    start = time.perf_counter()
+    with pytest.warns(RuntimeWarning, match="its child process was terminated"):
+        worker.close(timeout=1.0)
+    assert time.perf_counter() - start < 10
+    worker._thread.join(10)
+    assert not worker._thread.is_alive()
+    assert multiprocessing.active_children() == []
+
+
+_EXIT_SCRIPT = """
+import sys, threading, time, torch
+sys.path[:0] = {paths!r}
+from tensordict import TensorDict
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
+from vlmrb_torchrl.scorers import CallableScorer
+from test_worker import _hang, make_batches
+
+if __name__ == "__main__":
+    sampler = VLMPrioritizedSampler(1000)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
+    stream = ClipStream(ClipSpec(clip_len=5), frame_key=None, extra_keys=["obs"])
+    worker = AsyncScorer(VLMScoreTransform(CallableScorer(_hang, in_keys=["obs"]), clip_len=5, in_keys=()), sampler,
+                         backend={backend!r})
+    data = make_batches(num_envs=2, steps=20).reshape(-1)
+    index = rb.extend(data)
+    worker.submit(stream.push(data, index, sampler.generations(index)))
+    while not worker._in_flight:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    print("exiting with a hung scorer call", flush=True)
+"""
+
+
+@pytest.mark.slow  # a subprocess (and, for "process", its child)
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_a_hung_scorer_does_not_block_interpreter_exit(tmp_path, backend):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "hung_at_exit.py"
+    here = os.path.dirname(os.path.abspath(__file__))
+    script.write_text(_EXIT_SCRIPT.format(paths=[here, os.path.dirname(here)], backend=backend))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "exiting with a hung scorer call" in done.stdout
+    assert time.perf_counter() - start < 90  # not the scorer's 600 s
+
+
+def test_pickled_worker_is_a_new_worker_with_the_same_settings():
+    import copy
+    import pickle
+
+    rb, sampler, stream, worker, _ = build(batch_size=7, on_error="skip", max_consecutive_errors=4)
+    worker.error_warn_every = 3
+    for clone in (pickle.loads(pickle.dumps(worker)), copy.deepcopy(worker)):
+        try:
+            assert clone._thread is not worker._thread and clone._thread.is_alive()
+            assert (clone.batch_size, clone.on_error, clone.max_consecutive_errors, clone.error_warn_every) == (
+                7, "skip", 4, 3)
+            assert clone.stats()["submitted"] == 0
+        finally:
+            clone.close()
+    worker.close()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+import warnings
+import weakref
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
@@ -18,6 +20,9 @@ __all__ = ["AsyncScorer"]
 
 _BACKENDS = ("thread", "process")
 _ON_FULL = ("drop_oldest", "block")
+_ON_ERROR = ("raise", "skip")
+# Seconds an AsyncScorer left open at interpreter exit gets before its child process is terminated.
+_EXIT_TIMEOUT = 1.0
 
 # The scoring transform of a "process" backend's child process (one per child).
 _CHILD_TRANSFORM = None
@@ -30,6 +35,16 @@ def _init_child(transform) -> None:
 
 def _score_in_child(clips: TensorDictBase, frames: TensorDictBase | None) -> torch.Tensor:
     return _CHILD_TRANSFORM.score_clips(clips, frames=frames)
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    # Runs before concurrent.futures joins its pools at exit: a hung child would block that join forever.
+    worker = ref()
+    if worker is not None and not worker._closed:
+        try:
+            worker.close(drain=False, timeout=_EXIT_TIMEOUT)
+        except BaseException:  # noqa: BLE001 - nothing to report to at exit
+            pass
 
 
 class AsyncScorer:
@@ -49,7 +64,21 @@ class AsyncScorer:
 
     An exception in the worker stops it and is re-raised (as the ``__cause__`` of a
     ``RuntimeError``) by the next ``submit``, ``drain`` or ``close``; it is never swallowed.
-    ``close()`` (or leaving a ``with`` block) stops the thread and the child process.
+    With ``on_error="skip"`` a failed scorer call (an ``Exception`` raised by
+    ``score_clips``, e.g. a flaky remote VLM) is skipped instead: its clips keep the default
+    priority, it is counted (``stats()["errors"]``, ``"error_clips"``,
+    ``"consecutive_errors"``) and reported in a ``RuntimeWarning`` naming the exception (the
+    first failure and every ``error_warn_every``-th after); ``max_consecutive_errors``
+    failures in a row stop the worker as above. Failures to write scores back are bugs and
+    always stop it.
+
+    ``close()`` (or leaving a ``with`` block) stops the thread and the child process;
+    ``close(timeout=...)`` waits at most that long in all: a scorer call that does not return
+    in time is abandoned (``"thread"``: left in its daemon thread, which ends with the
+    process; ``"process"``: the child is terminated), with a warning. A ``"process"`` worker
+    still open at interpreter exit is closed the same way, so a hung child never blocks exit.
+    A pickled (or deep-copied) worker comes back as a new, empty worker with the same
+    settings: what was queued or counted stays with the original.
 
     Args:
         transform (VLMScoreTransform): what turns ``[B, L]`` clips into ``[B]`` scores.
@@ -62,6 +91,14 @@ class AsyncScorer:
         max_pending (int): clips allowed to wait. Defaults to 4096.
         batch_size (int): clips per scorer call. Defaults to 32.
         on_full (str): ``"drop_oldest"`` (default) or ``"block"``.
+        on_error (str): ``"raise"`` (default: the first scorer failure stops the worker) or
+            ``"skip"`` (a failed call's clips stay unscored; see above).
+        max_consecutive_errors (int, optional): with ``on_error="skip"``, the failures in a
+            row that stop the worker. Defaults to 10; ``None``: never.
+
+    Attributes:
+        error_warn_every (int): with ``on_error="skip"``, one warning per this many failures
+            (after the first). Defaults to 10.
 
     Examples:
         >>> import torch
@@ -93,12 +130,19 @@ class AsyncScorer:
         max_pending: int = 4096,
         batch_size: int = 32,
         on_full: Literal["drop_oldest", "block"] = "drop_oldest",
+        on_error: Literal["raise", "skip"] = "raise",
+        max_consecutive_errors: int | None = 10,
     ) -> None:
         if backend not in _BACKENDS:
             raise ValueError(f"backend must be one of {_BACKENDS}, got backend={backend!r}.")
         if on_full not in _ON_FULL:
             raise ValueError(f"on_full must be one of {_ON_FULL}, got on_full={on_full!r}.")
-        for name, value in (("max_pending", max_pending), ("batch_size", batch_size)):
+        if on_error not in _ON_ERROR:
+            raise ValueError(f"on_error must be one of {_ON_ERROR}, got on_error={on_error!r}.")
+        limits = (("max_pending", max_pending), ("batch_size", batch_size))
+        if max_consecutive_errors is not None:
+            limits += (("max_consecutive_errors", max_consecutive_errors),)
+        for name, value in limits:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
         if not callable(getattr(transform, "score_clips", None)):
@@ -111,6 +155,9 @@ class AsyncScorer:
         self.max_pending = max_pending
         self.batch_size = batch_size
         self.on_full = on_full
+        self.on_error = on_error
+        self.max_consecutive_errors = max_consecutive_errors
+        self.error_warn_every = 10
 
         self._pending: deque[tuple[ClipBatch, float]] = deque()
         self._pending_clips = 0
@@ -118,7 +165,10 @@ class AsyncScorer:
         self._cond = threading.Condition()
         self._closed = False
         self._error: BaseException | None = None
+        self._error_note = ""
+        self._abandoned = False  # close() gave up on a scorer call: its outcome no longer matters
         self._submitted = self._scored = self._dropped = self._batches = 0
+        self._errors = self._error_clips = self._consecutive_errors = 0
         self._score_time = 0.0
         self._latency_sum = 0.0
         self._started = time.perf_counter()
@@ -129,13 +179,30 @@ class AsyncScorer:
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_child, initargs=(transform,),
             )
+            try:  # threading's exit hooks run before concurrent.futures joins its pools
+                threading._register_atexit(_close_at_exit, weakref.ref(self))
+            except (AttributeError, RuntimeError):  # pragma: no cover - no hook API, or exiting already
+                pass
         self._thread = threading.Thread(target=self._run, name="vlmrb-async-scorer", daemon=True)
         self._thread.start()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # threads, locks and the child process do not travel: the copy is a new worker with these settings
+        return {"transform": self.transform, "sampler": self.sampler, "backend": self.backend,
+                "max_pending": self.max_pending, "batch_size": self.batch_size, "on_full": self.on_full,
+                "on_error": self.on_error, "max_consecutive_errors": self.max_consecutive_errors,
+                "error_warn_every": self.error_warn_every}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        warn_every = state.pop("error_warn_every", 10)
+        self.__init__(state.pop("transform"), state.pop("sampler"), **state)
+        self.error_warn_every = warn_every
 
     # ------------------------------------------------------------------ caller side
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise RuntimeError(f"AsyncScorer's worker failed: {self._error!r}") from self._error
+            raise RuntimeError(f"AsyncScorer's worker failed: {self._error_note}{self._error!r}") from self._error
 
     def submit(self, clips: ClipBatch | None) -> None:
         """Queues clips for scoring; ``None`` or an empty batch is ignored."""
@@ -184,23 +251,59 @@ class AsyncScorer:
         return done
 
     def close(self, *, drain: bool = True, timeout: float | None = None) -> None:
-        """Stops the worker (after scoring what is queued, unless ``drain=False``)."""
+        """Stops the worker, after scoring what is queued unless ``drain=False``.
+
+        Args:
+            drain (bool): score the queued clips first. Clips not scored (``drain=False``, or
+                the time ran out) are counted in ``stats()["dropped"]``.
+            timeout (float, optional): the most seconds ``close`` takes, scoring and stopping
+                together. A scorer call still under way then is abandoned with a
+                ``RuntimeWarning``: the ``"thread"`` backend leaves it in its daemon thread
+                (a Python call cannot be interrupted; the thread ends with the process), the
+                ``"process"`` backend terminates the child. ``None``: no limit.
+        """
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        stopped = True
         try:
             if drain and self._error is None and not self._closed:
                 self.drain(timeout)
         finally:
             with self._cond:
                 self._closed = True
-                if not drain:
-                    self._dropped += self._pending_clips
-                    self._pending.clear()
-                    self._pending_clips = 0
+                self._dropped += self._pending_clips  # not scored: drain=False, or the drain timed out
+                self._pending.clear()
+                self._pending_clips = 0
                 self._cond.notify_all()
-            self._thread.join()
+            if self._thread is not threading.current_thread():
+                self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                stopped = not self._thread.is_alive()
+            if not stopped:
+                self._abandon(timeout)
             if self._executor is not None:
-                self._executor.shutdown(wait=True, cancel_futures=True)
+                self._executor.shutdown(wait=stopped, cancel_futures=True)
                 self._executor = None
         self._raise_if_failed()
+
+    def _abandon(self, timeout: float | None) -> None:
+        """Gives up on the scorer call under way (``close`` timed out)."""
+        with self._cond:
+            self._abandoned = True
+            self._dropped += self._in_flight
+            self._in_flight = 0
+            self._cond.notify_all()
+        if self._executor is not None:
+            # private, but the only handle on the child; a terminated child breaks the pending call,
+            # which ends the worker thread and lets concurrent.futures' own exit join return
+            children = list((getattr(self._executor, "_processes", None) or {}).values())
+            for child in children:
+                child.terminate()
+            for child in children:
+                child.join(5)
+            what = "its child process was terminated"
+        else:
+            what = "its daemon thread is left behind (it ends with the process)"
+        warnings.warn(f"AsyncScorer.close(timeout={timeout}): a scorer call did not return in time; {what}.",
+                      RuntimeWarning, stacklevel=3)
 
     def __enter__(self) -> AsyncScorer:
         return self
@@ -223,7 +326,9 @@ class AsyncScorer:
     def stats(self) -> dict[str, float | int]:
         """``submitted``, ``scored``, ``dropped``, ``backlog`` (clips), ``batches``,
         ``clips_per_s`` (scorer throughput while busy), ``latency_s`` (mean submit-to-write-back
-        time per clip) and ``busy_fraction`` (share of wall time spent scoring)."""
+        time per clip), ``busy_fraction`` (share of wall time spent scoring), and with
+        ``on_error="skip"`` ``errors`` (failed scorer calls skipped), ``error_clips`` (their
+        clips, left unscored) and ``consecutive_errors`` (failures since the last success)."""
         with self._cond:
             wall = time.perf_counter() - self._started
             return {
@@ -235,6 +340,9 @@ class AsyncScorer:
                 "clips_per_s": self._scored / self._score_time if self._score_time > 0 else 0.0,
                 "latency_s": self._latency_sum / self._scored if self._scored else 0.0,
                 "busy_fraction": self._score_time / wall if wall > 0 else 0.0,
+                "errors": self._errors,
+                "error_clips": self._error_clips,
+                "consecutive_errors": self._consecutive_errors,
             }
 
     # ------------------------------------------------------------------ worker side
@@ -257,6 +365,12 @@ class AsyncScorer:
             self._in_flight = n
             return taken
 
+    def _score(self, batch: ClipBatch) -> torch.Tensor:
+        """One scorer call on the backend: ``[B]`` scores for ``batch.clips``."""
+        if self._executor is None:
+            return self.transform.score_clips(batch.clips, frames=batch.frames)
+        return self._executor.submit(_score_in_child, batch.clips, batch.frames).result()
+
     def _run(self) -> None:
         while True:
             taken = self._take()
@@ -265,20 +379,19 @@ class AsyncScorer:
             try:
                 batch = ClipBatch.cat([b for b, _ in taken])
                 t0 = time.perf_counter()
-                if self._executor is None:
-                    scores = self.transform.score_clips(batch.clips, frames=batch.frames)
-                else:
-                    scores = self._executor.submit(_score_in_child, batch.clips, batch.frames).result()
+                try:
+                    scores = self._score(batch)
+                except Exception as err:  # noqa: BLE001 - the on_error policy decides
+                    if self._scorer_failed(err, len(batch)):
+                        continue
+                    return
                 elapsed = time.perf_counter() - t0
+                if self._abandoned:  # close() gave up on this call: the run moved on without it
+                    return
                 self.sampler.update_scores(batch.index, batch.scores_for_targets(scores),
                                            batch.generation, reduce=batch.reduce)
             except BaseException as err:  # noqa: BLE001 - handed to the caller
-                with self._cond:
-                    self._error = err
-                    self._in_flight = 0
-                    self._pending.clear()
-                    self._pending_clips = 0
-                    self._cond.notify_all()
+                self._fail(err)
                 return
             done = time.perf_counter()
             with self._cond:
@@ -286,5 +399,42 @@ class AsyncScorer:
                 self._batches += 1
                 self._score_time += elapsed
                 self._latency_sum += sum((done - t) * len(b) for b, t in taken)
+                self._consecutive_errors = 0
                 self._in_flight = 0
                 self._cond.notify_all()
+
+    def _fail(self, err: BaseException, note: str = "") -> None:
+        """Stops the worker: ``err`` is re-raised in the caller (unless ``close`` abandoned the call)."""
+        with self._cond:
+            if not self._abandoned:
+                self._error, self._error_note = err, note
+            self._in_flight = 0
+            self._pending.clear()
+            self._pending_clips = 0
+            self._cond.notify_all()
+
+    def _scorer_failed(self, err: Exception, clips: int) -> bool:
+        """Applies ``on_error`` to a failed scorer call of ``clips`` clips (every backend calls it).
+
+        Returns ``True`` when the failure is skipped (the clips keep the default priority and the
+        worker goes on), ``False`` when the worker stops (``err`` is then re-raised in the caller).
+        """
+        if self.on_error == "raise" or self._abandoned:
+            self._fail(err)
+            return False
+        with self._cond:
+            self._errors += 1
+            self._error_clips += clips
+            self._consecutive_errors += 1
+            errors, in_a_row = self._errors, self._consecutive_errors
+            self._in_flight = 0
+            self._cond.notify_all()
+        limit = self.max_consecutive_errors
+        if limit is not None and in_a_row >= limit:
+            self._fail(err, f"{in_a_row} scorer calls failed in a row (on_error='skip', "
+                            f"max_consecutive_errors={limit}); the last: ")
+            return False
+        if errors == 1 or errors % self.error_warn_every == 0:
+            warnings.warn(f"AsyncScorer: scorer call failed ({errors} so far, {in_a_row} in a row; on_error='skip': "
+                          f"its {clips} clips keep the default priority): {err!r}", RuntimeWarning, stacklevel=2)
+        return True
