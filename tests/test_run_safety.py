@@ -377,7 +377,7 @@ def test_a_hung_scorer_costs_a_checkpoint_and_the_close_the_timeout_only(tmp_pat
     # 2 trajectories x (5 complete clips + 3 flushed tails), none scored
     assert counters["scorer_unscored_at_checkpoint"] == 16 and check_checkpoint(path) == (True, "")
     start = time.perf_counter()
-    with pytest.warns(RuntimeWarning, match="did not return within scorer_drain_timeout=0.2 s"):
+    with pytest.warns(RuntimeWarning, match=r"close\(timeout=0.2\): a scorer call did not return in time; its daemon"):
         replay.close()
     assert time.perf_counter() - start < 5 and replay.closed
 

@@ -395,3 +395,147 @@ def test_collector_with_replay_buffer(kind):
     assert ("next", "reward") in sample.keys(True)
     if kind == "vlm":
         assert sampler.stats()["num_filled"] == 48
+
+
+# ---------------------------------------------------------------------- make_vlm_replay_buffer
+def _sigmoid_first_obs(clips):  # module level: a scorer that pickles
+    return torch.sigmoid(clips["observation"][:, 0, 0].float())
+
+
+def _first_obs_scorer():
+    """A clip's score is sigmoid(first observation entry of its first step): checks which slot got which clip."""
+    from vlmrb_torchrl.scorers import CallableScorer
+
+    return CallableScorer(_sigmoid_first_obs, in_keys=["observation"])
+
+
+def _vlm_rb(capacity=64, storage=None, scorer=None, **kwargs):
+    from vlmrb_torchrl import ClipSpec, make_vlm_replay_buffer
+
+    return make_vlm_replay_buffer(capacity, scorer or _first_obs_scorer(), clip_spec=ClipSpec(clip_len=3),
+                                  storage=storage, batch_size=8, generator=torch.Generator().manual_seed(0), **kwargs)
+
+
+def _collector_batch(envs: int, steps: int, start: int = 0) -> TensorDict:
+    obs = torch.arange(start, start + envs * steps, dtype=torch.float32).reshape(envs, steps, 1)
+    return TensorDict({"observation": obs, ("collector", "traj_ids"): torch.arange(envs)[:, None].expand(envs, steps),
+                       ("next", "done"): torch.zeros(envs, steps, 1, dtype=torch.bool)}, [envs, steps])
+
+
+def _stored_scores_match(rb, slots, observations):
+    """Every scored slot holds sigmoid(its own stored observation): scores went to the right slots."""
+    scores = rb.sampler.scores(slots)
+    assert not scores.isnan().all()
+    scored = ~scores.isnan()
+    torch.testing.assert_close(scores[scored], torch.sigmoid(observations.reshape(-1)[scored]))
+
+
+class TestVLMReplayBuffer:
+    def test_pickles_and_deep_copies_with_a_new_scorer_worker(self):
+        import copy
+
+        rb = _vlm_rb(on_scorer_error="skip", max_consecutive_scorer_errors=3)
+        rb.extend(_collector_batch(2, 5))
+        rb.async_scorer.drain(10)
+        for clone in (pickle.loads(pickle.dumps(rb)), copy.deepcopy(rb)):
+            try:
+                worker = clone.async_scorer
+                assert worker is not rb.async_scorer and worker._thread.is_alive()
+                assert worker.sampler is clone.sampler and worker.transform is clone.scoring_transform
+                assert (worker.on_error, worker.max_consecutive_errors) == ("skip", 3)
+                torch.testing.assert_close(clone.sampler.scores(torch.arange(10)), rb.sampler.scores(torch.arange(10)),
+                                           equal_nan=True)
+                index = clone.extend(_collector_batch(2, 5, start=10))  # the copy scores into its own sampler
+                clone.close()
+                _stored_scores_match(clone, index, clone[index]["observation"])
+                assert rb.sampler.scores(index).isnan().all()
+            finally:
+                clone.close()
+        assert len(rb) == 10
+        rb.close()
+
+    def test_a_spawned_process_is_refused_like_per(self):
+        """rb.share() then a spawned process: refused while pickling, before any child starts (as for PER)."""
+        rb = _vlm_rb()
+        rb.extend(_collector_batch(2, 4))
+        rb.share()
+        process = multiprocessing.get_context("spawn").Process(target=_noop, args=(rb,))
+        try:
+            with pytest.raises(RuntimeError, match="cannot be shared between processes"):
+                process.start()
+            assert process.pid is None
+        finally:
+            rb.close()
+
+    def test_collector_storing_through_add_feeds_scoring(self):
+        """``Collector(..., replay_buffer=rb, extend_buffer=False)`` stores each step with rb.add()."""
+        pytest.importorskip("gymnasium")
+        from torchrl.collectors import Collector
+        from torchrl.envs import GymEnv
+
+        rb = _vlm_rb()
+        collector = Collector(GymEnv("CartPole-v1"), None, frames_per_batch=16, total_frames=48, replay_buffer=rb,
+                              extend_buffer=False)
+        for _ in collector:
+            pass
+        collector.shutdown()
+        rb.close()  # flushes the tail clips
+        assert len(rb) == 48 and rb.sampler.stats()["fraction_scored"] == 1.0
+        _stored_scores_match(rb, torch.arange(48), rb[:48]["observation"][:, 0])
+
+    def test_add_scores_like_extend(self):
+        batch = _collector_batch(1, 7)[0]
+        by_add, by_extend = _vlm_rb(), _vlm_rb()
+        for step in batch.unbind(0):
+            assert isinstance(by_add.add(step), int)
+        by_extend.extend(batch)
+        by_add.close(), by_extend.close()
+        torch.testing.assert_close(by_add.sampler.scores(torch.arange(7)), by_extend.sampler.scores(torch.arange(7)))
+        assert "observation" in by_add[0].keys()
+
+    def test_add_refuses_batches_and_ndim2_storages(self):
+        rb = _vlm_rb()
+        with pytest.raises(ValueError, match=r"add\(\) stores one transition \(batch_size=\[\]\), got batch_size=\[2\]"):
+            rb.add(_collector_batch(2, 1)[:, 0])
+        rb.close()
+        rb = _vlm_rb(storage=LazyTensorStorage(64, ndim=2))
+        rb.extend(_collector_batch(2, 4))
+        with pytest.raises(ValueError, match=r"ndim=2 .*use extend\(\) with \[envs, T\] batches"):
+            rb.add(_collector_batch(2, 1)[0, 0])
+        rb.close()
+
+    def test_ndim2_storage_end_to_end(self):
+        """``[envs, T]`` batches into ``LazyTensorStorage(N, ndim=2)``: stored as TorchRL lays them out (time-major),
+        each transition's clip score lands on its own slot, the same scores as a flat buffer, through a wrap-around."""
+        flat, grid = _vlm_rb(24), _vlm_rb(24, storage=LazyTensorStorage(24, ndim=2))
+        for start in (0, 16, 32):  # 48 transitions into 24 slots
+            batch = _collector_batch(2, 8, start=start)
+            flat_index, grid_index = flat.extend(batch), grid.extend(batch)
+        flat.close(), grid.close()
+        assert grid._storage.shape == torch.Size([12, 2]) and grid_index.shape == (16, 2)
+        slots = grid.sampler.slots(grid_index)
+        stored = grid._storage._storage["observation"][grid_index[:, 0], grid_index[:, 1]]
+        _stored_scores_match(grid, slots, stored)
+        # the same transitions (by observation) have the same scores in both buffers
+        by_obs = dict(zip(flat[flat_index]["observation"].reshape(-1).tolist(), flat.sampler.scores(flat_index).tolist()))
+        grid_scores = grid.sampler.scores(slots).tolist()
+        assert [by_obs[o] for o in stored.reshape(-1).tolist()] == pytest.approx(grid_scores, nan_ok=True)
+        assert grid.sampler.stats()["num_filled"] == 24
+        sample = grid.sample()
+        assert sample.batch_size == torch.Size([8]) and sample["index"].shape == (8, 2)
+
+    def test_ndim2_storage_with_a_batched_collector(self):
+        pytest.importorskip("gymnasium")
+        from torchrl.collectors import Collector
+        from torchrl.envs import GymEnv, SerialEnv
+
+        rb = _vlm_rb(storage=LazyTensorStorage(64, ndim=2))
+        collector = Collector(SerialEnv(2, lambda: GymEnv("CartPole-v1")), None, frames_per_batch=16, total_frames=48,
+                              replay_buffer=rb)
+        for _ in collector:
+            pass
+        collector.shutdown()
+        rb.close()
+        assert len(rb) == 48 and rb._storage.shape == torch.Size([24, 2])  # 24 time steps x 2 envs
+        assert rb.sampler.stats()["fraction_scored"] == 1.0
+        _stored_scores_match(rb, torch.arange(48), rb._storage._storage["observation"][:24, :, 0])

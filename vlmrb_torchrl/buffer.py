@@ -20,13 +20,21 @@ __all__ = ["VLMReplayBuffer", "make_vlm_replay_buffer"]
 
 
 class VLMReplayBuffer(TensorDictReplayBuffer):
-    """A :class:`~torchrl.data.TensorDictReplayBuffer` whose ``extend`` also feeds VLM scoring.
+    """A :class:`~torchrl.data.TensorDictReplayBuffer` whose ``extend`` and ``add`` also feed VLM scoring.
 
-    Built by :func:`make_vlm_replay_buffer`. ``extend(batch)`` flattens a collector batch,
-    stores it (without the frames unless ``store_frames=True``), records the slots'
-    generations, cuts complete clips from the frames with its :class:`ClipStream` and submits
-    them to its :class:`AsyncScorer`; scores land in the sampler when ready. Everything else —
+    Built by :func:`make_vlm_replay_buffer`. ``extend(batch)`` stores a collector batch
+    (flattened for a 1-D storage; as TorchRL lays it out for a storage with ``ndim > 1``,
+    e.g. ``LazyTensorStorage(N, ndim=2)`` for ``[envs, T]`` batches), without the frames
+    unless ``store_frames=True``, records the slots' generations, cuts complete clips from
+    the frames with its :class:`ClipStream` and submits them to its :class:`AsyncScorer`;
+    scores land in the sampler when ready. ``add(transition)`` does the same for one step (what
+    ``Collector(..., replay_buffer=rb, extend_buffer=False)`` calls). Everything else —
     ``sample``, ``update_tensordict_priority``, ``state_dict``, ``dumps`` — is TorchRL's.
+
+    The buffer pickles (``copy.deepcopy`` too) like TorchRL's: the copy gets its own scorer
+    worker with the same settings, its queue empty (clips queued in the original are scored
+    there only). Sending it to a spawned process is refused by the sampler, as
+    :class:`~torchrl.data.PrioritizedSampler` refuses it.
     """
 
     def __init__(
@@ -60,7 +68,8 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         """Stores a (collector) batch and queues its clips for scoring.
 
         Args:
-            tensordict (TensorDictBase): ``[N]`` or ``[E, T]`` data, stored flattened.
+            tensordict (TensorDictBase): ``[N]`` or ``[E, T]`` data, stored flattened in a
+                1-D storage and as TorchRL stores it (``dim_extend``) in an ``ndim > 1`` one.
 
         Keyword Args:
             update_priority (bool, optional): as in TorchRL.
@@ -68,22 +77,58 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
                 data was rewritten (e.g. n-step returns replace ``("next", ...)`` entries with
                 those ``n`` steps ahead): same layout and order as ``tensordict``.
         """
-        flat = tensordict.reshape(-1) if tensordict.ndim > 1 else tensordict
-        stored = flat if self._store_frames else flat.exclude(*self._frame_keys)
+        data = tensordict
+        if self._storage_ndim() == 1 and tensordict.ndim > 1:
+            data = tensordict.reshape(-1)
+        stored = data if self._store_frames else data.exclude(*self._frame_keys)
         index = super().extend(stored, update_priority=update_priority)
-        self.score_batch(flat if clips_from is None else clips_from, index)
+        self.score_batch(tensordict if clips_from is None else clips_from, index)
+        return index
+
+    def add(self, data: TensorDictBase) -> int:
+        """Stores one transition (``batch_size=[]``) and queues the clips it completes for scoring.
+
+        What ``Collector(..., replay_buffer=rb, extend_buffer=False)`` calls for each step of a
+        single (unbatched) env. A storage with ``ndim > 1`` takes batches only (``extend``), as
+        TorchRL's ``TensorDictReplayBuffer.add`` cannot write one there.
+
+        Returns:
+            the slot written.
+        """
+        if self._storage_ndim() > 1:
+            raise ValueError(f"add() cannot write one step into a storage with ndim={self._storage_ndim()} (TorchRL's "
+                             "add does not either): use extend() with [envs, T] batches, e.g. "
+                             "Collector(..., replay_buffer=rb, extend_buffer=True).")
+        if data.batch_dims:
+            raise ValueError(f"add() stores one transition (batch_size=[]), got batch_size={list(data.batch_size)}: "
+                             "use extend() for batches (e.g. Collector(..., extend_buffer=True) with batched envs).")
+        stored = data if self._store_frames else data.exclude(*self._frame_keys)
+        index = super().add(stored)
+        self._push(data.unsqueeze(0), torch.as_tensor(index).reshape(1))
         return index
 
     def score_batch(self, batch: TensorDictBase, index: torch.Tensor) -> None:
         """Feeds a batch already written at ``index`` to the clip stream and the scorer.
 
         Use it when the data went into the storage some other way (``rb.extend`` does it
-        for you). ``batch`` must still hold the frames and the trajectory ids.
+        for you). ``batch`` must still hold the frames and the trajectory ids; ``batch`` and
+        ``index`` are what was given to and returned by ``extend``.
         """
-        flat = batch.reshape(-1) if batch.ndim > 1 else batch
-        index = torch.as_tensor(index).reshape(-1)
+        if self._storage_ndim() > 1 and self.dim_extend > 0 and batch.ndim > self.dim_extend:
+            batch = batch.transpose(self.dim_extend, 0)  # the layout TorchRL's extend wrote
+        self._push(batch.reshape(-1) if batch.ndim > 1 else batch, index)
+
+    def _push(self, rows: TensorDictBase, index: torch.Tensor) -> None:
+        """``rows``: 1-D, one per slot of ``index`` (slots, or an ``ndim > 1`` storage's coordinates)."""
+        if self._storage_ndim() > 1:
+            index = self.sampler.slots(index)  # row-major coordinates -> the sampler's slot numbers
+        else:
+            index = torch.as_tensor(index).reshape(-1)
         generation = self.sampler.generations(index)
-        self.async_scorer.submit(self.clip_stream.push(flat, index, generation))
+        self.async_scorer.submit(self.clip_stream.push(rows, index, generation))
+
+    def _storage_ndim(self) -> int:
+        return getattr(self._storage, "ndim", 1)
 
     def flush_clips(self) -> None:
         """Emits the pending (padded) clips of unfinished trajectories for scoring."""
@@ -97,7 +142,8 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         return stats
 
     def close(self, *, flush: bool = True, timeout: float | None = None) -> None:
-        """Scores the pending tail clips (``flush``), waits for the scorer and stops it."""
+        """Scores the pending tail clips (``flush``), waits for the scorer and stops it, within
+        ``timeout`` seconds in all (see :meth:`AsyncScorer.close`)."""
         try:
             if flush:
                 self.flush_clips()
@@ -133,6 +179,8 @@ def make_vlm_replay_buffer(
     max_pending: int = 4096,
     scorer_batch_size: int = 32,
     on_full: Literal["drop_oldest", "block"] = "drop_oldest",
+    on_scorer_error: Literal["raise", "skip"] = "raise",
+    max_consecutive_scorer_errors: int | None = 10,
     generator: torch.Generator | None = None,
     sampler_kwargs: dict[str, Any] | None = None,
     **rb_kwargs: Any,
@@ -157,8 +205,9 @@ def make_vlm_replay_buffer(
             Defaults to ``False``: frames live only in the clip stream until scored.
         frame_size, grid: passed to :class:`VLMScoreTransform`. The stream and the
             transform come from :func:`~vlmrb_torchrl.make_clip_scoring`.
-        backend, max_pending, scorer_batch_size, on_full: passed to :class:`AsyncScorer`
-            (``scorer_batch_size`` is its ``batch_size``).
+        backend, max_pending, scorer_batch_size, on_full, on_scorer_error,
+            max_consecutive_scorer_errors: passed to :class:`AsyncScorer` (as ``batch_size``,
+            ``on_error`` and ``max_consecutive_errors`` for the last three).
         generator (torch.Generator, optional): the buffer's random generator (seed it for
             reproducible sampling).
         sampler_kwargs (dict, optional): :class:`VLMPrioritizedSampler` arguments
@@ -193,7 +242,8 @@ def make_vlm_replay_buffer(
         scorer, clip_spec, frame_key=frame_key, traj_key=traj_key, frame_size=frame_size, grid=grid,
     )
     async_scorer = AsyncScorer(transform, sampler, backend=backend, max_pending=max_pending,
-                               batch_size=scorer_batch_size, on_full=on_full)
+                               batch_size=scorer_batch_size, on_full=on_full, on_error=on_scorer_error,
+                               max_consecutive_errors=max_consecutive_scorer_errors)
     frame_keys = [frame_key, unravel_key(("next", frame_key))]
     return VLMReplayBuffer(
         clip_stream=clip_stream, scoring_transform=transform, async_scorer=async_scorer,

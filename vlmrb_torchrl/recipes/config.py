@@ -83,6 +83,11 @@ class RecipeConfig:
     scorer_drain_timeout: float = _field(60.0, "seconds a checkpoint (and the end of the run) waits for the scorer's "
                                                "queued clips; clips still queued then are saved unscored (counted in "
                                                "summary.json's scorer_unscored_at_checkpoint)")
+    on_scorer_error: Literal["raise", "skip"] = _field(
+        "raise", "a failing scorer call: raise (end the run) | skip (its clips keep the unscored priority; "
+                 "counted in metrics.csv's scorer_errors, a warning every 10)")
+    max_consecutive_scorer_errors: int = _field(10, "with on_scorer_error=skip: this many failed scorer calls in a "
+                                                    "row end the run")
     # evaluation and outputs
     eval_every: int = _field(10_000, "frames between evaluations")
     eval_episodes: int = _field(50, "episodes per evaluation")
@@ -95,7 +100,7 @@ class RecipeConfig:
     # validation: (ints >= 1, ints >= 0, numbers in [0, 1], numbers > 0, numbers >= 0); subclasses extend
     _POSITIVE_INTS = ("total_frames", "num_envs", "frames_per_batch", "batch_size", "buffer_size", "train_every",
                       "hidden", "clip_len", "clip_stride", "eval_episodes", "eval_envs", "eval_every", "checkpoint_every",
-                      "torch_threads")
+                      "torch_threads", "max_consecutive_scorer_errors")
     _NON_NEGATIVE_INTS = ("learning_starts", "gallery_clips")
     _UNIT_NUMBERS = ("lambda_max", "label_noise", "gamma")
     _POSITIVE_NUMBERS = ("lr",)
@@ -123,6 +128,7 @@ class RecipeConfig:
         checks = [
             ("replay", self.replay in REPLAY_MODES, f"one of {REPLAY_MODES}"),
             ("clip_assign", self.clip_assign in ("start", "cover_max"), "'start' or 'cover_max'"),
+            ("on_scorer_error", self.on_scorer_error in ("raise", "skip"), "'raise' or 'skip'"),
             ("device", self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
              "auto, cpu, cuda or cuda:N"),
         ]

@@ -16,8 +16,6 @@ to its metric rows and closes the replay at the end (``with replay:``).
 
 from __future__ import annotations
 
-import threading
-import warnings
 from typing import Any
 
 import torch
@@ -183,8 +181,12 @@ class VLMReplay(Replay):
         sync (bool): wait for every queued score after each :meth:`store` (fully deterministic
             runs) instead of letting them land in the background. This wait has no time limit.
         drain_timeout (float, optional): seconds :meth:`before_checkpoint` waits for the queued
-            scores, and :meth:`close` for the scorer thread to stop (a scorer call cannot be
-            interrupted: a hung one is left behind in its daemon thread). ``None``: no limit.
+            scores, and :meth:`close` for the scorer to stop (``AsyncScorer.close(timeout=)``: a
+            hung scorer call is abandoned with a warning). ``None``: no limit.
+
+    A scorer that fails follows the buffer's ``on_scorer_error`` (``"raise"``: the error ends
+    the run at the next store or checkpoint; ``"skip"``: the batch keeps the unscored priority
+    and is counted in :meth:`stats`' ``scorer_errors``), in both scoring modes.
 
     Examples:
         >>> import time
@@ -248,7 +250,8 @@ class VLMReplay(Replay):
                 else float("nan"),
                 "stale_drops": stats["stale_drops"],
                 "scorer_clips_per_s": stats["scorer/clips_per_s"], "scorer_backlog": stats["scorer/backlog"],
-                "scorer_dropped": stats["scorer/dropped"], "drawn": stats["drawn"],
+                "scorer_dropped": stats["scorer/dropped"], "scorer_errors": stats["scorer/errors"],
+                "scorer_consecutive_errors": stats["scorer/consecutive_errors"], "drawn": stats["drawn"],
                 "drawn_positive": stats["drawn_positive"]}
 
     def logged(self, row: dict[str, Any], counters: dict[str, Any]) -> None:
@@ -260,23 +263,7 @@ class VLMReplay(Replay):
         if self.closed:
             return
         try:
-            failure: list[BaseException] = []
-
-            def stop() -> None:
-                try:
-                    self.buffer.close(flush=False)
-                except BaseException as err:  # noqa: BLE001 - raised below, in the caller's thread
-                    failure.append(err)
-
-            stopper = threading.Thread(target=stop, name="vlmrb-replay-close", daemon=True)
-            stopper.start()
-            stopper.join(self.drain_timeout)
-            if stopper.is_alive():
-                warnings.warn(f"the scorer did not return within scorer_drain_timeout={self.drain_timeout} s; "
-                              "its thread is left behind (a daemon: it ends with the process).", RuntimeWarning,
-                              stacklevel=2)
-            elif failure:
-                raise failure[0]
+            self.buffer.close(flush=False, timeout=self.drain_timeout)
         finally:
             super().close()
 
@@ -308,7 +295,8 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
     default = cfg.default_priority if cfg.default_priority in ("mean", "max") else float(cfg.default_priority)
     warmup = cfg.vlm_warmup if cfg.vlm_warmup is not None else max(1, updates // 2)
     buffer = make_vlm_replay_buffer(
-        cfg.buffer_size, scorer,
+        cfg.buffer_size, scorer, on_scorer_error=cfg.on_scorer_error,
+        max_consecutive_scorer_errors=cfg.max_consecutive_scorer_errors,
         clip_spec=ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames,
                            assign=cfg.clip_assign),
         storage=storage, batch_size=cfg.batch_size, generator=generator, frame_key=FRAME_KEY,

@@ -31,7 +31,7 @@ __all__ = [
 METRIC_COLUMNS = [
     "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda",
     "fraction_scored", "positive_fraction", "sampled_positive_fraction", "stale_drops", "scorer_clips_per_s",
-    "scorer_backlog", "scorer_dropped", "env_steps_per_s", "time_s",
+    "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "env_steps_per_s", "time_s",
 ]
 #: SAC's metrics: the entropy temperature and policy entropy instead of epsilon.
 SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon"]
@@ -141,7 +141,7 @@ class Run:
         >>> with Run(cfg, recipe="dqn", total=100) as run:
         ...     run.log({"env_steps": 100, "loss": 0.5})
         >>> (run.dir / "metrics.csv").read_text().splitlines()[1]
-        '100,,,,0.5,,,,,,,,,,,'
+        '100,,,,0.5,,,,,,,,,,,,,'
     """
 
     def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
@@ -156,8 +156,12 @@ class Run:
         (self.dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
         self.csv_path = self.dir / "metrics.csv"
         new_file = not self.csv_path.exists() or resumed_from == 0
+        fieldnames = columns or METRIC_COLUMNS
+        if not new_file:  # a resumed run keeps its file's columns (it may predate newer ones)
+            with open(self.csv_path, newline="") as f:
+                fieldnames = next(csv.reader(f), None) or fieldnames
         self._csv_file = open(self.csv_path, "w" if new_file else "a", newline="")
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=columns or METRIC_COLUMNS, extrasaction="ignore")
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=fieldnames, extrasaction="ignore")
         if new_file:
             self._csv.writeheader()
         self._tb = None
@@ -537,7 +541,8 @@ def maybe_checkpoint(run: Run, replay: Any, *, cfg: Any, counters: dict[str, Any
 #: Keys that may differ between a run and the run it resumes: how long it runs, where and how it logs,
 #: evaluates and checkpoints, the device and threads. Every other key must match the checkpoint's run.
 RESUME_MAY_CHANGE = ("total_frames", "stop_at", "resume", "output_dir", "overwrite", "device", "torch_threads",
-                     "async_scoring", "scorer_drain_timeout", "eval_every", "eval_episodes", "eval_envs", "eval_eps",
+                     "async_scoring", "scorer_drain_timeout", "on_scorer_error", "max_consecutive_scorer_errors",
+                     "eval_every", "eval_episodes", "eval_envs", "eval_eps",
                      "checkpoint_every", "gallery_clips", "tensorboard", "progress")
 #: What a run writes into its directory (``overwrite=true`` deletes these, nothing else).
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "checkpoints", "tensorboard", "gallery")
