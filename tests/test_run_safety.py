@@ -41,6 +41,22 @@ TINY = dict(total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=1
 RELEASE = threading.Event()
 
 
+class FailingScorer:
+    """A scorer whose every call fails (a VLM server that is down); scores 0.5 while ``FailingScorer.up``."""
+
+    prompt = ""
+    up = False
+
+    def __init__(self) -> None:
+        self.in_keys = ["mask"]
+        self.provenance = {"backend": "failing"}
+
+    def score(self, clips):
+        if not FailingScorer.up:
+            raise ConnectionError("VLM server unreachable")
+        return torch.full((clips.shape[0],), 0.5)
+
+
 class HangingScorer:
     """A scorer whose calls do not return until the test releases them (at most 60 s): a hung VLM server."""
 
@@ -345,6 +361,8 @@ class TestConfigChecks:
         (["buffer_size=64", "batch_size=16", "frames_per_batch=64", "clip_len=100", "replay=vlm"],
          "buffer_size=64 is invalid: .* and clip_len=100"),
         (["scorer_drain_timeout=-1"], "scorer_drain_timeout=-1.0 is invalid: expected a number >= 0"),
+        (["on_scorer_error=ignore"], "on_scorer_error='ignore' is invalid: expected one of \\['raise', 'skip'\\]"),
+        (["max_consecutive_scorer_errors=0"], "max_consecutive_scorer_errors=0 is invalid: expected an integer >= 1"),
     ])
     def test_bad_values(self, overrides, match):
         with pytest.raises(ConfigError, match=match):
@@ -430,3 +448,61 @@ def test_ctrl_c_stops_after_the_batch_with_a_checkpoint_and_resumes(tmp_path, mo
     with pytest.warns(RunWarning, match="clips were still queued for scoring when it was written"):
         summary = dqn_main(apply_overrides(cfg, {"resume": str(tmp_path / "run")}))
     assert summary["env_steps"] == 512 and summary["scorer_unscored_lost"] > 0
+
+
+# ---------------------------------------------------------------------------------- scorer errors
+@pytest.mark.parametrize("async_scoring", [True, False])
+def test_skipped_scorer_errors_leave_clips_unscored_and_are_counted(async_scoring):
+    cfg = apply_overrides(DQNConfig(), {**TINY, "buffer_size": 64, "on_scorer_error": "skip",
+                                        "async_scoring": async_scoring})
+    replay = make_replay(cfg, generator=torch.Generator().manual_seed(0), updates=10, scorer=FailingScorer())
+    with replay, pytest.warns(RuntimeWarning, match=r"scorer call failed \(1 so far.*ConnectionError"):
+        batch = _batch()
+        replay.store(batch, batch)  # with async_scoring=false this waits for the (failed) scores
+        assert replay.buffer.async_scorer.drain(10)  # async: one scorer call per step below, as in sync mode
+        assert replay.before_checkpoint() == 0  # the failed batch is done, not pending
+        stats = replay.stats({})
+    assert (stats["scorer_errors"], stats["scorer_consecutive_errors"], stats["fraction_scored"]) == (2, 2, 0.0)
+    assert len(replay.buffer) == 16  # the data is stored; it keeps the unscored priority
+
+
+@pytest.mark.filterwarnings("ignore:AsyncScorer. scorer call failed")
+def test_scorer_errors_end_the_run_by_default_and_after_max_in_a_row():
+    for overrides, match in (({}, r"worker failed: ConnectionError"),
+                             ({"on_scorer_error": "skip", "max_consecutive_scorer_errors": 2},
+                              r"2 scorer calls failed in a row \(on_error='skip', max_consecutive_errors=2\)")):
+        cfg = apply_overrides(DQNConfig(), {**TINY, "buffer_size": 64, "async_scoring": False, **overrides})
+        replay = make_replay(cfg, generator=torch.Generator().manual_seed(0), updates=10, scorer=FailingScorer())
+        batch = _batch()
+        with pytest.raises(RuntimeError, match=match), replay:
+            for _ in range(3):
+                replay.store(batch, batch)
+                replay.before_checkpoint()
+
+
+def test_a_resumed_run_keeps_the_metrics_columns_of_its_file(tmp_path):
+    from vlmrb_torchrl.recipes.run import Run
+
+    old_header = "env_steps,episodes,loss,time_s\n"  # a run written before newer columns existed
+    (tmp_path / "metrics.csv").write_text(old_header + "100,1,0.5,1.0\n")
+    cfg = DQNConfig(output_dir=str(tmp_path), tensorboard=False, progress=False)
+    with Run(cfg, recipe="dqn", total=200, resumed_from=100) as run:
+        run.log({"env_steps": 200, "episodes": 2, "loss": 0.25, "scorer_errors": 3, "time_s": 2.0})
+    assert (tmp_path / "metrics.csv").read_text() == old_header + "100,1,0.5,1.0\n200,2,0.25,2\n"
+
+
+@pytest.mark.slow  # a short training run
+def test_a_down_scorer_with_skip_trains_to_the_end_and_reports_the_errors(tmp_path, monkeypatch):
+    import csv
+
+    from vlmrb_torchrl.recipes.dqn import main as dqn_main
+
+    monkeypatch.setattr(FailingScorer, "up", False)
+    cfg = apply_overrides(DQNConfig(), {**TINY, "output_dir": str(tmp_path / "run"), "on_scorer_error": "skip",
+                                        "max_consecutive_scorer_errors": 1000,
+                                        "scorer": "python:test_run_safety:FailingScorer"})
+    with pytest.warns(RuntimeWarning, match="scorer call failed"):
+        summary = dqn_main(cfg)
+    assert summary["env_steps"] == 512 and summary["scorer_errors"] > 0 and summary["fraction_scored"] == 0.0
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    assert int(rows[-1]["scorer_errors"]) == summary["scorer_errors"]
