@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -462,6 +463,10 @@ def test_close_with_timeout_abandons_a_hung_thread_call():
         assert time.perf_counter() - start < 3
         assert worker._thread.daemon and worker._thread.is_alive()
         assert worker.stats()["dropped"] == len(clips) and worker.stats()["backlog"] == 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            worker.close(timeout=0.1)  # closing again: no second warning, no second count
+        assert worker.stats()["dropped"] == len(clips)
     finally:
         gate.set()
     worker._thread.join(10)

@@ -277,7 +277,7 @@ class AsyncScorer:
             if self._thread is not threading.current_thread():
                 self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
                 stopped = not self._thread.is_alive()
-            if not stopped:
+            if not stopped and not self._abandoned:  # (a second close of an abandoned worker says nothing new)
                 self._abandon(timeout)
             if self._executor is not None:
                 self._executor.shutdown(wait=stopped, cancel_futures=True)
