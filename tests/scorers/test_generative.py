@@ -1,5 +1,6 @@
-"""HFGenerativeScorer on tiny Idefics3 (image-only), LLaVA (single-image), Qwen2-VL, Perception-LM,
-LLaVA-OneVision and InternVL (video) models."""
+"""HFGenerativeScorer on tiny models of every supported family: Idefics3 and Gemma 3 (image-only),
+LLaVA (single-image), Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Perception-LM, LLaVA-OneVision, InternVL and
+SmolVLM2 (video)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.skipif(not tiny_vlms._has_transformers, reason="needs t
 BACKEND = "hf"
 FAMILIES = tiny_vlms.GENERATIVE_FAMILIES
 #: the default tier runs Perception-LM (the paper's model), one Qwen, one image-only and LLaVA
-SLOW_FAMILIES = ("llava_onevision", "internvl")
+SLOW_FAMILIES = ("llava_onevision", "internvl", "smolvlm", "qwen2_5_vl", "qwen3_vl", "gemma3")
 
 #: every input mode each tiny family supports ("video" needs a video processor)
 FAMILY_MODES = [
@@ -63,6 +64,26 @@ class TestInternVLContract(ScorerContract):
     family = "internvl"
 
 
+@pytest.mark.slow
+class TestSmolVLM2Contract(ScorerContract):
+    family = "smolvlm"
+
+
+@pytest.mark.slow
+class TestQwen25VLContract(ScorerContract):
+    family = "qwen2_5_vl"
+
+
+@pytest.mark.slow
+class TestQwen3VLContract(ScorerContract):
+    family = "qwen3_vl"
+
+
+@pytest.mark.slow
+class TestGemma3Contract(ScorerContract):
+    family = "gemma3"
+
+
 # ------------------------------------------------------------------------------ behaviour
 class TestHFGenerativeScorer:
     def test_loads_through_make_scorer(self, family_dir, shared_scorer):
@@ -70,7 +91,8 @@ class TestHFGenerativeScorer:
         scorer = shared_scorer(directory)
         assert isinstance(scorer, HFGenerativeScorer)
         assert scorer.model.config.model_type == family
-        expected_mode = "video" if family in tiny_vlms.VIDEO_FAMILIES else {"idefics3": "images", "llava": "grid"}[family]
+        image_only = {"idefics3": "images", "gemma3": "images", "llava": "grid"}
+        expected_mode = "video" if family in tiny_vlms.VIDEO_FAMILIES else image_only[family]
         assert scorer.input_mode == expected_mode
         assert scorer.prompt == default_prompt()
         assert make_scorer(str(directory)).input_mode == expected_mode  # bare directory: detected as generative
@@ -385,15 +407,31 @@ class TestThinking:
             HFGenerativeScorer(str(directory), enable_thinking="no")
 
 
+@pytest.mark.slow
+def test_qwen3_vl_prompt_carries_frame_times(tiny_model_dir):
+    # Qwen3-VL writes each frame's time into the prompt: the clip's rate changes the scores
+    directory = str(tiny_model_dir("qwen3_vl"))
+    clips = noise_clips(2, 4)
+    slow, fast = (HFGenerativeScorer(directory, video_fps=fps).score(clips) for fps in (0.5, 24.0))
+    assert (slow - fast).abs().max() > 1e-4
+
+
 class TestMissingExtras:
-    def test_family_import_error_names_the_extra(self, monkeypatch):
+    @pytest.mark.parametrize(
+        "module, message",
+        [
+            ("timm", "TimmWrapperModel requires the timm library but it was not found in your environment."),
+            ("num2words", "Package `num2words` is required to run SmolVLM processor. Install it with `pip install`."),
+        ],
+    )
+    def test_family_import_error_names_the_extra(self, monkeypatch, module, message):
         from vlmrb_torchrl.scorers import generative
 
         real = generative.importlib.util.find_spec
-        monkeypatch.setattr(generative.importlib.util, "find_spec", lambda n: None if n == "timm" else real(n))
-        with pytest.raises(ImportError, match=r"'org/plm' needs timm.*pip install 'vlmrb-torchrl\[vlm\]'"):
+        monkeypatch.setattr(generative.importlib.util, "find_spec", lambda n: None if n == module else real(n))
+        with pytest.raises(ImportError, match=rf"'org/plm' needs {module},.*pip install 'vlmrb-torchrl\[vlm\]'"):
             with generative._extra_hint("HFGenerativeScorer", "org/plm"):
-                raise ImportError("TimmWrapperModel requires the timm library but it was not found")
+                raise ImportError(message)
         with pytest.raises(ImportError, match="^No module named 'other'$"):  # anything else passes through
             with generative._extra_hint("HFGenerativeScorer", "org/plm"):
                 raise ImportError("No module named 'other'")

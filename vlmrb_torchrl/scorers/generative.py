@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
@@ -302,6 +303,10 @@ class HFGenerativeScorer:
                 "template has no video entry); use input_mode='images' or 'grid'."
             )
         self.input_mode = input_mode
+        # Qwen3-VL's video processor refuses fewer frames than one temporal patch (2); Qwen2-VL's pads
+        # them with the last frame itself: a short clip is padded the same way before it is sent
+        video_processor = getattr(self.processor, "video_processor", None)
+        self._min_video_frames = max(int(getattr(video_processor, "temporal_patch_size", None) or 1), 1)
         self.processor_kwargs = dict(processor_kwargs or {})
         # the family's small-frame settings the user did not set (processors refuse a key given twice)
         own = {*self.processor_kwargs, *self.processor_kwargs.get("images_kwargs", {})}
@@ -397,6 +402,11 @@ class HFGenerativeScorer:
         batch = check_clips(clips, self.in_keys, scorer=self)
         frames = self.inputs.frames(clips)
         indices = self.inputs.indices(clips)
+        if self.input_mode == "video":
+            short = [i for i, f in enumerate(frames) if len(f) < self._min_video_frames]
+            for i in short:  # repeat the last frame up to one temporal patch
+                take = np.minimum(np.arange(self._min_video_frames), len(frames[i]) - 1)
+                frames[i], indices[i] = frames[i][take], indices[i][take]
         out = torch.zeros(batch)
         groups = micro_batches([len(f) for f in frames], self.batch_size, by_length=self.input_mode == "video")
         with self._lock, torch.inference_mode():
