@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from vlmrb_torchrl.scorers import OpenAIScorer, OpenAIScorerError, make_scorer, prompt_hash
-from vlmrb_torchrl.scorers.openai import answer_probability, encode_png
+from vlmrb_torchrl.scorers.openai import answer_counts, answer_probability, encode_png
 from vlmrb_torchrl.scorers.prompts import default_prompt
 
 from ._shared import ScorerContract, make_clips
@@ -261,6 +261,16 @@ class TestOpenAIScorer:
             assert len(other.requests) > len(server.requests)
         finally:
             other.close()
+
+    def test_answer_counts_through_wrappers(self, server):
+        from vlmrb_torchrl.scorers import NoisyScorer
+
+        server.reply = "no_answer"
+        scorer = OpenAIScorer(server.url, "tiny-vlm")
+        with pytest.warns(RuntimeWarning):
+            NoisyScorer(scorer).score(make_clips(2, 1))
+        assert answer_counts(NoisyScorer(scorer)) == {"unparsed": 2, "token_only": 0}
+        assert answer_counts(scorer) == {"unparsed": 2, "token_only": 0}
 
     def test_least_outstanding_choice(self):
         scorer = OpenAIScorer(["http://a/v1", "http://b/v1", "http://c/v1"], "m")
