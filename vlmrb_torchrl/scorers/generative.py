@@ -104,8 +104,8 @@ class HFGenerativeScorer:
     real frames (``mask`` True) are shown to the model, according to ``input_mode``:
 
     - ``"video"``: one video (needs a processor with a video processor and a chat template
-      with a video entry, e.g. Qwen2/2.5/3-VL, SmolVLM2, LLaVA-OneVision; transformers' video
-      processors need torchvision);
+      with a video entry, e.g. Perception-LM, Qwen2/2.5/3-VL, SmolVLM2, LLaVA-OneVision,
+      InternVL; transformers' video processors need torchvision);
     - ``"images"``: one image per frame, in order;
     - ``"grid"``: the frames tiled row-major into one image, for single-image models;
     - ``"auto"`` (default): ``"video"`` when possible, ``"grid"`` for single-image families
@@ -116,7 +116,8 @@ class HFGenerativeScorer:
     every single-token spelling of each answer (:func:`answer_token_ids`: ``"Yes"``,
     ``" yes"``, ``"YES"``, ...) and renormalises over the two answers, so it lies in ``[0, 1]``
     whatever mass the model puts on other tokens. Clips are scored in micro-batches of
-    ``batch_size`` (right-padded; each row's logits are read at its last real token) under
+    ``batch_size`` (right-padded; each row's logits are read at its last real token; in
+    ``"video"`` mode clips with the same number of frames, see :func:`micro_batches`) under
     :func:`torch.inference_mode`. Calls are serialised by a lock, so one scorer can be shared by
     threads (e.g. :class:`~vlmrb_torchrl.AsyncScorer`'s worker).
 
