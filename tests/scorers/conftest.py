@@ -8,6 +8,7 @@ contract classes.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,11 @@ _SCORERS: dict = {}
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # a test taking family_dir runs once per tiny model family its module lists in FAMILIES
+    # (families in its SLOW_FAMILIES are marked slow: the default tier keeps one per kind)
     if "family_dir" in metafunc.fixturenames:
-        metafunc.parametrize("family_dir", metafunc.module.FAMILIES, indirect=True)
+        slow = getattr(metafunc.module, "SLOW_FAMILIES", ())
+        params = [pytest.param(f, marks=pytest.mark.slow) if f in slow else f for f in metafunc.module.FAMILIES]
+        metafunc.parametrize("family_dir", params, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +64,9 @@ def tiny_model_dir(tmp_path_factory):
                 pytest.skip("needs transformers and pillow (pip install 'vlmrb-torchrl[vlm]')")
             if family in tiny_vlms.NEEDS_TORCHVISION and not tiny_vlms._has_torchvision:
                 pytest.skip(f"the {family} processor needs torchvision (transformers' video processors)")
+            module = tiny_vlms.NEEDS_MODULE.get(family)
+            if module is not None and importlib.util.find_spec(module) is None:
+                pytest.skip(f"the {family} model needs {module} (pip install 'vlmrb-torchrl[vlm]')")
             built[family] = tiny_vlms.build(family, tmp_path_factory.mktemp(f"tiny_{family}"))
         return built[family]
 
@@ -80,7 +87,7 @@ def shared_scorer(request):
 
     def get(directory, **kwargs):
         spec = f"{backend}:{directory}"
-        key = (spec, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items())))
+        key = (spec, repr(sorted(kwargs.items())))  # kwargs may hold dicts and lists
         if key not in _SCORERS:
             _SCORERS[key] = make_scorer(spec, **kwargs)
         return _SCORERS[key]

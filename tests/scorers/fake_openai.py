@@ -1,10 +1,12 @@
 """A fake OpenAI chat-completions server on 127.0.0.1, for tests and the scorer benchmark.
 
-It is deterministic: it decodes the first image of each request (the PNGs OpenAIScorer sends)
+It is deterministic: it decodes the first image of each request (the PNGs OpenAIScorer sends, or
+the first frame of a ``video_url``)
 and answers with ``top_logprobs`` whose yes/no split is ``p = 0.05 + 0.8 * pixel / 255``
 (``+ 0.1`` when the prompt mentions "bright"), where ``pixel`` is the image's mean value. It can
-be scripted to fail (HTTP statuses) or stall (sleeps) on the next requests, and records every
-request it receives. It listens on the loopback interface only.
+be scripted to fail (HTTP statuses) or stall (sleeps) on the next requests, or to answer without
+logprobs (``reply``), and records every request it receives. It listens on the loopback
+interface only.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class FakeServer:
         self.delay = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
-        self.reply = "logprobs"  # or "no_answer"
+        self.reply = "logprobs"  # or "no_answer", "no_logprobs" (logprobs: null), "token_only" (no alternatives)
         self._lock = threading.Lock()
         server = self
 
@@ -122,8 +124,10 @@ class FakeServer:
     def completion(self, body: dict) -> dict:
         content = body["messages"][-1]["content"]
         prompt = content[-1]["text"]
-        first = content[0]["image_url"]["url"]
-        image = decode_png(base64.b64decode(first.split(",", 1)[1]))
+        part = content[0]
+        # a video/jpeg data URL is base64 frames joined by commas: its first frame decides
+        first = part["image_url"]["url"] if part["type"] == "image_url" else part["video_url"]["url"]
+        image = decode_png(base64.b64decode(first.split(",")[1]))
         p = expected_p(float(image.mean()), prompt)
         if self.reply == "no_answer":
             top = [{"token": "Maybe", "logprob": 0.0}]
@@ -134,6 +138,11 @@ class FakeServer:
                 {"token": "No", "logprob": math.log(0.9 * (1 - p))},
                 {"token": "Maybe", "logprob": math.log(0.1)},
             ]
+        logprobs = {"content": [{"token": top[0]["token"], "logprob": top[0]["logprob"], "top_logprobs": top}]}
+        if self.reply == "no_logprobs":
+            logprobs = None
+        elif self.reply == "token_only":
+            logprobs = {"content": [{"token": top[0]["token"], "logprob": top[0]["logprob"], "top_logprobs": []}]}
         return {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
@@ -142,9 +151,7 @@ class FakeServer:
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": top[0]["token"]},
-                    "logprobs": {
-                        "content": [{"token": top[0]["token"], "logprob": top[0]["logprob"], "top_logprobs": top}]
-                    },
+                    "logprobs": logprobs,
                     "finish_reason": "length",
                 }
             ],

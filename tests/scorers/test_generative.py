@@ -1,16 +1,20 @@
-"""HFGenerativeScorer on tiny Idefics3 (image-only), LLaVA (single-image) and Qwen2-VL (video) models."""
+"""HFGenerativeScorer on tiny models of every supported family: Idefics3 and Gemma 3 (image-only),
+LLaVA (single-image), Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Perception-LM, LLaVA-OneVision, InternVL and
+SmolVLM2 (video)."""
 
 from __future__ import annotations
 
 import pickle
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 
 from vlmrb_torchrl import VLMScoreTransform
 from vlmrb_torchrl.scorers import HFGenerativeScorer, answer_token_ids, make_scorer, prompt_hash
+from vlmrb_torchrl.scorers.generative import FAMILY_IMAGE_DEFAULTS, micro_batches
 from vlmrb_torchrl.scorers.prompts import default_prompt
 
 from . import tiny_vlms
@@ -22,6 +26,15 @@ pytestmark = pytest.mark.skipif(not tiny_vlms._has_transformers, reason="needs t
 #: for conftest: shared_scorer loads "hf:<dir>"; family_dir runs a test once per family
 BACKEND = "hf"
 FAMILIES = tiny_vlms.GENERATIVE_FAMILIES
+#: the default tier runs Perception-LM (the paper's model), one Qwen, one image-only and LLaVA
+SLOW_FAMILIES = ("llava_onevision", "internvl", "smolvlm", "qwen2_5_vl", "qwen3_vl", "gemma3")
+
+#: every input mode each tiny family supports ("video" needs a video processor)
+FAMILY_MODES = [
+    pytest.param(family, mode, marks=[pytest.mark.slow] if family in SLOW_FAMILIES else [])
+    for family in FAMILIES
+    for mode in (("video", "images", "grid") if family in tiny_vlms.VIDEO_FAMILIES else ("images", "grid"))
+]
 
 
 # ------------------------------------------------------------------------------ contract
@@ -37,6 +50,40 @@ class TestQwen2VLContract(ScorerContract):
     family = "qwen2_vl"
 
 
+class TestPerceptionLMContract(ScorerContract):
+    family = "perception_lm"
+
+
+@pytest.mark.slow
+class TestLlavaOnevisionContract(ScorerContract):
+    family = "llava_onevision"
+
+
+@pytest.mark.slow
+class TestInternVLContract(ScorerContract):
+    family = "internvl"
+
+
+@pytest.mark.slow
+class TestSmolVLM2Contract(ScorerContract):
+    family = "smolvlm"
+
+
+@pytest.mark.slow
+class TestQwen25VLContract(ScorerContract):
+    family = "qwen2_5_vl"
+
+
+@pytest.mark.slow
+class TestQwen3VLContract(ScorerContract):
+    family = "qwen3_vl"
+
+
+@pytest.mark.slow
+class TestGemma3Contract(ScorerContract):
+    family = "gemma3"
+
+
 # ------------------------------------------------------------------------------ behaviour
 class TestHFGenerativeScorer:
     def test_loads_through_make_scorer(self, family_dir, shared_scorer):
@@ -44,7 +91,8 @@ class TestHFGenerativeScorer:
         scorer = shared_scorer(directory)
         assert isinstance(scorer, HFGenerativeScorer)
         assert scorer.model.config.model_type == family
-        expected_mode = {"idefics3": "images", "llava": "grid", "qwen2_vl": "video"}[family]
+        image_only = {"idefics3": "images", "gemma3": "images", "llava": "grid"}
+        expected_mode = "video" if family in tiny_vlms.VIDEO_FAMILIES else image_only[family]
         assert scorer.input_mode == expected_mode
         assert scorer.prompt == default_prompt()
         assert make_scorer(str(directory)).input_mode == expected_mode  # bare directory: detected as generative
@@ -236,6 +284,157 @@ class TestHFGenerativeScorer:
     def test_repr(self, tiny_model_dir, shared_scorer):
         text = repr(shared_scorer(tiny_model_dir("idefics3")))
         assert text.startswith("HFGenerativeScorer(model=") and "input_mode='images'" in text
+
+
+def mixed_lengths(steps: int = 4):
+    """Clips of 1, 2, ``steps`` and 2 real frames (padding after them holds other content), the
+    full-length one in the middle, so a batch mixes lengths and a length repeats."""
+    clips = noise_clips(4, steps, seed=3)
+    for b, real in enumerate((1, 2, steps, 2)):
+        clips["mask"][b, real:] = False
+    return clips
+
+
+class TestFamilies:
+    """Every tiny family in every input mode it supports: a padded clip and clips of different real
+    lengths in one batch score as they do one by one."""
+
+    @pytest.mark.parametrize("family, mode", FAMILY_MODES)
+    def test_mixed_lengths_batched_equals_single(self, tiny_model_dir, shared_scorer, family, mode):
+        scorer = shared_scorer(tiny_model_dir(family), input_mode=mode)
+        clips = mixed_lengths()
+        scores = scorer.score(clips)
+        assert scores.shape == (4,) and ((scores > 0) & (scores < 1)).all()
+        single = torch.cat([scorer.score(clips[i : i + 1]) for i in range(4)])
+        torch.testing.assert_close(scores, single, atol=1e-5, rtol=0)
+        # padded steps are never shown: the clip cut to its real frames scores the same
+        torch.testing.assert_close(scorer.score(clips[1:2, :2]), scores[1:2], atol=1e-5, rtol=0)
+
+    def test_video_micro_batches_group_by_length(self, tiny_model_dir, shared_scorer, monkeypatch):
+        # a batch of clips of 1, 2, 4, 2 frames goes to the processor as one call per length
+        scorer = shared_scorer(tiny_model_dir("perception_lm"), input_mode="video", batch_size=8)
+        calls = []
+        score_batch = scorer._score_batch
+        monkeypatch.setattr(scorer, "_score_batch", lambda f, i: calls.append([len(c) for c in f]) or score_batch(f, i))
+        scorer.score(mixed_lengths())
+        assert calls == [[1], [2, 2], [4]]
+
+    def test_micro_batches(self):
+        assert micro_batches([2, 1, 2, 2, 1, 2], 2, by_length=True) == [[0, 2], [3, 5], [1, 4]]
+        assert micro_batches([2, 1, 2], 8, by_length=False) == [[0, 1, 2]]
+        assert micro_batches([], 4, by_length=True) == []
+
+    def test_perception_lm_defaults_to_video(self, tiny_model_dir, shared_scorer):
+        assert shared_scorer(tiny_model_dir("perception_lm")).input_mode == "video"
+
+    def test_small_frame_defaults_one_tile(self, tiny_model_dir, shared_scorer):
+        # Perception-LM's default tiling cuts a 12 px frame into a thumbnail + 4 tiles (tiny model: 32 px
+        # tiles, at most 4); the family default shows it as one tile; processor_kwargs override it
+        directory = tiny_model_dir("perception_lm")
+        frames = [noise_clips(1, 2)["pixels"][0].numpy()]
+        indices = [np.arange(2)]
+        tiles = lambda scorer: scorer._inputs(frames, indices)["pixel_values"].shape[1]  # noqa: E731
+        default = shared_scorer(directory, input_mode="images")
+        assert default.image_defaults == {"vision_input_type": "vanilla"}
+        assert default.provenance["image_defaults"] == {"vision_input_type": "vanilla"}
+        assert tiles(default) == 1
+        assert tiles(shared_scorer(directory, input_mode="images", family_defaults=False)) == 5
+        override = shared_scorer(directory, input_mode="images", processor_kwargs={"vision_input_type": "thumb+tile"})
+        assert tiles(override) == 5
+
+    def test_family_defaults_table(self):
+        assert FAMILY_IMAGE_DEFAULTS["smolvlm"] == {"do_image_splitting": False}
+        assert FAMILY_IMAGE_DEFAULTS["internvl"] == {"crop_to_patches": False}
+
+    def test_video_fps_sends_frame_times(self, tiny_model_dir, shared_scorer, monkeypatch):
+        scorer = shared_scorer(tiny_model_dir("qwen2_vl"), video_fps=4.0, max_frames=2)
+        seen = {}
+        processor = scorer.processor
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(processor, name)
+
+            def __call__(self, **kwargs):
+                seen.update(kwargs)
+                return processor(**kwargs)
+
+        monkeypatch.setattr(scorer, "processor", Spy())
+        clips = noise_clips(1, 5)
+        clips["mask"][0, 4] = False  # real frames 0-3; max_frames=2 shows frames 0 and 3
+        scorer.score(clips)
+        (meta,) = seen["video_metadata"]
+        assert meta["fps"] == 4.0 and meta["frames_indices"] == [0, 3] and meta["total_num_frames"] == 4
+        assert scorer.provenance["video_fps"] == 4.0
+        with pytest.raises(ValueError, match="video_fps must be a float > 0 or None"):
+            HFGenerativeScorer(str(tiny_model_dir("qwen2_vl")), video_fps=0)
+
+
+class TestThinking:
+    # a thinking-only template (Qwen3-VL-Thinking style) opens the reasoning block in the generation
+    # prompt; a hybrid one (Qwen3 style) reads enable_thinking
+    FORCED = tiny_vlms._QWEN_TEMPLATE.replace(
+        "<|im_start|>assistant\n{% endif %}", "<|im_start|>assistant\n<think>\n{% endif %}"
+    )
+    HYBRID = tiny_vlms._QWEN_TEMPLATE.replace(
+        "<|im_start|>assistant\n{% endif %}",
+        "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}"
+        "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}",
+    )
+
+    def test_thinking_only_template_gets_an_empty_block(self, tiny_model_dir):
+        directory = str(tiny_model_dir("qwen2_vl"))
+        scorer = HFGenerativeScorer(directory, chat_template=self.FORCED)
+        assert scorer._text(None).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        kept = HFGenerativeScorer(directory, chat_template=self.FORCED, enable_thinking=None)
+        assert kept._text(None).endswith("<|im_start|>assistant\n<think>\n")
+        assert scorer.provenance["enable_thinking"] is False and kept.provenance["enable_thinking"] is None
+
+    def test_hybrid_template_reads_enable_thinking(self, tiny_model_dir):
+        directory = str(tiny_model_dir("qwen2_vl"))
+        off = HFGenerativeScorer(directory, chat_template=self.HYBRID)
+        assert off._text(None).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        forced = HFGenerativeScorer(directory, chat_template=self.FORCED)
+        torch.testing.assert_close(off.score(noise_clips()), forced.score(noise_clips()), atol=1e-6, rtol=0)
+        on = HFGenerativeScorer(directory, chat_template=self.HYBRID, enable_thinking=True)
+        assert on._text(None).endswith("<|im_start|>assistant\n<think>\n")
+
+    def test_plain_template_unchanged(self, tiny_model_dir, shared_scorer):
+        directory = tiny_model_dir("qwen2_vl")
+        text = shared_scorer(directory)._text(None)
+        assert text.endswith("<|im_start|>assistant\n") and "think" not in text
+        with pytest.raises(TypeError, match="enable_thinking must be a bool or None"):
+            HFGenerativeScorer(str(directory), enable_thinking="no")
+
+
+@pytest.mark.slow
+def test_qwen3_vl_prompt_carries_frame_times(tiny_model_dir):
+    # Qwen3-VL writes each frame's time into the prompt: the clip's rate changes the scores
+    directory = str(tiny_model_dir("qwen3_vl"))
+    clips = noise_clips(2, 4)
+    slow, fast = (HFGenerativeScorer(directory, video_fps=fps).score(clips) for fps in (0.5, 24.0))
+    assert (slow - fast).abs().max() > 1e-4
+
+
+class TestMissingExtras:
+    @pytest.mark.parametrize(
+        "module, message",
+        [
+            ("timm", "TimmWrapperModel requires the timm library but it was not found in your environment."),
+            ("num2words", "Package `num2words` is required to run SmolVLM processor. Install it with `pip install`."),
+        ],
+    )
+    def test_family_import_error_names_the_extra(self, monkeypatch, module, message):
+        from vlmrb_torchrl.scorers import generative
+
+        real = generative.importlib.util.find_spec
+        monkeypatch.setattr(generative.importlib.util, "find_spec", lambda n: None if n == module else real(n))
+        with pytest.raises(ImportError, match=rf"'org/plm' needs {module},.*pip install 'vlmrb-torchrl\[vlm\]'"):
+            with generative._extra_hint("HFGenerativeScorer", "org/plm"):
+                raise ImportError(message)
+        with pytest.raises(ImportError, match="^No module named 'other'$"):  # anything else passes through
+            with generative._extra_hint("HFGenerativeScorer", "org/plm"):
+                raise ImportError("No module named 'other'")
 
 
 class TestAnswerTokenIds:

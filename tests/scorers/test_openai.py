@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from vlmrb_torchrl.scorers import OpenAIScorer, OpenAIScorerError, make_scorer, prompt_hash
-from vlmrb_torchrl.scorers.openai import answer_probability, encode_png
+from vlmrb_torchrl.scorers.openai import answer_counts, answer_probability, encode_png
 from vlmrb_torchrl.scorers.prompts import default_prompt
 
 from ._shared import ScorerContract, make_clips
@@ -95,7 +95,7 @@ class TestOpenAIScorer:
         torch.testing.assert_close(single, scores, atol=1e-7, rtol=0)
         bright = OpenAIScorer(server.url, "tiny-vlm", prompt="Is it bright ? Answer yes or no.")
         torch.testing.assert_close(bright.score(clips), want + 0.1, atol=1e-6, rtol=0)
-        assert scorer.stats() == {"requests": 15, "retries": 0, "unparsed": 0}
+        assert scorer.stats() == {"requests": 15, "retries": 0, "unparsed": 0, "token_only": 0}
 
     def test_concurrent_requests(self, server):
         server.delay = 0.05
@@ -196,6 +196,91 @@ class TestOpenAIScorer:
             scores = scorer.score(make_clips(3, 1))
         assert scores.tolist() == [0.0, 0.0, 0.0] and scorer.stats()["unparsed"] == 3
 
+    @pytest.mark.parametrize("reply", ["no_logprobs", "token_only"])
+    def test_no_logprobs_is_an_error(self, server, reply):
+        # a server that ignores logprobs would give 0/1 scores: VLM-RB would silently become uniform replay
+        server.reply = reply
+        scorer = OpenAIScorer(server.url, "tiny-vlm", backoff=0.0)
+        with pytest.raises(OpenAIScorerError, match=r"returned no top_logprobs .* pass allow_token_only=True"):
+            scorer.score(make_clips(2, 1))
+        assert scorer.stats()["token_only"] == 0
+
+    def test_token_only_opt_in(self, server):
+        server.reply = "no_logprobs"
+        clips = make_clips(3, 1)  # the fake's generated token is always "Yes"
+        scorer = OpenAIScorer(server.url, "tiny-vlm", allow_token_only=True)
+        with pytest.warns(RuntimeWarning, match="returns no top_logprobs; scoring from the generated token"):
+            scores = scorer.score(clips)
+        assert scores.tolist() == [1.0, 1.0, 1.0]
+        assert scorer.stats() == {"requests": 3, "retries": 0, "unparsed": 0, "token_only": 3}
+        assert scorer.provenance["allow_token_only"] is True
+
+    def test_video_request(self, server):
+        clips = make_clips(2, 3)
+        clips["mask"][1, 2] = False
+        scorer = OpenAIScorer(server.url, "tiny-vlm", input_mode="video")
+        scores = scorer.score(clips)
+        torch.testing.assert_close(
+            scores, torch.tensor([expected_p(v, scorer.prompt) for v in brightness(clips).tolist()]), atol=1e-6, rtol=0
+        )
+        frames = {}
+        for request in server.requests:
+            content = request["body"]["messages"][0]["content"]
+            assert [part["type"] for part in content] == ["video_url", "text"]
+            header, _, data = content[0]["video_url"]["url"].partition(",")
+            assert header == "data:video/jpeg;base64"
+            video = [decode_png(base64.b64decode(part)) for part in data.split(",")]
+            frames[int(video[0][0, 0, 0])] = video
+        assert sorted((k, len(v)) for k, v in frames.items()) == [(0, 3), (10, 2)]  # padded step not sent
+        assert all(f.shape == (6, 6, 3) for v in frames.values() for f in v)
+
+    def test_enable_thinking(self, server):
+        OpenAIScorer(server.url, "tiny-vlm").score(make_clips(1, 1))
+        OpenAIScorer(server.url, "tiny-vlm", enable_thinking=None).score(make_clips(1, 1))
+        first, second = (r["body"] for r in server.requests)
+        assert first["chat_template_kwargs"] == {"enable_thinking": False}
+        assert "chat_template_kwargs" not in second
+
+    def test_several_servers_share_the_load(self, server):
+        other = FakeServer()
+        try:
+            spec = f"openai:{server.url},{other.url}/#tiny-vlm"
+            scorer = make_scorer(spec, max_concurrency=4)
+            assert scorer.base_urls == (server.url, other.url)
+            assert scorer.provenance["base_url"] == f"{server.url},{other.url}"
+            clips = make_clips(8, 1)
+            want = torch.tensor([expected_p(v, scorer.prompt) for v in brightness(clips).tolist()])
+            torch.testing.assert_close(scorer.score(clips), want, atol=1e-6, rtol=0)
+            assert len(server.requests) + len(other.requests) == 8
+            assert len(server.requests) >= 2 and len(other.requests) >= 2
+            # a slow server gets fewer requests: each goes to the server with the fewest in flight
+            server.requests.clear()
+            other.requests.clear()
+            server.delay = 0.5
+            scorer.score(make_clips(12, 1))
+            assert len(other.requests) > len(server.requests)
+        finally:
+            other.close()
+
+    def test_answer_counts_through_wrappers(self, server):
+        from vlmrb_torchrl.scorers import NoisyScorer
+
+        server.reply = "no_answer"
+        scorer = OpenAIScorer(server.url, "tiny-vlm")
+        with pytest.warns(RuntimeWarning):
+            NoisyScorer(scorer).score(make_clips(2, 1))
+        assert answer_counts(NoisyScorer(scorer)) == {"unparsed": 2, "token_only": 0}
+        assert answer_counts(scorer) == {"unparsed": 2, "token_only": 0}
+
+    def test_least_outstanding_choice(self):
+        scorer = OpenAIScorer(["http://a/v1", "http://b/v1", "http://c/v1"], "m")
+        assert [scorer._acquire() for _ in range(4)] == [0, 1, 2, 0]  # ties in turn
+        scorer._release(1)
+        assert scorer._acquire() == 1  # the only server with nothing in flight... and now [2, 1, 1]
+        scorer._release(0)
+        scorer._release(0)
+        assert scorer._acquire() == 0
+
     def test_model_discovery(self, server):
         assert OpenAIScorer(server.url).model == "tiny-vlm"
         assert make_scorer(f"openai:{server.url}").model == "tiny-vlm"
@@ -218,6 +303,8 @@ class TestOpenAIScorer:
             "max_frames": None,
             "top_logprobs": 20,
             "answers": ["yes", "no"],
+            "enable_thinking": False,
+            "allow_token_only": False,
             "dtype": None,
         }
         assert scorer.score(make_clips(2, 2)).shape == (2,)
@@ -226,7 +313,11 @@ class TestOpenAIScorer:
         "args, kwargs, error, match",
         [
             (("localhost:8000/v1", "m"), {}, ValueError, "base_url must be an http"),
-            (("http://x/v1", "m"), {"input_mode": "video"}, ValueError, "input_mode must be 'images' or 'grid'"),
+            (("http://x/v1", "m"), {"input_mode": "gif"}, ValueError,
+             r"input_mode must be one of \['images', 'grid', 'video'\]"),
+            (("http://x/v1,x:8000/v1", "m"), {}, ValueError, "base_url must be an http"),
+            (([], "m"), {}, ValueError, "base_url must be an http"),
+            (("http://x/v1", "m"), {"enable_thinking": "no"}, TypeError, "enable_thinking must be a bool or None"),
             (("http://x/v1", "m"), {"max_retries": -1}, ValueError, "max_retries must be an int >= 0"),
             (("http://x/v1", "m"), {"max_concurrency": 0}, ValueError, "max_concurrency must be an int >= 1"),
             (("http://x/v1", "m"), {"top_logprobs": 0}, ValueError, "top_logprobs must be an int >= 1"),

@@ -18,7 +18,7 @@ from tensordict.utils import NestedKey
 
 from vlmrb_torchrl._frames import evenly_spaced, tile_frames
 
-__all__ = ["FrameInput", "clip_frames", "frames_to_numpy", "grid_image", "subsample"]
+__all__ = ["FrameInput", "clip_frame_indices", "clip_frames", "frames_to_numpy", "grid_image", "subsample"]
 
 
 def frames_to_numpy(frames: torch.Tensor) -> np.ndarray:
@@ -55,27 +55,44 @@ def grid_image(frames: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(tile_frames(frames))
 
 
-def clip_frames(clips, frame_key, mask_key: NestedKey = "mask", *, max_frames: int | None = None) -> list[np.ndarray]:
-    """Per clip, its real frames (``mask`` True; at least one) as RGB uint8 ``[T_b, H, W, 3]``, at
-    most ``max_frames`` of them, evenly spaced (:func:`subsample`; clips with at most
-    ``max_frames`` real frames are shown whole)."""
+def clip_frame_indices(clips, frame_key, mask_key: NestedKey = "mask", *, max_frames: int | None = None) -> list[np.ndarray]:
+    """Per clip, the positions (along ``T``) of the frames :func:`clip_frames` shows: the real ones
+    (``mask`` True; the last position for a fully padded clip), at most ``max_frames`` of them,
+    evenly spaced (:func:`subsample`).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> clips = TensorDict(pixels=torch.zeros(2, 5, 4, 4, 3, dtype=torch.uint8),
+        ...                    mask=torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]).bool(), batch_size=[2, 5])
+        >>> [i.tolist() for i in clip_frame_indices(clips, "pixels", max_frames=3)]
+        [[0, 2, 4], [0, 1]]
+    """
     frames = clips.get(frame_key)
     if frames.ndim != 5:
         raise ValueError(f"expected {frame_key!r} as uint8 frames [B, T, H, W, C], got shape {tuple(frames.shape)}.")
-    array = frames_to_numpy(frames)
+    batch, steps = frames.shape[:2]
     mask = clips.get(mask_key, None)
     out = []
-    for b in range(array.shape[0]):
+    for b in range(batch):
         if mask is None:
-            keep = np.arange(array.shape[1])
+            keep = np.arange(steps)
         else:
             keep = torch.nonzero(mask[b].to(torch.bool).cpu()).flatten().numpy()
             if keep.size == 0:  # a fully padded clip: show its last frame
-                keep = np.array([array.shape[1] - 1])
+                keep = np.array([steps - 1])
         if max_frames is not None and keep.size > max_frames:
             keep = keep[subsample(keep.size, max_frames)]
-        out.append(array[b, keep])
+        out.append(keep)
     return out
+
+
+def clip_frames(clips, frame_key, mask_key: NestedKey = "mask", *, max_frames: int | None = None) -> list[np.ndarray]:
+    """Per clip, its real frames (``mask`` True; at least one) as RGB uint8 ``[T_b, H, W, 3]``, at
+    most ``max_frames`` of them, evenly spaced (:func:`subsample`; clips with at most
+    ``max_frames`` real frames are shown whole). Their positions: :func:`clip_frame_indices`."""
+    indices = clip_frame_indices(clips, frame_key, mask_key, max_frames=max_frames)
+    array = frames_to_numpy(clips.get(frame_key))
+    return [array[b, keep] for b, keep in enumerate(indices)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,3 +120,7 @@ class FrameInput:
     def frames(self, clips) -> list[np.ndarray]:
         """Per clip, the real frames shown (see :func:`clip_frames`)."""
         return clip_frames(clips, self.frame_key, self.mask_key, max_frames=self.max_frames)
+
+    def indices(self, clips) -> list[np.ndarray]:
+        """Per clip, the positions of the frames shown (see :func:`clip_frame_indices`)."""
+        return clip_frame_indices(clips, self.frame_key, self.mask_key, max_frames=self.max_frames)

@@ -6,12 +6,14 @@ and Pillow are imported when a scorer is built, never when this module is import
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
@@ -22,7 +24,7 @@ from vlmrb_torchrl.scorers._hashing import prompt_hash
 from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 from vlmrb_torchrl.scorers.prompts import default_prompt, format_prompt
 
-__all__ = ["HFGenerativeScorer", "answer_token_ids", "INPUT_MODES"]
+__all__ = ["HFGenerativeScorer", "answer_token_ids", "micro_batches", "INPUT_MODES", "FAMILY_IMAGE_DEFAULTS"]
 
 #: How a clip is shown to a generative model; ``"auto"`` picks ``"video"`` when the processor has a
 #: video processor and its chat template a video entry, ``"grid"`` for known single-image
@@ -31,6 +33,26 @@ INPUT_MODES = ("auto", "video", "images", "grid")
 
 #: Model types trained on one image per prompt: ``input_mode="auto"`` tiles the clip into a grid.
 SINGLE_IMAGE_MODEL_TYPES = frozenset({"llava", "llava_next", "paligemma", "mllama", "blip-2", "instructblip"})
+
+#: Image-processor settings for frames of RL size (64-256 px), by ``config.json`` model type: one tile
+#: per frame instead of the tiling meant for documents and photos (Perception-LM's default turns a
+#: 64x64 frame into 37 tiles of 448 px, ~9.5k tokens; SmolVLM's into 17). They apply to the
+#: ``images`` and ``grid`` modes; ``processor_kwargs`` overrides any of them, ``family_defaults=False``
+#: drops them all.
+FAMILY_IMAGE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "perception_lm": {"vision_input_type": "vanilla"},
+    "idefics3": {"do_image_splitting": False},
+    "smolvlm": {"do_image_splitting": False},
+    "internvl": {"crop_to_patches": False},
+    "gemma3": {"do_pan_and_scan": False},
+}
+
+#: Dependencies some families' processors or vision towers import lazily (the ``vlm`` extra has them).
+_FAMILY_IMPORTS = ("timm", "num2words")
+
+#: A generation prompt that ends inside an opened reasoning block (thinking-only templates, e.g.
+#: Qwen3-VL-Thinking) is closed with this, so the next token is the answer.
+_THINK_OPEN, _THINK_CLOSE = "<think>", "\n\n</think>\n\n"
 
 
 def answer_token_ids(tokenizer: Any, word: str) -> list[int]:
@@ -82,8 +104,8 @@ class HFGenerativeScorer:
     real frames (``mask`` True) are shown to the model, according to ``input_mode``:
 
     - ``"video"``: one video (needs a processor with a video processor and a chat template
-      with a video entry, e.g. Qwen2/2.5/3-VL, SmolVLM2, LLaVA-OneVision; transformers' video
-      processors need torchvision);
+      with a video entry, e.g. Perception-LM, Qwen2/2.5/3-VL, SmolVLM2, LLaVA-OneVision,
+      InternVL; transformers' video processors need torchvision);
     - ``"images"``: one image per frame, in order;
     - ``"grid"``: the frames tiled row-major into one image, for single-image models;
     - ``"auto"`` (default): ``"video"`` when possible, ``"grid"`` for single-image families
@@ -94,7 +116,8 @@ class HFGenerativeScorer:
     every single-token spelling of each answer (:func:`answer_token_ids`: ``"Yes"``,
     ``" yes"``, ``"YES"``, ...) and renormalises over the two answers, so it lies in ``[0, 1]``
     whatever mass the model puts on other tokens. Clips are scored in micro-batches of
-    ``batch_size`` (right-padded; each row's logits are read at its last real token) under
+    ``batch_size`` (right-padded; each row's logits are read at its last real token; in
+    ``"video"`` mode clips with the same number of frames, see :func:`micro_batches`) under
     :func:`torch.inference_mode`. Calls are serialised by a lock, so one scorer can be shared by
     threads (e.g. :class:`~vlmrb_torchrl.AsyncScorer`'s worker).
 
@@ -126,8 +149,18 @@ class HFGenerativeScorer:
         system_prompt (str, optional): a system message put before the question.
         chat_template (str, optional): a Jinja chat template replacing the processor's.
         processor_kwargs (dict, optional): extra kwargs for every processor call, e.g.
-            ``{"do_image_splitting": False}`` for SmolVLM / Idefics3 (one tile per frame) or
-            ``{"size": {"longest_edge": 384}}``.
+            ``{"size": {"longest_edge": 384}}``; they override :data:`FAMILY_IMAGE_DEFAULTS`.
+        family_defaults (bool, optional): apply the model type's small-frame image settings
+            (:data:`FAMILY_IMAGE_DEFAULTS`: one tile per frame). Defaults to ``True``.
+        video_fps (float, optional): frames per second of the clips (env steps per second).
+            In ``"video"`` mode the video processor gets each clip's frame positions and this rate
+            (``video_metadata``), so families that write frame times into the prompt (Qwen3-VL,
+            SmolVLM2) or use them for positions (Qwen2.5-VL) see real times. ``None`` (default)
+            passes nothing: the processor's own assumption (e.g. Qwen3-VL's 24 fps).
+        enable_thinking (bool, optional): passed to the chat template (Qwen3-style templates read
+            it). ``False`` (default) also closes a reasoning block that a thinking-only template
+            opens in the generation prompt (``<think>``), so the next token is the answer;
+            ``None`` passes nothing and leaves the prompt as the template writes it.
         trust_remote_code (bool, optional): passed to ``from_pretrained``. Defaults to ``False``.
         model_kwargs (dict, optional): extra ``from_pretrained`` kwargs for the model (e.g.
             ``{"attn_implementation": "sdpa"}``).
@@ -183,6 +216,9 @@ class HFGenerativeScorer:
         trust_remote_code: bool = False,
         model_kwargs: dict | None = None,
         hub_timeout: float = 5.0,
+        family_defaults: bool = True,
+        video_fps: float | None = None,
+        enable_thinking: bool | None = False,
     ) -> None:
         self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}  # for pickling: see __reduce__
         owner = type(self).__name__
@@ -196,6 +232,12 @@ class HFGenerativeScorer:
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"{owner}.system_prompt must be a str or None, got {type(system_prompt).__name__}.")
         _hf.check_dicts(owner, processor_kwargs=processor_kwargs)
+        if video_fps is not None and (
+            isinstance(video_fps, bool) or not isinstance(video_fps, (int, float)) or not video_fps > 0
+        ):
+            raise ValueError(f"{owner}.video_fps must be a float > 0 or None, got video_fps={video_fps!r}.")
+        if enable_thinking is not None and not isinstance(enable_thinking, bool):
+            raise TypeError(f"{owner}.enable_thinking must be a bool or None, got {enable_thinking!r}.")
         self.source = _hf.ModelSource(
             model, device=device, dtype=dtype, revision=revision, local_files_only=local_files_only,
             cache_dir=cache_dir, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs,
@@ -221,10 +263,11 @@ class HFGenerativeScorer:
                 f"{owner}: the processor of {model!r} has no chat template; pass chat_template='...' (Jinja)."
             )
         try:
-            self.model = self.source.load(
-                transformers.AutoModelForImageTextToText, transformers, where, load, device=self.device,
-                dtype=self.dtype,
-            )
+            with _extra_hint(owner, model):
+                self.model = self.source.load(
+                    transformers.AutoModelForImageTextToText, transformers, where, load, device=self.device,
+                    dtype=self.dtype,
+                )
         except ValueError as err:
             if "Unrecognized configuration class" not in str(err):
                 raise
@@ -261,7 +304,17 @@ class HFGenerativeScorer:
                 "template has no video entry); use input_mode='images' or 'grid'."
             )
         self.input_mode = input_mode
+        # Qwen3-VL's video processor refuses fewer frames than one temporal patch (2); Qwen2-VL's pads
+        # them with the last frame itself: a short clip is padded the same way before it is sent
+        video_processor = getattr(self.processor, "video_processor", None)
+        self._min_video_frames = max(int(getattr(video_processor, "temporal_patch_size", None) or 1), 1)
         self.processor_kwargs = dict(processor_kwargs or {})
+        # the family's small-frame settings the user did not set (processors refuse a key given twice)
+        own = {*self.processor_kwargs, *self.processor_kwargs.get("images_kwargs", {})}
+        defaults = FAMILY_IMAGE_DEFAULTS.get(model_type, {}) if family_defaults else {}
+        self.image_defaults = {k: v for k, v in defaults.items() if k not in own}
+        self.video_fps = None if video_fps is None else float(video_fps)
+        self.enable_thinking = enable_thinking
         self.system_prompt = system_prompt
         _hf.set_scorer_attributes(
             self, model, frame_key=frame_key, mask_key=mask_key, max_frames=max_frames, batch_size=batch_size
@@ -274,6 +327,9 @@ class HFGenerativeScorer:
             system_prompt_hash=None if system_prompt is None else prompt_hash(system_prompt),
             input_mode=self.input_mode,
             processor_kwargs=dict(self.processor_kwargs),
+            image_defaults=dict(self.image_defaults),
+            video_fps=self.video_fps,
+            enable_thinking=enable_thinking,
             answers=list(self.answers),
             yes_token_ids=list(self.yes_token_ids),
             no_token_ids=list(self.no_token_ids),
@@ -289,34 +345,43 @@ class HFGenerativeScorer:
             messages = [{"role": "user", "content": [*visual, {"type": "text", "text": self.prompt}]}]
             if self.system_prompt:
                 messages.insert(0, {"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
-            text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            # only a template that reads the variable gets it (transformers warns about the others)
+            reads = self.enable_thinking is not None and "enable_thinking" in str(self.processor.chat_template)
+            thinking = {"enable_thinking": self.enable_thinking} if reads else {}
+            text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **thinking)
+            if self.enable_thinking is False and text.rstrip().endswith(_THINK_OPEN):
+                text = text.rstrip() + _THINK_CLOSE  # a thinking-only template: answer after an empty block
             self._texts[key] = text
         return text
 
-    def _inputs(self, frames: list) -> Any:
+    def _inputs(self, frames: list, indices: list) -> Any:
         to_pil = self._image_module.fromarray
+        # right padding whatever the processor's default (InternVL's is left): see _score_batch
+        common = {"return_tensors": "pt", "padding": True, "padding_side": "right"}
         if self.input_mode == "video":
             texts = [self._text(None)] * len(frames)
             videos = [[to_pil(f) for f in clip] for clip in frames]
-            return self.processor(
-                text=texts,
-                videos=videos,
-                do_sample_frames=False,
-                return_tensors="pt",
-                padding=True,
-                **self.processor_kwargs,
-            )
+            if self.video_fps is not None:
+                common["video_metadata"] = [
+                    {"total_num_frames": int(idx[-1]) + 1, "fps": self.video_fps, "frames_indices": idx.tolist(),
+                     "height": clip.shape[1], "width": clip.shape[2]}
+                    for clip, idx in zip(frames, indices, strict=True)
+                ]
+            return self.processor(text=texts, videos=videos, do_sample_frames=False, **common, **self.processor_kwargs)
         if self.input_mode == "grid":
             texts = [self._text(1)] * len(frames)
             images = [[to_pil(grid_image(clip))] for clip in frames]
         else:
             texts = [self._text(len(clip)) for clip in frames]
             images = [[to_pil(f) for f in clip] for clip in frames]
-        return self.processor(text=texts, images=images, return_tensors="pt", padding=True, **self.processor_kwargs)
+        kwargs = dict(self.processor_kwargs)
+        if self.image_defaults:
+            kwargs["images_kwargs"] = {**self.image_defaults, **kwargs.get("images_kwargs", {})}
+        return self.processor(text=texts, images=images, **common, **kwargs)
 
     # --------------------------------------------------------------------------------- scoring
-    def _score_batch(self, frames: list) -> torch.Tensor:
-        inputs = self._inputs(frames)
+    def _score_batch(self, frames: list, indices: list) -> torch.Tensor:
+        inputs = self._inputs(frames, indices)
         mask = inputs["attention_mask"]
         last = mask.shape[1] - 1 - mask.flip(1).to(torch.long).argmax(1)  # last real token of every row
         batch = _hf.to_device(inputs, self.device, self.dtype)
@@ -337,11 +402,17 @@ class HFGenerativeScorer:
         """P(yes) per clip, renormalised over yes/no: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
         frames = self.inputs.frames(clips)
-        scores = []
+        indices = self.inputs.indices(clips)
+        if self.input_mode == "video":
+            short = [i for i, f in enumerate(frames) if len(f) < self._min_video_frames]
+            for i in short:  # repeat the last frame up to one temporal patch
+                take = np.minimum(np.arange(self._min_video_frames), len(frames[i]) - 1)
+                frames[i], indices[i] = frames[i][take], indices[i][take]
+        out = torch.zeros(batch)
+        groups = micro_batches([len(f) for f in frames], self.batch_size, by_length=self.input_mode == "video")
         with self._lock, torch.inference_mode():
-            for start in range(0, batch, self.batch_size):
-                scores.append(self._score_batch(frames[start : start + self.batch_size]))
-        out = torch.cat(scores) if scores else torch.zeros(0)
+            for rows in groups:
+                out[rows] = self._score_batch([frames[i] for i in rows], [indices[i] for i in rows])
         return validate_scores(out, batch, scorer=self)
 
     def __reduce__(self):
@@ -356,10 +427,53 @@ class HFGenerativeScorer:
         )
 
 
+def micro_batches(lengths: Sequence[int], batch_size: int, *, by_length: bool) -> list[list[int]]:
+    """The clips (by position) scored together, at most ``batch_size`` per forward pass.
+
+    With ``by_length`` (the ``"video"`` mode) a micro-batch only holds clips with the same number
+    of frames: video processors such as Perception-LM's, LLaVA-OneVision's and InternVL's stack a
+    batch's videos into one tensor. Otherwise clips are taken in order.
+
+    Examples:
+        >>> micro_batches([3, 1, 3, 3, 1], 2, by_length=True)
+        [[0, 2], [3], [1, 4]]
+        >>> micro_batches([3, 1, 3], 2, by_length=False)
+        [[0, 1], [2]]
+    """
+    if by_length:
+        groups: dict[int, list[int]] = {}
+        for i, length in enumerate(lengths):
+            groups.setdefault(int(length), []).append(i)
+        order = list(groups.values())
+    else:
+        order = [list(range(len(lengths)))]
+    return [group[start : start + batch_size] for group in order for start in range(0, len(group), batch_size)]
+
+
+@contextlib.contextmanager
+def _extra_hint(owner: str, model: str):
+    """Re-raises a missing family dependency (:data:`_FAMILY_IMPORTS`: Perception-LM's vision tower
+    needs timm, SmolVLM2's processor num2words) as an ImportError with the extra to install."""
+    try:
+        yield
+    except ImportError as err:
+        text = str(err)
+        missing = [name for name in _FAMILY_IMPORTS if name in text and importlib.util.find_spec(name) is None]
+        if not missing:
+            raise
+        raise ImportError(
+            f"{owner}: {model!r} needs {' and '.join(missing)}, which transformers imports for this model family: "
+            f"{_hf.VLM_EXTRA_HINT}."
+        ) from err
+
+
 def _load_processor(transformers: Any, path: str, load: dict, *, owner: str, model: str) -> Any:
     try:
-        return transformers.AutoProcessor.from_pretrained(path, **load)
+        with _extra_hint(owner, model):
+            return transformers.AutoProcessor.from_pretrained(path, **load)
     except (AttributeError, ImportError, ValueError) as err:
+        if "vlmrb-torchrl[vlm]" in str(err):
+            raise
         text = str(err)
         if importlib.util.find_spec("torchvision") is None and (
             "VIDEO_PROCESSOR" in text or "torchvision" in text.lower() or "BaseVideoProcessor" in text

@@ -8,7 +8,8 @@ Serving a model with vLLM on a GPU machine (see ``docs/scorers.md``)::
     vllm serve Qwen/Qwen2.5-VL-3B-Instruct --port 8000 --dtype bfloat16 --max-model-len 8192 \\
         --limit-mm-per-prompt '{"image": 8, "video": 0}' --max-logprobs 20
 
-then ``make_scorer("openai:http://<gpu-host>:8000/v1#Qwen/Qwen2.5-VL-3B-Instruct")``.
+then ``make_scorer("openai:http://<gpu-host>:8000/v1#Qwen/Qwen2.5-VL-3B-Instruct")``; several
+servers (one per GPU): ``"openai:http://a:8000/v1,http://b:8000/v1#<model>"``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ from vlmrb_torchrl.scorers._hashing import prompt_hash
 from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 from vlmrb_torchrl.scorers.prompts import default_prompt, format_prompt
 
-__all__ = ["OpenAIScorer", "OpenAIScorerError", "encode_png", "answer_probability"]
+__all__ = ["OpenAIScorer", "OpenAIScorerError", "encode_png", "answer_probability", "answer_counts", "INPUT_MODES"]
+
+#: How a clip is sent: one ``image_url`` per frame, one tiled ``image_url``, or one ``video_url``
+#: holding the frames (vLLM's ``data:video/jpeg;base64,<frame>,<frame>,...`` form).
+INPUT_MODES = ("images", "grid", "video")
 
 #: HTTP statuses worth retrying (timeouts, rate limits, server errors); other 4xx fail at once.
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -119,13 +124,19 @@ class OpenAIScorer:
     """Scores clips through an OpenAI-compatible chat-completions endpoint (vLLM, SGLang, ...).
 
     Each clip becomes one request: its real frames as base64 PNG ``image_url`` data URLs (one per
-    frame, or one tiled grid with ``input_mode="grid"``) followed by the prompt, with
-    ``max_tokens=1``, ``temperature=0``, ``logprobs=true`` and ``top_logprobs``. The score is
-    ``P(yes) / (P(yes) + P(no))`` over the returned alternatives for the first token (every
-    spelling of each answer counts, see :func:`answer_probability`). When neither answer is among
-    them the generated token decides (1.0 for yes, else 0.0) and ``stats()["unparsed"]`` counts it.
+    frame, or one tiled grid with ``input_mode="grid"``, or one ``video_url`` with
+    ``input_mode="video"``) followed by the prompt, with ``max_tokens=1``, ``temperature=0``,
+    ``logprobs=true`` and ``top_logprobs``. The score is ``P(yes) / (P(yes) + P(no))`` over the
+    returned alternatives for the first token (every spelling of each answer counts, see
+    :func:`answer_probability`). When neither answer is among them the generated token decides
+    (1.0 for yes, else 0.0) and ``stats()["unparsed"]`` counts it. A response without
+    alternatives (a server that ignores ``logprobs``) raises :class:`OpenAIScorerError`: scores
+    read from the generated token alone are all 0 or 1, and VLM-RB quietly becomes uniform
+    replay; ``allow_token_only=True`` accepts them (counted in ``stats()["token_only"]``).
 
-    Requests run concurrently on a thread pool of ``max_concurrency`` workers. Timeouts,
+    Requests run concurrently on a thread pool of ``max_concurrency`` workers, spread over the
+    ``base_url`` servers: each request goes to the server with the fewest requests in flight
+    (ties in turn). Timeouts,
     connection errors, 408/429 and 5xx responses are retried ``max_retries`` times with
     exponential backoff (``backoff * 2**attempt`` seconds, or the server's ``Retry-After``);
     other 4xx responses fail at once with the server's message. The API key is read from the
@@ -133,8 +144,9 @@ class OpenAIScorer:
     ``repr``, provenance or error messages.
 
     Args:
-        base_url (str): the server's OpenAI base URL, e.g. ``"http://localhost:8000/v1"``
-            (requests go to ``<base_url>/chat/completions``).
+        base_url (str or list of str): the server's OpenAI base URL, e.g.
+            ``"http://localhost:8000/v1"`` (requests go to ``<base_url>/chat/completions``);
+            several servers of the same model as a list or comma-separated.
         model (str, optional): the served model name. ``None`` asks ``<base_url>/models`` and
             uses the only model served.
 
@@ -142,7 +154,9 @@ class OpenAIScorer:
         prompt, env_family, task: the yes/no question, as for
             :class:`~vlmrb_torchrl.scorers.HFGenerativeScorer`.
         frame_key, mask_key (NestedKey, optional): defaults ``"pixels"``, ``"mask"``.
-        input_mode (str, optional): ``"images"`` (default) or ``"grid"``.
+        input_mode (str, optional): one of :data:`INPUT_MODES`. Defaults to ``"images"``.
+            ``"video"`` sends one ``video_url`` ``data:video/jpeg;base64,<frame>,<frame>,...``
+            (vLLM's form; the frames are PNGs, which vLLM decodes whatever the declared type).
         max_frames (int, optional): send at most this many evenly spaced real frames per clip
             (vLLM's ``--limit-mm-per-prompt`` must allow them). Defaults to ``None`` (all).
         api_key_env (str, optional): environment variable holding the API key; unset or empty
@@ -158,15 +172,22 @@ class OpenAIScorer:
         system_prompt (str, optional): a system message before the question.
         extra_body (dict, optional): extra request fields (e.g. ``{"top_k": -1}`` or
             ``{"mm_processor_kwargs": {...}}``); they override the defaults.
+        enable_thinking (bool, optional): sent as ``chat_template_kwargs={"enable_thinking": ...}``
+            (vLLM, SGLang: Qwen3-style templates read it), so a thinking model answers at once.
+            ``None`` sends nothing (servers that refuse unknown fields). Defaults to ``False``.
+        allow_token_only (bool, optional): score a response without logprobs from its generated
+            token (0 or 1) instead of raising. Defaults to ``False``.
 
     Attributes:
-        provenance (dict): ``backend="openai"``, ``base_url``, ``model``, ``prompt_hash``,
-            ``input_mode``, ``max_frames``, ``top_logprobs``, ``answers``, ``dtype`` (``None``:
-            decided by the server).
+        provenance (dict): ``backend="openai"``, ``base_url`` (comma-separated when several),
+            ``model``, ``prompt_hash``, ``input_mode``, ``max_frames``, ``top_logprobs``,
+            ``answers``, ``enable_thinking``, ``allow_token_only``, ``dtype`` (``None``: decided
+            by the server).
 
     Raises:
         ValueError: bad options; ``model=None`` and the server does not serve exactly one model.
-        OpenAIScorerError: at scoring, a request failed after retries or got a 4xx.
+        OpenAIScorerError: at scoring, a request failed after retries or got a 4xx, or the
+            server returned no logprobs (without ``allow_token_only``).
 
     Examples:
         >>> scorer = OpenAIScorer("http://localhost:8000/v1", "Qwen/Qwen2.5-VL-3B-Instruct",  # doctest: +SKIP
@@ -177,7 +198,7 @@ class OpenAIScorer:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str | None = None,
         *,
         prompt: str | None = None,
@@ -196,16 +217,26 @@ class OpenAIScorer:
         answers: Sequence[str] = ("yes", "no"),
         system_prompt: str | None = None,
         extra_body: dict | None = None,
+        enable_thinking: bool | None = False,
+        allow_token_only: bool = False,
     ) -> None:
         owner = type(self).__name__
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        urls = base_url.split(",") if isinstance(base_url, str) else base_url
+        urls = [u.strip() for u in urls] if isinstance(urls, (list, tuple)) else urls
+        if (
+            not isinstance(urls, list)
+            or not urls
+            or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls)
+        ):
             raise ValueError(
-                f"{owner}.base_url must be an http(s) URL such as 'http://localhost:8000/v1', "
-                f"got base_url={base_url!r}."
+                f"{owner}.base_url must be an http(s) URL such as 'http://localhost:8000/v1' (or several, as a list "
+                f"or comma-separated), got base_url={base_url!r}."
             )
         self.prompt = default_prompt(env_family, task=task) if prompt is None else format_prompt(prompt, task)
-        if input_mode not in ("images", "grid"):
-            raise ValueError(f"{owner}.input_mode must be 'images' or 'grid', got input_mode={input_mode!r}.")
+        if input_mode not in INPUT_MODES:
+            raise ValueError(f"{owner}.input_mode must be one of {list(INPUT_MODES)}, got input_mode={input_mode!r}.")
+        if enable_thinking is not None and not isinstance(enable_thinking, bool):
+            raise TypeError(f"{owner}.enable_thinking must be a bool or None, got {enable_thinking!r}.")
         for name, value, low in (
             ("max_retries", max_retries, 0),
             ("max_concurrency", max_concurrency, 1),
@@ -228,7 +259,10 @@ class OpenAIScorer:
             raise TypeError(f"{owner}.extra_body must be a dict or None, got {type(extra_body).__name__}.")
         if api_key_env is not None and not isinstance(api_key_env, str):
             raise TypeError(f"{owner}.api_key_env must be the name of an environment variable, got {api_key_env!r}.")
-        self.base_url = base_url.rstrip("/")
+        self.base_urls = tuple(dict.fromkeys(u.rstrip("/") for u in urls))
+        self.base_url = ",".join(self.base_urls)
+        self.enable_thinking = enable_thinking
+        self.allow_token_only = bool(allow_token_only)
         self.api_key_env = api_key_env
         self._api_key = os.environ.get(api_key_env, "") if api_key_env else ""
         self.timeout = float(timeout)
@@ -247,8 +281,11 @@ class OpenAIScorer:
         self.in_keys = self.inputs.in_keys
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._stats = {"requests": 0, "retries": 0, "unparsed": 0}
+        self._stats = {"requests": 0, "retries": 0, "unparsed": 0, "token_only": 0}
+        self._outstanding = [0] * len(self.base_urls)  # requests in flight, per server
+        self._next_url = 0  # ties go to the servers in turn
         self._warned_unparsed = False
+        self._warned_token_only = False
         self.model = model if model is not None else self._only_model()
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"{owner}.model must be a non-empty str (the served model name), got {model!r}.")
@@ -264,6 +301,8 @@ class OpenAIScorer:
             "max_frames": max_frames,
             "top_logprobs": self.top_logprobs,
             "answers": list(self.answers),
+            "enable_thinking": enable_thinking,
+            "allow_token_only": self.allow_token_only,
             "dtype": None,
         }
 
@@ -274,20 +313,41 @@ class OpenAIScorer:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        """One JSON request with retries; returns the decoded response."""
-        url = f"{self.base_url}/{path}"
+    def _acquire(self) -> int:
+        """The server with the fewest requests in flight (ties in turn), now counting one more."""
+        with self._lock:
+            n = len(self.base_urls)
+            best = min(range(n), key=lambda i: (self._outstanding[i], (i - self._next_url) % n))
+            self._next_url = (best + 1) % n
+            self._outstanding[best] += 1
+            return best
+
+    def _release(self, server: int) -> None:
+        with self._lock:
+            self._outstanding[server] -= 1
+
+    def _request(self, method: str, path: str, body: dict | None = None, *, server: int | None = None) -> dict:
+        """One JSON request with retries (each attempt to the least busy server unless ``server``
+        is given); returns the decoded response."""
         data = None if body is None else json.dumps(body).encode("utf-8")
         last_error = "no attempt made"
+        url = f"{self.base_urls[server or 0]}/{path}"
         for attempt in range(self.max_retries + 1):
             if attempt:
                 with self._lock:
                     self._stats["retries"] += 1
             delay = self.backoff * 2**attempt
+            chosen = self._acquire() if server is None else None
+            if chosen is not None:
+                url = f"{self.base_urls[chosen]}/{path}"
             try:
                 request = urllib.request.Request(url, data=data, headers=self._headers(), method=method)
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    payload = response.read()
+                try:
+                    with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                        payload = response.read()
+                finally:
+                    if chosen is not None:
+                        self._release(chosen)
                 try:
                     return json.loads(payload)
                 except ValueError as err:
@@ -321,25 +381,28 @@ class OpenAIScorer:
         )
 
     def _only_model(self) -> str:
-        listing = self._request("GET", "models")
+        listing = self._request("GET", "models", server=0)
         names = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
         if len(names) != 1:
             raise ValueError(
-                f"{type(self).__name__}: model=None needs a server serving exactly one model; {self.base_url}/models "
-                f"lists {names}. Pass the model name (spec 'openai:<base_url>#<model>')."
+                f"{type(self).__name__}: model=None needs a server serving exactly one model; "
+                f"{self.base_urls[0]}/models lists {names}. Pass the model name (spec 'openai:<base_url>#<model>')."
             )
         return names[0]
 
     # ------------------------------------------------------------------------------ payload
     def _messages(self, frames: np.ndarray) -> list[dict]:
-        images = [grid_image(frames)] if self.input_mode == "grid" else list(frames)
-        content = [
-            {
-                "type": "image_url",
-                "image_url": {"url": "data:image/png;base64," + base64.b64encode(encode_png(im)).decode("ascii")},
-            }
-            for im in images
-        ]
+        def b64(image: np.ndarray) -> str:
+            return base64.b64encode(encode_png(image)).decode("ascii")
+
+        if self.input_mode == "video":
+            # vLLM splits a video/jpeg data URL at the commas into frames and decodes each with PIL,
+            # which reads PNG as well: lossless frames, no video codec needed on either side
+            url = "data:video/jpeg;base64," + ",".join(b64(f) for f in frames)
+            content = [{"type": "video_url", "video_url": {"url": url}}]
+        else:
+            images = [grid_image(frames)] if self.input_mode == "grid" else list(frames)
+            content = [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(im)}} for im in images]
         content.append({"type": "text", "text": self.prompt})
         messages = [{"role": "user", "content": content}]
         if self.system_prompt:
@@ -356,6 +419,8 @@ class OpenAIScorer:
             "logprobs": True,
             "top_logprobs": self.top_logprobs,
         }
+        if self.enable_thinking is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
         body.update(self.extra_body)
         return body
 
@@ -371,9 +436,9 @@ class OpenAIScorer:
                 f"{str(response)[:300]}"
             ) from err
         content = ((choice.get("logprobs") or {}).get("content")) or []
-        top = content[0].get("top_logprobs") or [] if content else []
-        if content and not top and "token" in content[0]:
-            top = [content[0]]
+        top = (content[0].get("top_logprobs") or []) if content else []
+        if not top:
+            return self._token_only(choice, content)
         p = answer_probability(top, self.answers)
         if p is not None:
             return p
@@ -391,6 +456,29 @@ class OpenAIScorer:
                 stacklevel=3,
             )
         return 1.0 if text == self.answers[0].lower() else 0.0
+
+    def _token_only(self, choice: dict, content: list) -> float:
+        """The score of a response without alternatives: an error unless ``allow_token_only``."""
+        token = content[0].get("token") if content else (choice.get("message") or {}).get("content")
+        if not self.allow_token_only:
+            raise OpenAIScorerError(
+                f"{type(self).__name__}: the server at {self.base_url} returned no top_logprobs (generated "
+                f"{str(token)!r}), so P(yes) cannot be computed. Scores from the generated token alone are all 0 or 1 "
+                "and VLM-RB turns into uniform replay. Serve the model with logprobs (vLLM: --max-logprobs >= "
+                f"top_logprobs={self.top_logprobs}), or pass allow_token_only=True to accept 0/1 scores."
+            )
+        with self._lock:
+            self._stats["token_only"] += 1
+            warn = not self._warned_token_only
+            self._warned_token_only = True
+        if warn:
+            warnings.warn(
+                f"{type(self).__name__}: the server returns no top_logprobs; scoring from the generated token "
+                "(0 or 1; allow_token_only=True). stats()['token_only'] counts these clips.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return 1.0 if _normalise_token(str(token or "")) == self.answers[0].lower() else 0.0
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
@@ -411,7 +499,9 @@ class OpenAIScorer:
         return validate_scores(torch.tensor(scores, dtype=torch.float32), batch, scorer=self)
 
     def stats(self) -> dict[str, int]:
-        """Counters: successful ``requests``, ``retries`` made, ``unparsed`` answers."""
+        """Counters: successful ``requests``, ``retries`` made, ``unparsed`` answers (neither answer
+        among the alternatives: scored from the generated token) and ``token_only`` answers (no
+        alternatives at all, accepted with ``allow_token_only``)."""
         with self._lock:
             return dict(self._stats)
 
@@ -427,10 +517,12 @@ class OpenAIScorer:
         # environment when unpickled (e.g. in AsyncScorer's "process" backend)
         state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_executor", "_api_key")}
         state["_stats"] = dict(self._stats)
+        state["_outstanding"] = [0] * len(self.base_urls)  # nothing is in flight in the copy
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self._outstanding = state.get("_outstanding") or [0] * len(self.base_urls)
         self._lock = threading.Lock()
         self._executor = None
         self._api_key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
@@ -446,6 +538,24 @@ class OpenAIScorer:
             f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, input_mode={self.input_mode!r}, "
             f"max_frames={self.max_frames}, max_concurrency={self.max_concurrency})"
         )
+
+
+def answer_counts(scorer: Any) -> dict[str, int]:
+    """How many answers a scorer could not read from logprobs: ``unparsed`` (neither answer among
+    the alternatives) and ``token_only`` (no alternatives; ``allow_token_only=True``), from the
+    :meth:`OpenAIScorer.stats` of ``scorer`` or of the scorer it wraps (``.scorer``, as the
+    wrappers keep it); zeros for scorers that read logits themselves. For run metrics.
+
+    Examples:
+        >>> from vlmrb_torchrl.scorers import CallableScorer, NoisyScorer
+        >>> answer_counts(NoisyScorer(CallableScorer(lambda clips: clips["x"].float().mean(1), in_keys=["x"])))
+        {'unparsed': 0, 'token_only': 0}
+    """
+    seen = 0
+    while scorer is not None and not isinstance(scorer, OpenAIScorer) and seen < 16:
+        scorer, seen = getattr(scorer, "scorer", None), seen + 1
+    stats = scorer.stats() if isinstance(scorer, OpenAIScorer) else {}
+    return {"unparsed": int(stats.get("unparsed", 0)), "token_only": int(stats.get("token_only", 0))}
 
 
 def _error_detail(err: urllib.error.HTTPError) -> str:
@@ -481,7 +591,10 @@ def _hint(code: int, api_key_env: str | None) -> str:
         )
     if code == 404:
         return "Check base_url (it should end with /v1) and the model name (GET <base_url>/models lists them)."
-    return "Check the request options (model name, top_logprobs <= the server's --max-logprobs, image limits)."
+    return (
+        "Check the request options (model name, top_logprobs <= the server's --max-logprobs, image and video limits; "
+        "a server that refuses chat_template_kwargs: enable_thinking=None)."
+    )
 
 
 def _make_openai(rest: str, **kwargs: Any) -> OpenAIScorer:
