@@ -181,6 +181,10 @@ def main() -> None:
                 if family in tiny_vlms.NEEDS_TORCHVISION and not has_tv:
                     print(f"  (skipping tiny {family}: needs torchvision)", file=sys.stderr)
                     continue
+                needed = tiny_vlms.NEEDS_MODULE.get(family)
+                if needed and importlib.util.find_spec(needed) is None:
+                    print(f"  (skipping tiny {family}: needs {needed})", file=sys.stderr)
+                    continue
                 directory = tiny_vlms.build(family, Path(tmp) / family)
                 scorer = make_scorer(str(directory), **hw)
                 mode = getattr(scorer, "input_mode", None) or f"aggregation={scorer.aggregation}"

@@ -241,6 +241,8 @@ class VLMReplay(Replay):
         since the last logged row (``counters["drawn_logged"]``, set by :meth:`logged` and
         checkpointed with the counters, so resumed runs log the same intervals).
         """
+        from vlmrb_torchrl.scorers.openai import answer_counts  # lazy: the scorers stay optional
+
         stats = self.buffer.vlm_stats()
         drawn_before, positive_before = counters.get("drawn_logged", (0, 0))
         drawn = stats["drawn"] - drawn_before
@@ -252,7 +254,9 @@ class VLMReplay(Replay):
                 "scorer_clips_per_s": stats["scorer/clips_per_s"], "scorer_backlog": stats["scorer/backlog"],
                 "scorer_dropped": stats["scorer/dropped"], "scorer_errors": stats["scorer/errors"],
                 "scorer_consecutive_errors": stats["scorer/consecutive_errors"], "drawn": stats["drawn"],
-                "drawn_positive": stats["drawn_positive"]}
+                "drawn_positive": stats["drawn_positive"],
+                # answers not read from logprobs (OpenAIScorer; 0 for scorers that read logits)
+                **{f"scorer_{k}": v for k, v in answer_counts(self.buffer.scorer).items()}}
 
     def logged(self, row: dict[str, Any], counters: dict[str, Any]) -> None:
         counters["drawn_logged"] = (row["drawn"], row["drawn_positive"])
