@@ -157,6 +157,19 @@ def test_noisy_oracle_is_imperfect_and_reproducible():
     assert other["counts"] != first["counts"]
 
 
+@needs_minigrid
+@pytest.mark.parametrize("clip_len, frames", [(5, 3), (8, 1), (16, 4)])
+def test_oracle_with_subsampled_frames_still_scores_itself_perfectly(clip_len, frames):
+    # --frames keeps every real step's event, also on padded tail clips where a kept position
+    # falls on padding (the goal is an episode's last step: it was lost there)
+    results = sq.main(["--scorer", "oracle:minigrid", "--env", DOORKEY5, "--episodes", "2", "--policy", "mixed",
+                       "--max-steps", "40", "--clip-len", str(clip_len), "--frames", str(frames), "--quiet"])
+    overall = results["metrics"][sq.PROGRESS]
+    assert overall["positives"] > 0 and overall["negatives"] > 0
+    assert overall["f1"] == 1.0 and overall["auroc"] == 1.0
+    assert results["metrics"]["goal_reached"]["positives"] > 0 and results["metrics"]["goal_reached"]["f1"] == 1.0
+
+
 def brightness(clips):
     # mean brightness of the last real frame: a pixel scorer that knows nothing about events
     frames = clips["pixels"].float()
@@ -177,7 +190,8 @@ def test_pixel_scorer_renders_frames_and_is_imperfect(monkeypatch):
 
 
 @needs_minigrid
-@pytest.mark.parametrize("env_id", ["MiniGrid-Empty-5x5-v0", "MiniGrid-KeyCorridorS3R1-v0"])
+@pytest.mark.parametrize("env_id", ["MiniGrid-Empty-5x5-v0", "MiniGrid-KeyCorridorS3R1-v0", "MiniGrid-Unlock-v0",
+                                    "MiniGrid-RedBlueDoors-6x6-v0"])
 def test_other_minigrid_envs(env_id):
     policy = "scripted" if "Empty" in env_id else "subgoal"
     results = sq.main(["--scorer", "oracle:minigrid", "--env", env_id, "--episodes", "2", "--policy", policy,
