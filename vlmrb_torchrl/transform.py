@@ -52,10 +52,11 @@ def pack_frames(
     its real steps to a real one: :func:`vlmrb_torchrl._frames.step_owners`), so an event
     between two subsampled frames is not lost; other per-step keys are taken at ``positions``.
     A clip whose kept positions are all padding (one frame, the last step, without the
-    outcome) counts its last kept position as real: it stands for the clip's real steps. With ``final_frame`` the clips are
-    ``[B, L + 1]`` in the :class:`~vlmrb_torchrl.ClipBatch` layout: position ``L`` is the
-    outcome frame, no step (it stands for the steps after the previous kept position only,
-    none when that is ``L - 1``), and its packed ``"mask"`` is ``True``. With a
+    outcome) counts its last kept position as real: it stands for the clip's real steps.
+    With ``final_frame`` the clips are ``[B, L + 1]`` in the :class:`~vlmrb_torchrl.ClipBatch`
+    layout: position ``L`` is the outcome frame, no step (it stands for the steps after the
+    previous kept position only, none when that is ``L - 1``), and its packed ``"mask"`` is
+    ``True``. With a
     ``frame_pool`` (see :attr:`vlmrb_torchrl.ClipBatch.frames`) the frames are gathered from
     it through ``("clip", "frame_row")``, only at ``positions``
     (:meth:`~vlmrb_torchrl.ClipBatch.pooled_frames`). Tiling follows
