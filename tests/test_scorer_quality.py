@@ -70,6 +70,7 @@ def test_binary_metrics_hand_computed():
     assert m["recall"] == pytest.approx(2 / 4)
     assert m["f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 2))
     assert m["auroc"] == pytest.approx(_pairwise_auroc([0.9, 0.8, 0.2, 0.6, 0.1, 0.5], [1, 1, 1, 0, 0, 1]))
+    assert m["f1_all_positive"] == pytest.approx(2 * 4 / (2 * 4 + 2))  # every clip called positive
     lower = sq.binary_metrics([0.9, 0.8, 0.2, 0.6, 0.1, 0.5], [1, 1, 1, 0, 0, 1], threshold=0.15)
     assert (lower["tp"], lower["fp"]) == (4, 1)
 
@@ -83,6 +84,8 @@ def test_binary_metrics_undefined_ratios_are_nan():
     assert no_positives["precision"] == 0.0
     nothing = sq.binary_metrics([0.1, 0.2], [0, 0])
     assert math.isnan(nothing["f1"]) and math.isnan(nothing["precision"])
+    assert nothing["f1_all_positive"] == 0.0  # no positive to find
+    assert math.isnan(sq.binary_metrics([], [])["f1_all_positive"])
 
 
 def test_quality_report_per_type_rows_drop_clips_of_other_events():
@@ -100,7 +103,7 @@ def test_quality_report_per_type_rows_drop_clips_of_other_events():
     assert report["key_picked_up"]["auroc"] == pytest.approx(2.5 / 3)  # vs negatives 0, 0, 1: 2 wins, 1 tie
     goal = report["goal_reached"]
     assert goal["positives"] == 0 and goal["negatives"] == 3
-    assert all(math.isnan(goal[k]) for k in ("precision", "recall", "f1", "auroc"))
+    assert all(math.isnan(goal[k]) for k in ("precision", "recall", "f1", "auroc", "f1_all_positive"))
 
 
 def test_docstring_examples():
