@@ -21,6 +21,8 @@ has one, else 0.5. Precision = TP / (TP + FP) (NaN when nothing is predicted pos
 recall = TP / (TP + FN) (NaN without positives), F1 = 2 TP / (2 TP + FP + FN) (NaN only when
 there are neither positives nor predicted positives), AUROC = the Mann-Whitney probability that
 a positive clip outscores a negative one, ties counting one half (NaN when a class is empty).
+"F1 if all positive" = 2 P / (2 P + N), the F1 of a scorer calling every clip positive: on
+rows where most clips are positive, an F1 near it measures the positive rate, not the scorer.
 Clips/s counts the time spent in ``transform.score_clips`` only (packing + the scorer).
 
 Policies: ``random`` (uniform over the env's actions; DoorKey envs get the recipes' default
@@ -135,7 +137,9 @@ def binary_metrics(
     """Confusion counts, precision, recall, F1 (``score > threshold`` is a positive) and AUROC.
 
     Undefined ratios are NaN: precision without predicted positives, recall without positives,
-    F1 without either, AUROC without both classes.
+    F1 without either, AUROC without both classes. ``f1_all_positive`` is the F1 of a scorer
+    that calls every clip positive, ``2 P / (2 P + N)``: where most clips are positive, an F1
+    near it says nothing about the scorer (read the AUROC).
 
     Examples:
         >>> m = binary_metrics([0.9, 0.8, 0.2, 0.6, 0.1], [1, 1, 1, 0, 0])
@@ -143,6 +147,8 @@ def binary_metrics(
         (2, 1, 1, 1)
         >>> round(m["precision"], 4), round(m["recall"], 4), round(m["f1"], 4), round(m["auroc"], 4)
         (0.6667, 0.6667, 0.6667, 0.8333)
+        >>> round(m["f1_all_positive"], 4)  # 3 positives, 2 negatives
+        0.75
     """
     scores = np.asarray(scores, dtype=np.float64).ravel()
     labels = np.asarray(labels).astype(bool).ravel()
@@ -167,6 +173,7 @@ def binary_metrics(
         "recall": tp / (tp + fn) if tp + fn else math.nan,
         "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else math.nan,
         "auroc": auroc(scores, labels),
+        "f1_all_positive": 2 * (tp + fn) / (2 * (tp + fn) + fp + tn) if labels.size else math.nan,
     }
 
 
@@ -187,7 +194,7 @@ def quality_report(scores: np.ndarray, labels: dict[str, np.ndarray], threshold:
         keep = labels[name] | ~any_event
         row = binary_metrics(scores[keep], labels[name][keep], threshold)
         if row["positives"] == 0:  # an event these episodes never showed: nothing to measure
-            row.update(precision=math.nan, recall=math.nan, f1=math.nan, auroc=math.nan)
+            row.update(precision=math.nan, recall=math.nan, f1=math.nan, auroc=math.nan, f1_all_positive=math.nan)
         report[name] = row
     return report
 
@@ -354,14 +361,15 @@ def _fmt(value: float) -> str:
 def format_table(report: dict[str, dict]) -> str:
     """The per-event metrics as a Markdown table."""
     lines = [
-        "| events | clips | pos | neg | TP | FP | FN | precision | recall | F1 | AUROC |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| events | clips | pos | neg | TP | FP | FN | precision | recall | F1 | AUROC | F1 if all positive |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, m in report.items():
         name = "all progress" if key == PROGRESS else EVENT_TYPES.get(key, key)
         lines.append(
             f"| {name} | {m['clips']} | {m['positives']} | {m['negatives']} | {m['tp']} | {m['fp']} | "
-            f"{m['fn']} | {_fmt(m['precision'])} | {_fmt(m['recall'])} | {_fmt(m['f1'])} | {_fmt(m['auroc'])} |"
+            f"{m['fn']} | {_fmt(m['precision'])} | {_fmt(m['recall'])} | {_fmt(m['f1'])} | {_fmt(m['auroc'])} | "
+            f"{_fmt(m['f1_all_positive'])} |"
         )
     return "\n".join(lines)
 

@@ -186,6 +186,25 @@ def test_builtin_spec_is_the_prompt_set(check_scorers, builtin_scorer):
     assert scorer.provenance["backend"] == "clip"
 
 
+def test_rise_sees_an_event_undone_within_the_clip():
+    """A key picked up and put back within one clip (the frame after the pickup, then the frame
+    before it again: what dropping it in place renders): ``progress`` (last - first) misses it,
+    ``rise`` (the best gain to a later frame) sees it. A prompt set of the same checks agrees."""
+    from vlmrb_torchrl.scorers import PromptCheck
+
+    frames, states, events = _episode(8, 90_003)
+    step = events["key_picked_up"]  # frames[step] is before the pickup, frames[step + 1] after it
+    assert states[step].carrying is None and states[step + 1].carrying == ("yellow", "key")
+    clip = _clips([frames[max(0, step - 1)], frames[step], frames[step + 1], frames[step]])
+    texts = {"prompt": "the agent holds the key", "negatives": ["the key is on the floor"]}
+    scores = {agg: make_scorer("builtin:minigrid", aggregation=agg, **texts).score(clip).item()
+              for agg in ("progress", "rise")}
+    assert scores["progress"] < 0.1 and scores["rise"] > 0.9, scores
+    checks = [PromptCheck(texts["prompt"], texts["negatives"], agg) for agg in ("progress", "rise")]
+    both = make_scorer("builtin:minigrid", prompt_set=checks).score(clip).item()
+    assert both == pytest.approx(max(scores.values()), abs=1e-6)
+
+
 def test_builtin_scorer_errors():
     with pytest.raises(ValueError, match="builtin:minigrid"):
         make_scorer("builtin:atari")

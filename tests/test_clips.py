@@ -886,3 +886,85 @@ class TestOutcomeFrame:
         assert torch.equal(batch["next", "pixels"][:-1][cont], batch["pixels"][1:][cont])  # next = next step's
         out = ClipStream(ClipSpec(clip_len=4), pool_frames=True).push(batch, torch.arange(30))
         assert out is not None and out.clips.shape[1] == 5
+
+
+class EventsAndFrames:
+    """A scorer reading frames and event flags: records what it was shown, scores 1.0 when a
+    real (``mask`` True) position carries an event, as the oracle does."""
+
+    in_keys = ["pixels", ("next", "progress_event"), "mask"]
+
+    def __init__(self):
+        self.seen = []
+
+    def score(self, clips):
+        self.seen.append(clips)
+        hit = clips["next", "progress_event"].reshape(*clips.shape, -1).any(-1) & clips["mask"]
+        return hit.any(1).float()
+
+
+def event_episodes(lengths, seed):
+    """One flat batch of episodes of the given lengths, one trajectory each; frames [1, 1, 1]
+    uint8 holding the step; events on random steps and always on the last one (the goal)."""
+    gen = torch.Generator().manual_seed(seed)
+    traj = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
+    step = torch.cat([torch.arange(n) for n in lengths])
+    last = torch.cat([torch.arange(n) == n - 1 for n in lengths])
+    event = (torch.rand(len(step), generator=gen) < 0.1) | last
+    return TensorDict({
+        "pixels": step.to(torch.uint8).view(-1, 1, 1, 1),
+        ("collector", "traj_ids"): traj,
+        ("next", "pixels"): (step + 1).to(torch.uint8).view(-1, 1, 1, 1),
+        ("next", "done"): last[:, None],
+        ("next", "progress_event"): event[:, None],
+    }, batch_size=[len(step)])
+
+
+class TestSubsampledClipsKeepEvents:
+    """``ClipSpec.frames`` subsampling never hides an event of a real step: on a padded tail
+    clip a kept position can fall on padding while the step it covers is real (oracle,
+    clip_len 5, frames 3 lost 2 of the 5 clips covering an episode's last step)."""
+
+    def test_the_reported_case(self):
+        from vlmrb_torchrl.clip_scoring import make_clip_scoring
+
+        batch = event_episodes([7], seed=0)
+        batch["next", "progress_event"] = batch["next", "done"].clone()  # one event: the last step
+        labels = {}
+        for frames in (None, 3):
+            stream, transform = make_clip_scoring("oracle:minigrid", ClipSpec(clip_len=5, frames=frames))
+            out = stream.push(batch, torch.arange(7))
+            labels[frames] = transform.score_clips(out.clips, out.frames).tolist()
+        assert labels[None] == [0, 0, 1, 1, 1, 1, 1]  # clips starting at 2..6 show step 6
+        assert labels[3] == labels[None]
+
+    @pytest.mark.parametrize("clip_len, frames", [(5, 3), (5, 1), (5, 2), (8, 3), (16, 4), (16, 8)])
+    @pytest.mark.parametrize("scorer", ["oracle", "frames_and_events"])
+    def test_subsampled_labels_equal_unsubsampled(self, clip_len, frames, scorer):
+        from vlmrb_torchrl.clip_scoring import make_clip_scoring
+
+        lengths = [1, 2, 3, 4, 5, 6, 7, 9, 12, 17, 23]
+        batch = event_episodes(lengths, seed=clip_len * 10 + frames)
+        labels = {}
+        for f in (None, frames):
+            spec = ClipSpec(clip_len=clip_len, frames=f)
+            score = "oracle:minigrid" if scorer == "oracle" else EventsAndFrames()
+            stream, transform = make_clip_scoring(score, spec)
+            out = stream.push(batch, torch.arange(len(batch)))
+            labels[f] = transform.score_clips(out.clips, out.frames)
+            if scorer == "frames_and_events":
+                # frames are still the spec's positions, real where their own step is real
+                seen = score.seen[-1]
+                positions = spec.frame_indices()
+                real = out.clips["mask"].clone()
+                real[:, clip_len] = real.any(1)  # the outcome frame
+                assert torch.equal(seen["mask"], real[:, positions])
+                shown = seen["pixels"][:, :, 0, 0, 0].long()
+                expected = out.gather_frames()["pixels"][:, positions, 0, 0, 0].long()
+                assert torch.equal(shown, expected)
+        # brute force: a clip is positive when one of its real steps has an event
+        clips = out.clips
+        real = clips["mask"][:, :clip_len]
+        expected = (clips["next", "progress_event"][:, :clip_len, 0] & real).any(1).float()
+        assert torch.equal(labels[None], expected)
+        assert torch.equal(labels[frames], expected)

@@ -70,6 +70,7 @@ def test_binary_metrics_hand_computed():
     assert m["recall"] == pytest.approx(2 / 4)
     assert m["f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 2))
     assert m["auroc"] == pytest.approx(_pairwise_auroc([0.9, 0.8, 0.2, 0.6, 0.1, 0.5], [1, 1, 1, 0, 0, 1]))
+    assert m["f1_all_positive"] == pytest.approx(2 * 4 / (2 * 4 + 2))  # every clip called positive
     lower = sq.binary_metrics([0.9, 0.8, 0.2, 0.6, 0.1, 0.5], [1, 1, 1, 0, 0, 1], threshold=0.15)
     assert (lower["tp"], lower["fp"]) == (4, 1)
 
@@ -83,6 +84,8 @@ def test_binary_metrics_undefined_ratios_are_nan():
     assert no_positives["precision"] == 0.0
     nothing = sq.binary_metrics([0.1, 0.2], [0, 0])
     assert math.isnan(nothing["f1"]) and math.isnan(nothing["precision"])
+    assert nothing["f1_all_positive"] == 0.0  # no positive to find
+    assert math.isnan(sq.binary_metrics([], [])["f1_all_positive"])
 
 
 def test_quality_report_per_type_rows_drop_clips_of_other_events():
@@ -100,7 +103,7 @@ def test_quality_report_per_type_rows_drop_clips_of_other_events():
     assert report["key_picked_up"]["auroc"] == pytest.approx(2.5 / 3)  # vs negatives 0, 0, 1: 2 wins, 1 tie
     goal = report["goal_reached"]
     assert goal["positives"] == 0 and goal["negatives"] == 3
-    assert all(math.isnan(goal[k]) for k in ("precision", "recall", "f1", "auroc"))
+    assert all(math.isnan(goal[k]) for k in ("precision", "recall", "f1", "auroc", "f1_all_positive"))
 
 
 def test_docstring_examples():
@@ -157,6 +160,19 @@ def test_noisy_oracle_is_imperfect_and_reproducible():
     assert other["counts"] != first["counts"]
 
 
+@needs_minigrid
+@pytest.mark.parametrize("clip_len, frames", [(5, 3), (8, 1), (16, 4)])
+def test_oracle_with_subsampled_frames_still_scores_itself_perfectly(clip_len, frames):
+    # --frames keeps every real step's event, also on padded tail clips where a kept position
+    # falls on padding (the goal is an episode's last step: it was lost there)
+    results = sq.main(["--scorer", "oracle:minigrid", "--env", DOORKEY5, "--episodes", "2", "--policy", "mixed",
+                       "--max-steps", "40", "--clip-len", str(clip_len), "--frames", str(frames), "--quiet"])
+    overall = results["metrics"][sq.PROGRESS]
+    assert overall["positives"] > 0 and overall["negatives"] > 0
+    assert overall["f1"] == 1.0 and overall["auroc"] == 1.0
+    assert results["metrics"]["goal_reached"]["positives"] > 0 and results["metrics"]["goal_reached"]["f1"] == 1.0
+
+
 def brightness(clips):
     # mean brightness of the last real frame: a pixel scorer that knows nothing about events
     frames = clips["pixels"].float()
@@ -177,7 +193,8 @@ def test_pixel_scorer_renders_frames_and_is_imperfect(monkeypatch):
 
 
 @needs_minigrid
-@pytest.mark.parametrize("env_id", ["MiniGrid-Empty-5x5-v0", "MiniGrid-KeyCorridorS3R1-v0"])
+@pytest.mark.parametrize("env_id", ["MiniGrid-Empty-5x5-v0", "MiniGrid-KeyCorridorS3R1-v0", "MiniGrid-Unlock-v0",
+                                    "MiniGrid-RedBlueDoors-6x6-v0"])
 def test_other_minigrid_envs(env_id):
     policy = "scripted" if "Empty" in env_id else "subgoal"
     results = sq.main(["--scorer", "oracle:minigrid", "--env", env_id, "--episodes", "2", "--policy", policy,

@@ -8,6 +8,8 @@ step), so ``L + 1`` frames in all. Events live in ``("next", ...)``: without the
 what the last step did (reaching the goal, say) never appears in the clip. When fewer frames
 are sent (``ClipSpec.frames=F``), they are :func:`evenly_spaced` over all of the clip's frames,
 ``evenly_spaced(L + 1, F)``, which always keeps the first frame and the last one, the outcome.
+Each step's per-step flags (events) are then carried by one kept position, a *real* one
+(:func:`step_owners`), so subsampling never hides an event of a real step.
 
 A leaf module (it imports nothing from the package): :class:`~vlmrb_torchrl.ClipSpec`, the
 scoring transform and the scorer backends all read these rules from here, so a clip the
@@ -22,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["evenly_spaced", "grid_shape", "tile_frames"]
+__all__ = ["evenly_spaced", "grid_shape", "step_owners", "tile_frames"]
 
 
 def evenly_spaced(length: int, num: int | None) -> Tensor:
@@ -52,6 +54,47 @@ def evenly_spaced(length: int, num: int | None) -> Tensor:
     if num == 1:
         return torch.tensor([length - 1])
     return torch.linspace(0, length - 1, num, dtype=torch.float64).round().long()
+
+
+def step_owners(positions: Tensor, real_steps: Tensor, real_positions: Tensor) -> Tensor:
+    """Which kept position stands for each step of each clip, when ``F`` of its frames are kept.
+
+    A real step belongs to the first kept position at or after it that is real, else (no real
+    kept position follows it) to the last real kept position. On clips without padding this is
+    the segment rule "a kept position stands for the steps after the previous kept position, up
+    to its own". On a padded tail clip a kept position can fall on padding while the steps it
+    covers are real: they go to the next real kept position (the outcome, when the clip shows
+    it) or back to the last real one, so their events are not hidden by the padding mask.
+    Padded steps belong to no position (``F``, one past the last).
+
+    Args:
+        positions (Tensor): ``[F]`` strictly increasing kept positions (:func:`evenly_spaced`);
+            a position ``>= S`` (the outcome frame, no step of its own) covers up to step
+            ``S - 1``.
+        real_steps (Tensor): ``[B, S]`` bool, ``True`` on real steps.
+        real_positions (Tensor): ``[B, F]`` bool, ``True`` where the kept position is real.
+
+    Returns:
+        an int64 ``[B, S]`` tensor of kept-position indices in ``0 .. F`` (``F``: none).
+
+    Examples:
+        >>> positions = torch.tensor([0, 2, 4])  # 3 of 5 steps kept
+        >>> real = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]]).bool()
+        >>> step_owners(positions, real, real[:, positions]).tolist()  # step 3 of row 1 -> 1
+        [[0, 1, 1, 2, 2], [0, 1, 1, 1, 3], [0, 0, 3, 3, 3]]
+        >>> outcome = torch.tensor([0, 2, 5])  # 3 of 5 steps + the outcome frame (position 5)
+        >>> step_owners(outcome, real, torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 1]]).bool()).tolist()
+        [[0, 1, 1, 2, 2], [0, 1, 1, 2, 3], [0, 2, 3, 3, 3]]
+    """
+    num, steps = positions.numel(), real_steps.shape[1]
+    positions = positions.to(real_steps.device)
+    ends = positions.clamp(max=steps - 1)  # the outcome position is no step
+    at_or_after = ends[None, None, :] >= torch.arange(steps, device=ends.device)[None, :, None]
+    candidates = at_or_after & real_positions[:, None, :]  # [B, S, F]
+    first = candidates.long().argmax(-1)  # the first True (0 when none: replaced below)
+    last_real = torch.where(real_positions.any(-1), num - 1 - real_positions.flip(-1).long().argmax(-1), num)
+    owner = torch.where(candidates.any(-1), first, last_real[:, None])
+    return torch.where(real_steps, owner, torch.full_like(owner, num))
 
 
 def grid_shape(num: int) -> tuple[int, int]:

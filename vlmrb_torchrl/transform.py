@@ -13,7 +13,7 @@ from torch import Tensor
 from torchrl.data import Composite, Unbounded
 from torchrl.envs.transforms import Transform
 
-from vlmrb_torchrl._frames import evenly_spaced, tile_frames
+from vlmrb_torchrl._frames import evenly_spaced, step_owners, tile_frames
 from vlmrb_torchrl.clips import _FRAME_ROW_KEY, _MASK_KEY, ClipBatch, ClipSpec
 
 __all__ = ["VLMScoreTransform", "pack_frames"]
@@ -47,12 +47,16 @@ def pack_frames(
     """Packs ``[B, L]`` clips into what a scorer receives: ``[B, F]`` (or ``[B, 1]`` with ``grid``).
 
     Frame keys are subsampled at ``positions`` (and resized / tiled); boolean per-step keys
-    are OR-reduced over the steps each kept position stands for (the steps after the previous
-    kept position, up to its own), so an event between two subsampled frames is not lost;
-    other per-step keys are taken at ``positions``. With ``final_frame`` the clips are
-    ``[B, L + 1]`` in the :class:`~vlmrb_torchrl.ClipBatch` layout: position ``L`` is the
-    outcome frame, no step (it stands for the steps after the previous kept position only,
-    none when that is ``L - 1``), and its packed ``"mask"`` is ``True``. With a
+    are OR-reduced over the real steps each kept position stands for (the steps after the
+    previous kept position, up to its own; on a padded clip, a kept position on padding hands
+    its real steps to a real one: :func:`vlmrb_torchrl._frames.step_owners`), so an event
+    between two subsampled frames is not lost; other per-step keys are taken at ``positions``.
+    A clip whose kept positions are all padding (one frame, the last step, without the
+    outcome) counts its last kept position as real: it stands for the clip's real steps.
+    With ``final_frame`` the clips are ``[B, L + 1]`` in the :class:`~vlmrb_torchrl.ClipBatch`
+    layout: position ``L`` is the outcome frame, no step (it stands for the steps after the
+    previous kept position only, none when that is ``L - 1``), and its packed ``"mask"`` is
+    ``True``. With a
     ``frame_pool`` (see :attr:`vlmrb_torchrl.ClipBatch.frames`) the frames are gathered from
     it through ``("clip", "frame_row")``, only at ``positions``
     (:meth:`~vlmrb_torchrl.ClipBatch.pooled_frames`). Tiling follows
@@ -72,28 +76,31 @@ def pack_frames(
     b, width = clips.batch_size[:2]
     steps = width - int(final_frame)
     positions = positions.to(torch.long)
-    # the steps each kept position stands for: (previous position, position], clipped to the
-    # steps (the outcome position L is no step)
-    segment_end = positions.clamp(max=steps - 1)
-    segment_start = torch.cat([positions.new_full((1,), -1), positions[:-1]]).clamp(max=steps - 1)
-    out = {}
+    # a kept frame is real if its own step is real; the outcome is if any step is
+    real_steps = clips.get(_MASK_KEY)[:, :steps].to(torch.bool)
+    real = torch.cat([real_steps, real_steps.any(1, keepdim=True)], 1) if final_frame else real_steps
+    mask = real[:, positions]
+    # one kept frame (frames=1) without the outcome is the last step, padding on a tail clip:
+    # it then stands for the clip's real steps and shows what padding repeats, the last real frame
+    orphan = real_steps.any(1) & ~mask.any(1)
+    if orphan.any():
+        mask[orphan, -1] = True
+    owners = None
+    out = {_MASK_KEY: mask}
     for key, value in clips.items(include_nested=True, leaves_only=True):
-        if key in frame_keys or key == _FRAME_ROW_KEY:
+        if key in frame_keys or key in (_FRAME_ROW_KEY, _MASK_KEY):
             continue
-        if key == _MASK_KEY:  # a kept frame is real if its own step is real; the outcome is
-            mask = value[:, :steps]
-            if final_frame:
-                mask = torch.cat([mask, mask.any(1, keepdim=True)], 1)
-            value = mask[:, positions]
-        elif value.dtype == torch.bool:
-            value = value[:, :steps]
-            cum = torch.cat([value.new_zeros(b, 1, *value.shape[2:], dtype=torch.long),
-                             value.long().cumsum(1)], 1)
-            value = (cum[:, segment_end + 1] - cum[:, segment_start + 1]) > 0
+        if value.dtype == torch.bool:  # OR over the real steps each kept position stands for
+            if owners is None:
+                owners = step_owners(positions, real_steps, mask)
+            flat = value[:, :steps].reshape(b, steps, -1).long()
+            index = owners[..., None].expand_as(flat)
+            reduced = flat.new_zeros(b, len(positions) + 1, flat.shape[-1])  # + 1: padded steps
+            value = reduced.scatter_reduce_(1, index, flat, "amax")[:, :-1].bool().reshape(
+                b, len(positions), *value.shape[2:])
         else:
             value = value[:, positions]
         out[key] = value
-    mask = out[_MASK_KEY]
     for key in frame_keys:
         if frame_pool is None:
             frames = clips.get(key)[:, positions]

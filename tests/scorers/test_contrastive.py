@@ -68,6 +68,7 @@ class TestHFContrastiveScorer:
             "max": torch.stack([p.max() for p in per_frame]),
             "mean": torch.stack([p.mean() for p in per_frame]),
             "progress": torch.stack([(p[-1] - p[0]).clamp(min=0) for p in per_frame]),
+            "rise": torch.stack([max(p[t] - p[s] for t in range(len(p)) for s in range(t + 1)) for p in per_frame]),
         }
         for name, want in expected.items():
             torch.testing.assert_close(shared_scorer(directory, aggregation=name).score(clips), want)
@@ -115,7 +116,7 @@ class TestHFContrastiveScorer:
     @pytest.mark.parametrize(
         "kwargs, match",
         [
-            ({"aggregation": "median"}, r"aggregation must be one of \['max', 'mean', 'progress'\]"),
+            ({"aggregation": "median"}, r"aggregation must be one of \['max', 'mean', 'progress', 'rise'\]"),
             ({"negatives": []}, "negatives must be a non-empty list"),
             ({"negatives": ["ok", ""]}, "negatives must be a non-empty list"),
             ({"logit_scale": 0.0}, "logit_scale must be a finite float > 0"),

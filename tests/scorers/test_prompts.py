@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from vlmrb_torchrl.scorers import ENV_FAMILIES, OpenAIScorer, contrastive_prompts, default_prompt
 from vlmrb_torchrl.scorers.prompts import GOAL_QUESTION, format_prompt
@@ -90,7 +91,7 @@ class TestPromptCheck:
             "positive", "negatives", "aggregation")
         assert PromptCheck("a", "b", "max").negatives == ("b",)  # a lone str is one negative
         assert check._replace(aggregation="mean").aggregation == "mean"
-        assert AGGREGATIONS is CONTRASTIVE_AGGREGATIONS == ("max", "mean", "progress")
+        assert AGGREGATIONS is CONTRASTIVE_AGGREGATIONS == ("max", "mean", "progress", "rise")
 
     @pytest.mark.parametrize(
         "args, error, match",
@@ -100,7 +101,7 @@ class TestPromptCheck:
             (("a", [], "max"), ValueError, "negatives must be a non-empty sequence"),
             (("a", ["b", ""], "max"), ValueError, "negatives must be a non-empty sequence"),
             (("a", 5, "max"), TypeError, "negatives must be a sequence of str"),
-            (("a", ["b"], "median"), ValueError, r"aggregation must be one of \['max', 'mean', 'progress'\]"),
+            (("a", ["b"], "median"), ValueError, r"aggregation must be one of \['max', 'mean', 'progress', 'rise'\]"),
         ],
     )
     def test_errors(self, args, error, match):
@@ -119,3 +120,40 @@ class TestPromptCheck:
         assert prompt_set_text([a]) != prompt_set_text([b])
         assert prompt_set_text([a, b]) != prompt_set_text([b, a])  # the set's order is part of its name
         assert prompt_set_text([a]) == prompt_set_text([PromptCheck.coerce(('say "hi", then', ("b",), "max"))])
+
+
+class TestAggregate:
+    @pytest.mark.parametrize(
+        "probs, expected",
+        [
+            # max, mean, progress, rise
+            ([0.1, 0.9, 0.2], [0.9, 0.4, 0.1, 0.8]),  # true in the middle only: rise sees it, progress barely
+            ([0.2, 0.5, 0.9], [0.9, 8 / 15, 0.7, 0.7]),  # only rising: progress == rise
+            ([0.9, 0.5, 0.7], [0.9, 0.7, 0.0, 0.2]),  # a dip and a partial recovery
+            ([0.9, 0.6, 0.1], [0.9, 8 / 15, 0.0, 0.0]),  # only falling: nothing became true
+            ([0.3, 0.8, 0.1, 0.6], [0.8, 0.45, 0.3, 0.5]),  # the best gain is to a later frame, not the last
+            ([0.7], [0.7, 0.7, 0.0, 0.0]),  # one frame: no change
+        ],
+    )
+    def test_values(self, probs, expected):
+        from vlmrb_torchrl.scorers.prompts import AGGREGATIONS, aggregate
+
+        got = [aggregate(torch.tensor(probs), name).item() for name in AGGREGATIONS]
+        assert got == pytest.approx(expected, abs=1e-6)
+
+    def test_rise_is_the_best_gain_over_ordered_pairs(self):
+        from vlmrb_torchrl.scorers.prompts import aggregate
+
+        gen = torch.Generator().manual_seed(0)
+        for length in (1, 2, 5, 17):
+            for _ in range(20):
+                p = torch.rand(length, generator=gen)
+                brute = max(float(p[t] - p[s]) for t in range(length) for s in range(t + 1))
+                assert aggregate(p, "rise").item() == pytest.approx(brute, abs=1e-7)
+                assert aggregate(p, "rise") >= aggregate(p, "progress")
+
+    def test_unknown(self):
+        from vlmrb_torchrl.scorers.prompts import aggregate
+
+        with pytest.raises(ValueError, match=r"aggregation must be one of \['max', 'mean', 'progress', 'rise'\], got aggregation='last'"):
+            aggregate(torch.tensor([0.5]), "last")

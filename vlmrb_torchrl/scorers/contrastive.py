@@ -25,6 +25,7 @@ from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_sc
 from vlmrb_torchrl.scorers.prompts import (
     AGGREGATIONS,
     PromptCheck,
+    aggregate,
     check_negatives,
     contrastive_prompts,
     format_prompt,
@@ -58,7 +59,9 @@ class HFContrastiveScorer:
 
     - ``"max"`` (default): the best frame, "does the goal appear anywhere in the clip";
     - ``"mean"``: the average over real frames;
-    - ``"progress"``: last real frame minus first, clamped at 0 (no progress or regress → 0).
+    - ``"progress"``: last real frame minus first, clamped at 0 (no progress or regress → 0);
+    - ``"rise"``: the largest gain from a real frame to a later one (an event undone before
+      the clip ends still counts); see :func:`~vlmrb_torchrl.scorers.prompts.aggregate`.
 
     **Prompt sets.** One positive text detects one kind of event; ``prompt_set=`` takes several
     :class:`~vlmrb_torchrl.scorers.PromptCheck` ``(positive, negatives, aggregation)``. Each
@@ -322,13 +325,7 @@ class HFContrastiveScorer:
         for p in per_clip:
             per_check = []
             for c, check in enumerate(self.prompt_set):
-                q = p[:, c]
-                if check.aggregation == "max":
-                    per_check.append(q.max())
-                elif check.aggregation == "mean":
-                    per_check.append(q.mean())
-                else:
-                    per_check.append((q[-1] - q[0]).clamp(min=0.0))
+                per_check.append(aggregate(p[:, c], check.aggregation))
             out.append(torch.stack(per_check).max())
         return validate_scores(torch.stack(out) if out else torch.zeros(0), batch, scorer=self)
 

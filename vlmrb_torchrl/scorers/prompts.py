@@ -16,11 +16,14 @@ import json
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import torch
+
 __all__ = [
     "AGGREGATIONS",
     "ENV_FAMILIES",
     "GOAL_QUESTION",
     "PromptCheck",
+    "aggregate",
     "default_prompt",
     "contrastive_prompts",
     "format_prompt",
@@ -28,9 +31,10 @@ __all__ = [
 ]
 
 #: How a contrastive scorer turns per-frame probabilities into a clip score: the best frame
-#: (``"max"``), the average (``"mean"``), or the gain from the first to the last real frame,
-#: clamped at 0 (``"progress"``).
-AGGREGATIONS = ("max", "mean", "progress")
+#: (``"max"``), the average (``"mean"``), the gain from the first to the last real frame,
+#: clamped at 0 (``"progress"``), or the largest gain from any frame to a later one
+#: (``"rise"``). See :func:`aggregate`.
+AGGREGATIONS = ("max", "mean", "progress", "rise")
 
 #: The paper's reported yes/no question (MiniGrid DoorKey prompt, Appendix C).
 GOAL_QUESTION = "Does this clip contain a clear instance of goal satisfaction anywhere in it?"
@@ -182,6 +186,43 @@ def contrastive_prompts(env_family: str = "generic", *, task: str | None = None)
     return (with_task.format(task=task) if task else plain), list(negatives)
 
 
+def aggregate(probabilities: torch.Tensor, aggregation: str) -> torch.Tensor:
+    """Folds a clip's per-frame probabilities (``[T]``, real frames in order) into its score.
+
+    - ``"max"``: the best frame, "the statement is true somewhere in the clip";
+    - ``"mean"``: the average frame;
+    - ``"progress"``: last frame minus first, clamped at 0: "the statement became true and
+      stayed so" (holding a key throughout, or dropping it, scores 0);
+    - ``"rise"``: the largest gain from a frame to any later one, ``max_t (p_t - min_{s<=t}
+      p_s)``, 0 for one frame: "the statement became true at some point in the clip", even if
+      it is undone before the clip ends (a door opened, then closed again). It is never below
+      ``"progress"``; on a clip that only rises they are equal.
+
+    Args:
+        probabilities (Tensor): ``[T]`` probabilities, ``T >= 1``.
+        aggregation (str): one of :data:`AGGREGATIONS`.
+
+    Returns:
+        a 0-dim tensor of the probabilities' dtype.
+
+    Examples:
+        >>> p = torch.tensor([0.1, 0.9, 0.2])  # true in the middle of the clip only
+        >>> [round(aggregate(p, a).item(), 2) for a in AGGREGATIONS]
+        [0.9, 0.4, 0.1, 0.8]
+        >>> aggregate(torch.tensor([0.9, 0.5, 0.7]), "rise").item()  # a dip and a partial recovery
+        0.19999998807907104
+    """
+    if aggregation == "max":
+        return probabilities.max()
+    if aggregation == "mean":
+        return probabilities.mean()
+    if aggregation == "progress":
+        return (probabilities[-1] - probabilities[0]).clamp(min=0.0)
+    if aggregation == "rise":
+        return (probabilities - probabilities.cummin(0).values).max()
+    raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got aggregation={aggregation!r}.")
+
+
 def check_negatives(negatives: Sequence[str] | str, *, owner: str) -> list[str]:
     """Validates a list of baseline prompts (a lone str is wrapped)."""
     if isinstance(negatives, str):
@@ -205,7 +246,9 @@ class PromptCheck(_PromptCheckFields):
     A frame's probability is the softmax of its similarities over ``(positive, *negatives)``;
     ``aggregation`` (one of :data:`AGGREGATIONS`) folds them over the clip's real frames:
     ``"progress"`` for an event (a state that changes within the clip: "holds the key" vs
-    "the key is on the floor"), ``"max"`` for a state worth reaching ("faces the goal").
+    "the key is on the floor"), ``"rise"`` for an event that may be undone within the clip (a
+    door opened and closed again), ``"max"`` for a state worth reaching ("faces the goal");
+    see :func:`aggregate`.
     :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer` takes a list of them as
     ``prompt_set=`` and scores a clip by the max over its checks.
 
@@ -215,7 +258,7 @@ class PromptCheck(_PromptCheckFields):
     Args:
         positive (str): the text whose probability is measured.
         negatives (sequence of str): one or more baseline texts.
-        aggregation (str): ``"max"``, ``"mean"`` or ``"progress"``.
+        aggregation (str): ``"max"``, ``"mean"``, ``"progress"`` or ``"rise"``.
 
     Raises:
         TypeError: a text is not a str.
@@ -228,7 +271,7 @@ class PromptCheck(_PromptCheckFields):
         >>> PromptCheck("the door is open", "the door is locked", "median")
         Traceback (most recent call last):
             ...
-        ValueError: PromptCheck.aggregation must be one of ['max', 'mean', 'progress'], got aggregation='median'.
+        ValueError: PromptCheck.aggregation must be one of ['max', 'mean', 'progress', 'rise'], got aggregation='median'.
     """
 
     __slots__ = ()
