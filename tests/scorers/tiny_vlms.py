@@ -285,7 +285,6 @@ def _llava(transformers):
 
 
 def _qwen2_vl(transformers):
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor  # needs torchvision
 
     tok = build_tokenizer(eos_token="<|im_end|>", pad_token="<|endoftext|>")
@@ -321,13 +320,7 @@ def _qwen2_vl(transformers):
         vision_end_token_id=ids["<|vision_end|>"],
     )
     model = transformers.Qwen2VLForConditionalGeneration(config)
-    size = {"shortest_edge": 16 * 16, "longest_edge": 32 * 32}
-    image_processor = Qwen2VLImageProcessorPil(size=size, patch_size=8, merge_size=2, temporal_patch_size=2)
-    video_processor = Qwen2VLVideoProcessor(size=size, patch_size=8, merge_size=2, temporal_patch_size=2)
-    processor = transformers.Qwen2VLProcessor(
-        image_processor=image_processor, tokenizer=tok, video_processor=video_processor, chat_template=_QWEN_TEMPLATE
-    )
-    return model, processor
+    return model, _qwen_processor(transformers.Qwen2VLProcessor, Qwen2VLVideoProcessor, tok)
 
 
 def _video_template(image: str, video: str) -> str:
@@ -462,6 +455,16 @@ def _qwen_vision(**extra):
                 temporal_patch_size=2, **extra)
 
 
+def _qwen_processor(processor_cls, video_processor_cls, tok):
+    """The Qwen families' processor on 16-32 px inputs (8 px patches, 2x2 merge, 2-frame temporal patches)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    kwargs = dict(size={"shortest_edge": 16 * 16, "longest_edge": 32 * 32}, patch_size=8, merge_size=2,
+                  temporal_patch_size=2)
+    return processor_cls(image_processor=Qwen2VLImageProcessorPil(**kwargs), tokenizer=tok,
+                         video_processor=video_processor_cls(**kwargs), chat_template=_QWEN_TEMPLATE)
+
+
 def _qwen_tokens(tok):
     return {
         "image_token_id": tok.convert_tokens_to_ids("<|image_pad|>"),
@@ -480,7 +483,6 @@ def _qwen_text(tok, **extra):
 
 
 def _qwen2_5_vl(transformers):
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
     tok = build_tokenizer(eos_token="<|im_end|>", pad_token="<|endoftext|>")
@@ -492,17 +494,10 @@ def _qwen2_5_vl(transformers):
         **_qwen_tokens(tok),
     )
     model = transformers.Qwen2_5_VLForConditionalGeneration(config)
-    size = {"shortest_edge": 16 * 16, "longest_edge": 32 * 32}
-    kwargs = dict(size=size, patch_size=8, merge_size=2, temporal_patch_size=2)
-    processor = transformers.Qwen2_5_VLProcessor(
-        image_processor=Qwen2VLImageProcessorPil(**kwargs), tokenizer=tok,
-        video_processor=Qwen2VLVideoProcessor(**kwargs), chat_template=_QWEN_TEMPLATE,
-    )
-    return model, processor
+    return model, _qwen_processor(transformers.Qwen2_5_VLProcessor, Qwen2VLVideoProcessor, tok)
 
 
 def _qwen3_vl(transformers):
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
     tok = build_tokenizer(extra=FAMILY_TOKENS["qwen3_vl"], eos_token="<|im_end|>", pad_token="<|endoftext|>")
@@ -516,13 +511,7 @@ def _qwen3_vl(transformers):
         **_qwen_tokens(tok),
     )
     model = transformers.Qwen3VLForConditionalGeneration(config)
-    size = {"shortest_edge": 16 * 16, "longest_edge": 32 * 32}
-    kwargs = dict(size=size, patch_size=8, merge_size=2, temporal_patch_size=2)
-    processor = transformers.Qwen3VLProcessor(
-        image_processor=Qwen2VLImageProcessorPil(**kwargs), tokenizer=tok,
-        video_processor=Qwen3VLVideoProcessor(**kwargs), chat_template=_QWEN_TEMPLATE,
-    )
-    return model, processor
+    return model, _qwen_processor(transformers.Qwen3VLProcessor, Qwen3VLVideoProcessor, tok)
 
 
 def _gemma3(transformers):
