@@ -90,6 +90,31 @@ class TestWithoutCluster:
         assert remote.stats()["stale_drops"] == 1 and np.isnan(rb.scores(torch.tensor([6]))).all()
 
 
+class TestRecipeKeys:
+    @pytest.mark.parametrize("overrides, match", [
+        (["scorer_backend=gpu"], "scorer_backend='gpu' is invalid: expected one of"),
+        (["scorer_workers=2"], "scorer_workers=2 is invalid: expected an integer >= 1, above 1 only with scorer_backend=ray"),
+        (["scorer_backend=ray", "scorer_workers=0"], "scorer_workers=0 is invalid"),
+        (["scorer_gpus=0.5"], "scorer_gpus=0.5 is invalid: expected a number >= 0, above 0 only with scorer_backend=ray"),
+        (["scorer_backend=ray", "scorer_gpus=-1"], "scorer_gpus=-1.0 is invalid"),
+    ])
+    def test_bad_values(self, overrides, match):
+        from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig, apply_overrides
+
+        with pytest.raises(ConfigError, match=match):
+            apply_overrides(DQNConfig(), overrides).validate()
+
+    def test_good_values(self):
+        from vlmrb_torchrl.recipes.config import DQNConfig, apply_overrides
+
+        cfg = apply_overrides(DQNConfig(), ["scorer_backend=ray", "scorer_workers=4", "scorer_gpus=0.25",
+                                            "ray_address=auto"]).validate()
+        assert (cfg.scorer_backend, cfg.scorer_workers, cfg.scorer_gpus, cfg.ray_address) == ("ray", 4, 0.25, "auto")
+        default = DQNConfig().validate()
+        assert (default.scorer_backend, default.scorer_workers, default.scorer_gpus, default.ray_address) == (
+            "thread", 1, 0.0, "")
+
+
 # --------------------------------------------------------------------- slow tier: a local cluster
 @pytest.fixture(scope="module")
 def ray_cluster():
@@ -273,3 +298,30 @@ def test_collector_actors_share_a_remote_buffer_scored_by_the_pool(ray_cluster):
         assert rb.sample().batch_size == torch.Size([16])
     finally:
         rb.close()
+
+
+@pytest.mark.slow
+def test_dqn_recipe_scores_on_ray_workers(ray_cluster, tmp_path):
+    pytest.importorskip("minigrid")
+    import csv
+    import json
+    import math
+
+    from vlmrb_torchrl.recipes.config import DQNConfig, apply_overrides
+    from vlmrb_torchrl.recipes.dqn import main as dqn_main
+
+    cfg = apply_overrides(DQNConfig(), dict(
+        total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=128, eval_every=256, eval_episodes=2,
+        buffer_size=2_000, checkpoint_every=512, clip_len=4, batch_size=16, progress=False, hidden=32, n_steps=2,
+        gallery_clips=0, tensorboard=False, scorer_backend="ray", scorer_workers=2, output_dir=str(tmp_path / "run")))
+    summary = dqn_main(cfg)
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["env_steps"]) for r in rows] == [256, 512] and summary["env_steps"] == 512
+    # (the rows may come before the actors have loaded their scorers: scoring is asynchronous)
+    assert all(math.isfinite(float(r["scorer_clips_per_s"])) for r in rows)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["scorer_backend"] == "ray"
+    from tensordict import TensorDict
+
+    slots = TensorDict.load_memmap(tmp_path / "run" / "checkpoints" / "step_512" / "replay" / "sampler" / "slots")
+    assert slots["scored"][:512].all()  # the checkpoint waited for every score from the pool
