@@ -238,6 +238,22 @@ def test_every_worker_dead_raises_instead_of_hanging(ray_cluster):
 
 
 @pytest.mark.slow
+def test_a_scorer_error_is_raised_in_the_caller(ray_cluster):
+    sampler = VLMPrioritizedSampler(10_000, threshold=None)
+    _, batches = clip_batches(sampler, make_batches(num_envs=4, steps=10))
+    pool = AsyncScorer(VLMScoreTransform(MaxObsScorer(fail_after=0), clip_len=CLIP_LEN, in_keys=()), sampler,
+                       backend="ray", num_workers=1)
+    for b in batches:
+        pool.submit(b)
+    with pytest.raises(RuntimeError, match="AsyncScorer's worker failed") as info:
+        pool.drain(timeout=120)
+    assert isinstance(info.value.__cause__, ValueError) and "scorer exploded" in str(info.value.__cause__)
+    with pytest.raises(RuntimeError):
+        pool.close()
+    assert not pool._thread.is_alive() and pool.stats()["workers"] == 0  # actors killed all the same
+
+
+@pytest.mark.slow
 def test_close_stops_everything(ray_cluster):
     ray = ray_cluster
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
