@@ -262,6 +262,10 @@ def test_close_stops_everything(ray_cluster):
     actors = [w.actor for w in pool._workers]
     for b in batches:
         pool.submit(b)
+    deadline = time.monotonic() + 120
+    while pool.stats()["scored"] == 0:  # the actors are up and busy
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     t0 = time.monotonic()
     pool.close(drain=False)  # queued and in-flight clips abandoned, counted
     assert time.monotonic() - t0 < 10
@@ -341,3 +345,45 @@ def test_dqn_recipe_scores_on_ray_workers(ray_cluster, tmp_path):
 
     slots = TensorDict.load_memmap(tmp_path / "run" / "checkpoints" / "step_512" / "replay" / "sampler" / "slots")
     assert slots["scored"][:512].all()  # the checkpoint waited for every score from the pool
+
+
+_OWN_CLUSTER = """
+import ray, torch
+from test_worker import MaxObsScorer
+from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
+from tensordict import TensorDict
+ray.cloudpickle.register_pickle_by_value(__import__("test_worker"))
+sampler = VLMPrioritizedSampler(10, threshold=None)
+sampler.mark_update(torch.arange(10))
+stream = ClipStream(ClipSpec(clip_len=3), frame_key=None, extra_keys=["obs"])
+batch = TensorDict({"obs": torch.arange(10), ("collector", "traj_ids"): torch.zeros(10, dtype=torch.long),
+                    ("next", "done"): torch.arange(10) == 9}, batch_size=[10])
+assert not ray.is_initialized()
+with AsyncScorer(VLMScoreTransform(MaxObsScorer(), clip_len=3, in_keys=()), sampler, backend="ray",
+                 ray_address="") as pool:
+    assert ray.is_initialized()
+    pool.submit(stream.push(batch, torch.arange(10), sampler.generations(torch.arange(10))))
+    assert pool.drain(timeout=120)
+print("scores", [round(float(s), 3) for s in sampler.scores(torch.arange(10))], "after close:", ray.is_initialized())
+"""
+
+
+@pytest.mark.slow
+def test_a_pool_that_started_ray_shuts_it_down():
+    """ray_address="" with no Ray running: the pool starts a local cluster and close() stops it."""
+    pytest.importorskip("ray")
+    import os
+    import subprocess
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    temp_dir = tempfile.mkdtemp(prefix="vlmrb_ray_")  # short: Ray's socket paths must fit in 107 bytes
+    env = {**os.environ, "RAY_TMPDIR": temp_dir,
+           "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")])}
+    try:
+        out = subprocess.run([sys.executable, "-c", _OWN_CLUSTER], env=env, capture_output=True, text=True,
+                             timeout=300)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "scores [0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.009, 0.009] after close: False" in out.stdout

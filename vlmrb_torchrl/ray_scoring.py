@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
