@@ -214,8 +214,8 @@ class RayAsyncScorer(AsyncScorer):
                             f"got {type(scorer_factory).__name__}.")
         options = {"max_restarts": 1, **(worker_options or {})}
         if options.get("max_task_retries", 0) != 0:
-            raise ValueError("worker_options must not set max_task_retries: the pool retries a dead worker's clips "
-                             "itself (once), so that they are counted and never scored twice into a slot.")
+            raise ValueError("worker_options must not set max_task_retries: the pool itself sends a dead worker's "
+                             "clips once more and then drops them, counted (Ray's retries would be invisible).")
         options["max_task_retries"] = 0
         max_restarts = options["max_restarts"]
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
