@@ -175,12 +175,13 @@ def make_vlm_replay_buffer(
     store_frames: bool = False,
     frame_size: int | tuple[int, int] | None = None,
     grid: bool = False,
-    backend: Literal["thread", "process"] = "thread",
+    backend: Literal["thread", "process", "ray"] = "thread",
     max_pending: int = 4096,
     scorer_batch_size: int = 32,
     on_full: Literal["drop_oldest", "block"] = "drop_oldest",
     on_scorer_error: Literal["raise", "skip"] = "raise",
     max_consecutive_scorer_errors: int | None = 10,
+    scorer_options: dict[str, Any] | None = None,
     generator: torch.Generator | None = None,
     sampler_kwargs: dict[str, Any] | None = None,
     **rb_kwargs: Any,
@@ -208,6 +209,8 @@ def make_vlm_replay_buffer(
         backend, max_pending, scorer_batch_size, on_full, on_scorer_error,
             max_consecutive_scorer_errors: passed to :class:`AsyncScorer` (as ``batch_size``,
             ``on_error`` and ``max_consecutive_errors`` for the last three).
+        scorer_options (dict, optional): more :class:`AsyncScorer` arguments, e.g. for
+            ``backend="ray"``: ``num_workers``, ``worker_options``, ``scorer_factory``, ``ray_address``.
         generator (torch.Generator, optional): the buffer's random generator (seed it for
             reproducible sampling).
         sampler_kwargs (dict, optional): :class:`VLMPrioritizedSampler` arguments
@@ -243,7 +246,7 @@ def make_vlm_replay_buffer(
     )
     async_scorer = AsyncScorer(transform, sampler, backend=backend, max_pending=max_pending,
                                batch_size=scorer_batch_size, on_full=on_full, on_error=on_scorer_error,
-                               max_consecutive_errors=max_consecutive_scorer_errors)
+                               max_consecutive_errors=max_consecutive_scorer_errors, **(scorer_options or {}))
     frame_keys = [frame_key, unravel_key(("next", frame_key))]
     return VLMReplayBuffer(
         clip_stream=clip_stream, scoring_transform=transform, async_scorer=async_scorer,

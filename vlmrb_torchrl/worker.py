@@ -18,7 +18,7 @@ from vlmrb_torchrl.clips import ClipBatch
 
 __all__ = ["AsyncScorer"]
 
-_BACKENDS = ("thread", "process")
+_BACKENDS = ("thread", "process", "ray")
 _ON_FULL = ("drop_oldest", "block")
 _ON_ERROR = ("raise", "skip")
 # Seconds an AsyncScorer left open at interpreter exit gets before its child process is terminated.
@@ -88,6 +88,8 @@ class AsyncScorer:
         backend (str): ``"thread"`` (default) or ``"process"`` (the transform is pickled to
             a spawned child process; use it when the scorer holds the GIL, e.g. heavy Python
             pre-processing).
+            ``"ray"`` returns a :class:`~vlmrb_torchrl.ray_scoring.RayAsyncScorer`: a pool of
+            Ray actors (``num_workers=``, ``worker_options=``, ...; see there).
         max_pending (int): clips allowed to wait. Defaults to 4096.
         batch_size (int): clips per scorer call. Defaults to 32.
         on_full (str): ``"drop_oldest"`` (default) or ``"block"``.
@@ -121,12 +123,19 @@ class AsyncScorer:
         (1.0, [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.9, 0.9])
     """
 
+    def __new__(cls, *args, backend: str = "thread", **kwargs):
+        if backend == "ray" and cls is AsyncScorer:  # the Ray pool lives in its own module: ray is an optional extra
+            from vlmrb_torchrl.ray_scoring import RayAsyncScorer
+
+            cls = RayAsyncScorer
+        return super().__new__(cls)
+
     def __init__(
         self,
         transform,
         sampler,
         *,
-        backend: Literal["thread", "process"] = "thread",
+        backend: Literal["thread", "process", "ray"] = "thread",
         max_pending: int = 4096,
         batch_size: int = 32,
         on_full: Literal["drop_oldest", "block"] = "drop_oldest",
@@ -427,7 +436,7 @@ class AsyncScorer:
             self._error_clips += clips
             self._consecutive_errors += 1
             errors, in_a_row = self._errors, self._consecutive_errors
-            self._in_flight = 0
+            self._in_flight -= clips  # the thread backend's one batch; one of several on the Ray pool
             self._cond.notify_all()
         limit = self.max_consecutive_errors
         if limit is not None and in_a_row >= limit:

@@ -88,6 +88,13 @@ class RecipeConfig:
                  "counted in metrics.csv's scorer_errors, a warning every 10)")
     max_consecutive_scorer_errors: int = _field(10, "with on_scorer_error=skip: this many failed scorer calls in a "
                                                     "row end the run")
+    scorer_backend: Literal["thread", "process", "ray"] = _field(
+        "thread", "where clips are scored: thread (a background thread) | process (a spawned child process) | ray "
+                  "(scorer_workers Ray actors, each building its own scorer; pip install 'vlmrb-torchrl[ray]')")
+    scorer_workers: int = _field(1, "Ray scorer actors (scorer_backend=ray)")
+    scorer_gpus: float = _field(0.0, "GPUs per Ray scorer actor (scorer_backend=ray; a fraction shares a GPU)")
+    ray_address: str = _field("", "Ray cluster for scorer_backend=ray: empty = start a local one, auto = join the "
+                                  "running one (ray start --head), or host:port / ray://host:port")
     # evaluation and outputs
     eval_every: int = _field(10_000, "frames between evaluations")
     eval_episodes: int = _field(50, "episodes per evaluation")
@@ -175,6 +182,12 @@ class RecipeConfig:
             except ValueError:
                 ok = False
             checks.append(("default_priority", ok, "mean, max or a number >= 0"))
+        checks += [("scorer_backend", self.scorer_backend in ("thread", "process", "ray"), "thread, process or ray"),
+                   ("scorer_workers", self.scorer_workers >= 1 and (self.scorer_workers == 1 or self.scorer_backend == "ray"),
+                    "an integer >= 1, above 1 only with scorer_backend=ray"),
+                   ("scorer_gpus", self.scorer_gpus >= 0 and (self.scorer_gpus == 0 or self.scorer_backend == "ray"),
+                    "a number >= 0, above 0 only with scorer_backend=ray (the thread and process backends use "
+                    "the scorer's own device)")]
         for name, ok, allowed in checks + self._checks():
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: expected {allowed}.")

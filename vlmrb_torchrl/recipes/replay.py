@@ -304,8 +304,18 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
         clip_spec=ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames,
                            assign=cfg.clip_assign),
         storage=storage, batch_size=cfg.batch_size, generator=generator, frame_key=FRAME_KEY,
+        backend=cfg.scorer_backend, scorer_options=_ray_options(cfg) if cfg.scorer_backend == "ray" else None,
         sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": cfg.threshold,
                         "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "unscored_priority": default,
                         "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},
     )
     return VLMReplay(buffer, sync=not cfg.async_scoring, drain_timeout=cfg.scorer_drain_timeout)
+
+
+def _ray_options(cfg: Any) -> dict[str, Any]:
+    """The Ray pool's arguments: ``cfg.scorer_workers`` actors, each building its own scorer from the config
+    (so a GPU model loads on the actor's GPU, not in the learner)."""
+    from functools import partial
+
+    return {"num_workers": cfg.scorer_workers, "worker_options": {"num_gpus": cfg.scorer_gpus} if cfg.scorer_gpus else {},
+            "scorer_factory": partial(make_scorer_from_config, cfg), "ray_address": cfg.ray_address}

@@ -543,6 +543,7 @@ def maybe_checkpoint(run: Run, replay: Any, *, cfg: Any, counters: dict[str, Any
 #: evaluates and checkpoints, the device and threads. Every other key must match the checkpoint's run.
 RESUME_MAY_CHANGE = ("total_frames", "stop_at", "resume", "output_dir", "overwrite", "device", "torch_threads",
                      "async_scoring", "scorer_drain_timeout", "on_scorer_error", "max_consecutive_scorer_errors",
+                     "scorer_backend", "scorer_workers", "scorer_gpus", "ray_address",
                      "eval_every", "eval_episodes", "eval_envs", "eval_eps",
                      "checkpoint_every", "gallery_clips", "tensorboard", "progress")
 #: What a run writes into its directory (``overwrite=true`` deletes these, nothing else).
