@@ -59,7 +59,8 @@ def needs_frames(scorer) -> bool:
 
 def make_scorer_from_config(cfg: Any):
     """``make_scorer(cfg.scorer, prompt=cfg.prompt, **cfg.scorer_kwargs)``, wrapped in a
-    :class:`~vlmrb_torchrl.scorers.NoisyScorer` when ``cfg.label_noise > 0``."""
+    :class:`~vlmrb_torchrl.scorers.NoisyScorer` when ``cfg.label_noise > 0``, then (the noisy one
+    is the teacher) in a :class:`~vlmrb_torchrl.scorers.DistilledScorer` when ``cfg.distill``."""
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
     kwargs = dict(cfg.scorer_kwargs or {})
@@ -68,6 +69,12 @@ def make_scorer_from_config(cfg: Any):
     scorer = make_scorer(cfg.scorer, **kwargs)
     if cfg.label_noise > 0:
         scorer = NoisyScorer(scorer, flip_prob=cfg.label_noise, seed=cfg.seed)
+    if getattr(cfg, "distill", False):
+        from vlmrb_torchrl.scorers import DistilledScorer
+
+        scorer = DistilledScorer(scorer, teacher_fraction=cfg.teacher_fraction, min_agreement=cfg.min_agreement,
+                                 threshold=0.5 if cfg.threshold is None else cfg.threshold, frame_key=FRAME_KEY,
+                                 seed=cfg.seed)
     return scorer
 
 
