@@ -128,6 +128,8 @@ def test_routing_respects_the_budget_and_picks_the_least_confident():
             assert out[values.index(v)].item() == pytest.approx(torch.sigmoid(torch.tensor((v - 100) / 10)).item())
         for r in routed:  # teacher-scored clips carry the teacher's score
             assert out[values.index(r)].item() == float(r > 100)
+    confusion = [scorer.counters[f"trusted_audit_{k}"] for k in ("tp", "fp", "fn", "tn")]
+    assert sum(confusion) == 50 and confusion[1] == confusion[2] == 0 and scorer.stats()["trusted_audit_f1"] == 1.0
     # fractional budgets carry over between calls: 7 clips a call at 10% -> 0.35 audits + 0.35 others a call
     teacher.seen.clear()
     scorer.teacher_fraction = 0.1
@@ -154,6 +156,7 @@ def test_fallback_below_min_agreement_and_hysteresis():
         history.append((before, scorer.agreement()["f1"], scorer.trusted, scorer.counters["teacher_calls"] - calls))
     stats = scorer.stats()
     assert stats["fallbacks"] == 1 and stats["recoveries"] == 2 and scorer.trusted
+    assert stats["trusted_audit_fp"] > 0 and stats["trusted_audit_fn"] == 0  # the cut moved up: false positives
     for before, f1, after, calls in history:
         assert calls == (1 if before else 5)  # trusted: the budget; untrusted: the teacher scores everything
         if before and not after:

@@ -52,6 +52,9 @@ __all__ = ["ClipStudent", "DistilledScorer"]
 
 #: Version of :meth:`DistilledScorer.state_dict`'s layout.
 _STATE_VERSION = 1
+#: (teacher positive, student positive) -> the counter of the trusted student's audits it falls in.
+_CONFUSION = {(True, True): "trusted_audit_tp", (False, True): "trusted_audit_fp", (True, False): "trusted_audit_fn",
+              (False, False): "trusted_audit_tn"}
 
 
 class ClipStudent(nn.Module):
@@ -60,10 +63,12 @@ class ClipStudent(nn.Module):
     :meth:`prepare` turns clips into the student's input (kept, as uint8, in the scorer's
     training memory): ``frames`` frames chosen with the clip layout's rule (first and last
     kept: the last is the clip's outcome frame), area-downsampled to ``size x size``. The
-    network embeds each frame (two strided convolutions, global max-pool: *whether* the key,
-    the open door, the agent on the goal are in view) and classifies the clip from the first
-    frame's, the last frame's, their difference and the per-feature max over frames: progress is
-    a change between the start and the end of the clip.
+    network embeds each frame together with its difference from the clip's first frame (what
+    changed: a key gone from the floor, a door opened; two strided convolutions, global
+    max-pool) and classifies the clip from the first frame's embedding, the last frame's, their
+    difference and the per-feature max over frames: progress is a change between the start and
+    the end of the clip. (Without the difference image, at 32 px, the student learned DoorKey's
+    events more slowly and less well: ``docs/scorers.md``, Distillation.)
 
     A custom student is any :class:`torch.nn.Module` with the same three members: ``in_keys``
     (the clip entries :meth:`prepare` reads), ``prepare(clips) -> Tensor[B, ...]`` (no
@@ -103,7 +108,7 @@ class ClipStudent(nn.Module):
         self.in_keys = [frame_key]
         self.frames, self.size = int(frames), int(size)
         self.encoder = nn.Sequential(
-            nn.Conv2d(3, channels, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(6, channels, 3, stride=2, padding=1), nn.ReLU(),
             nn.Conv2d(channels, channels, 3, stride=2, padding=1), nn.ReLU(),
             nn.AdaptiveMaxPool2d(1), nn.Flatten(),
         )
@@ -127,7 +132,9 @@ class ClipStudent(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``[B]`` of "the teacher scores this clip above its threshold"."""
         b, f = x.shape[:2]
-        h = self.encoder(x.flatten(0, 1).float().div(255.0)).view(b, f, -1)
+        x = x.float().div(255.0)
+        x = torch.cat([x, x - x[:, :1]], 2)  # each frame and what changed since the first
+        h = self.encoder(x.flatten(0, 1)).view(b, f, -1)
         first, last = h[:, 0], h[:, -1]
         return self.head(torch.cat([first, last, last - first, h.amax(1)], -1)).squeeze(-1)
 
@@ -211,7 +218,7 @@ class DistilledScorer:
         ...                        mask=torch.ones(32, 3, dtype=torch.bool), batch_size=[32, 3])
         ...     _ = scorer.score(clips)
         >>> stats = scorer.stats()
-        >>> stats["trusted"], stats["teacher_calls"] < 30 * 32 // 2, stats["agreement_f1"] > 0.9
+        >>> stats["trusted"], stats["teacher_calls"] < 30 * 32, stats["agreement_f1"] > 0.9
         (True, True, True)
     """
 
@@ -292,7 +299,7 @@ class DistilledScorer:
         self._credit = [0.0, 0.0]  # audits, least-confident: fractional teacher calls carried to the next call
         self._steps_credit = 0.0
         self.counters = {"teacher_calls": 0, "student_calls": 0, "audited": 0, "fallbacks": 0, "recoveries": 0,
-                         "train_steps": 0}
+                         "train_steps": 0, **dict.fromkeys(_CONFUSION.values(), 0)}
 
     # ------------------------------------------------------------------ protocol
     @property
@@ -320,6 +327,7 @@ class DistilledScorer:
         x = self.student.prepare(clips)
         with self._lock:
             probs = self._predict(x)
+            trusted = self.trusted
             routed, audits = self._route(probs)
         scores = probs.clone()
         if routed.numel():
@@ -328,9 +336,13 @@ class DistilledScorer:
             with self._lock:
                 labels = (taught > self.threshold).float()
                 # agreement: the student's predictions made before it learned from these labels
-                taught_pos = labels[torch.searchsorted(routed, audits)].bool().tolist()
-                self._window.extend(zip(taught_pos, (probs[audits] > 0.5).tolist(), strict=True))
+                pairs = list(zip(labels[torch.searchsorted(routed, audits)].bool().tolist(),
+                                 (probs[audits] > 0.5).tolist(), strict=True))
+                self._window.extend(pairs)
                 self.counters["audited"] += audits.numel()
+                if trusted:  # the random audits of the clips the student scores alone
+                    for taught, said in pairs:
+                        self.counters[_CONFUSION[taught, said]] += 1
                 self._update_trust()
                 # the scoring caller may run under no_grad / inference_mode (galleries, benchmarks)
                 with torch.inference_mode(False), torch.enable_grad():
@@ -436,13 +448,18 @@ class DistilledScorer:
     # ------------------------------------------------------------------ metrics and checkpoints
     def stats(self) -> dict[str, Any]:
         """Counters (``teacher_calls``, ``student_calls``, ``audited``, ``fallbacks``, ``recoveries``,
-        ``train_steps``), ``teacher_share`` (teacher calls / clips scored), ``trusted`` and the
-        agreement (``agreement_precision``, ``agreement_recall``, ``agreement_f1``, ``agreement_audits``)."""
+        ``train_steps``), ``teacher_share`` (teacher calls / clips scored), ``trusted``, the
+        window's agreement (``agreement_precision``, ``agreement_recall``, ``agreement_f1``,
+        ``agreement_audits``) and, over every random audit made while the student was trusted
+        (``trusted_audit_tp``, ``_fp``, ``_fn``, ``_tn``), ``trusted_audit_f1``: the student's F1 vs
+        the teacher on the clips it scores alone, for the whole run (NaN before any positive)."""
         with self._lock:
             out: dict[str, Any] = dict(self.counters)
             out["trusted"] = self.trusted
         total = out["teacher_calls"] + out["student_calls"]
         out["teacher_share"] = out["teacher_calls"] / total if total else math.nan
+        tp, fp, fn = (out[f"trusted_audit_{k}"] for k in ("tp", "fp", "fn"))
+        out["trusted_audit_f1"] = 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else math.nan
         out.update({f"agreement_{k}": v for k, v in self.agreement().items()})
         return out
 
