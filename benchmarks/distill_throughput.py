@@ -22,10 +22,17 @@ overall and after the student was first trusted; F1 vs the teacher of the scores
 gets (all clips), of the student on its random audits while trusted (``trusted_audit_f1``:
 the goal's "F1 vs the teacher on audited clips"), and the fallbacks.
 
+``--train KEY=VALUE ...`` instead runs ``vlmrb train dqn KEY=VALUE ...`` (add ``distill=true``)
+in this process and writes the distilled scorer's ``stats()`` (teacher and student calls,
+agreement) to ``<output_dir>/distill_stats.json`` at the end: the recipe's metrics do not
+carry them.
+
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/distill_throughput.py --teacher oracle:minigrid --delay-ms 20
     OMP_NUM_THREADS=1 python benchmarks/distill_throughput.py --teacher builtin:minigrid --delay-ms 100 --json out.json
+    python benchmarks/distill_throughput.py --train env=MiniGrid-DoorKey-6x6-v0 scorer=builtin:minigrid distill=true \
+        output_dir=runs/distill/seed0 ...
 """
 
 from __future__ import annotations
@@ -67,6 +74,31 @@ def f1(pred: np.ndarray, truth: np.ndarray) -> float:
     tp = int((pred & truth).sum())
     wrong = int((pred & ~truth).sum() + (~pred & truth).sum())
     return 2 * tp / (2 * tp + wrong) if 2 * tp + wrong else math.nan
+
+
+def train(overrides: list[str]) -> dict:
+    """``vlmrb train dqn *overrides``, keeping the scorer to save its ``stats()`` next to the run's summary."""
+    from vlmrb_torchrl import cli
+    from vlmrb_torchrl.recipes import run as run_module
+
+    built = []
+    make = run_module.make_scorer_from_config
+
+    def keep(cfg):
+        built.append(make(cfg))
+        return built[-1]
+
+    run_module.make_scorer_from_config = keep
+    try:
+        code = cli.main(["train", "dqn", *overrides])
+    finally:
+        run_module.make_scorer_from_config = make
+    stats = built[-1].stats() if built and hasattr(built[-1], "stats") else {}
+    out_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")), None)
+    if out_dir is not None:
+        Path(out_dir, "distill_stats.json").write_text(json.dumps(stats, indent=1, default=str) + "\n")
+    print(json.dumps({"exit": code, **stats}, indent=1, default=str))
+    return stats
 
 
 def main(argv=None) -> dict:
@@ -182,4 +214,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--train":
+        train(sys.argv[2:])
+    else:
+        main()
