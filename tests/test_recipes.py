@@ -246,12 +246,29 @@ def _equal_metrics(a, b):
         assert {k: v for k, v in ra.items() if k not in timing} == {k: v for k, v in rb.items() if k not in timing}
 
 
+def test_a_distilled_scorer_is_checkpointed_with_the_run(tmp_path):
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    cfg = apply_overrides(DQNConfig(), {**TINY, "replay": "vlm", "distill": True, "gallery_clips": 0,
+                                        "total_frames": 256, "checkpoint_every": 256, "eval_episodes": 1,
+                                        "tensorboard": False, "output_dir": str(tmp_path)})
+    dqn_main(cfg)
+    rows = read_metrics(tmp_path)
+    assert all(0.0 < float(r["distill_teacher_share"]) <= 1.0 for r in rows)
+    assert {float(r["distill_trusted"]) for r in rows} <= {0.0, 1.0}
+    state = torch.load(tmp_path / "checkpoints" / "step_256" / "state.pt", weights_only=False)
+    assert state["scorer"]["counters"]["teacher_calls"] > 0 and state["scorer"]["student"]
+    with pytest.raises(ConfigError, match="distill=True is invalid.*scorer_backend=thread"):
+        apply_overrides(DQNConfig(), {"replay": "vlm", "distill": True, "scorer_backend": "process"}).validate()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("replay", ["vlm", "per"])
+@pytest.mark.parametrize("replay", ["vlm", "per", "vlm_distill"])
 def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
     # bit-exact only with MKL_CBWR set before MKL's first call (conftest.py does, as the vlmrb command does)
-    base = {**TINY, "replay": replay, "async_scoring": False, "total_frames": 1024, "checkpoint_every": 512,
-            "gallery_clips": 0}
+    distill = replay == "vlm_distill"
+    base = {**TINY, "replay": "vlm" if distill else replay, "async_scoring": False, "total_frames": 1024,
+            "checkpoint_every": 512, "gallery_clips": 0, "distill": distill}
     full = dqn_main(apply_overrides(DQNConfig(), {**base, "output_dir": str(tmp_path / "full")}))
     dqn_main(apply_overrides(DQNConfig(), {**base, "stop_at": 512, "output_dir": str(tmp_path / "split")}))
     resumed = dqn_main(apply_overrides(DQNConfig(), {**base, "resume": str(tmp_path / "split"),
@@ -263,6 +280,10 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
     b = torch.load(tmp_path / "split" / "checkpoints" / "step_1024" / "state.pt", weights_only=False)
     for name, tensor in a["loss"].items():
         assert torch.equal(tensor, b["loss"][name]), name
+    if distill:  # the student resumed where it stopped: same weights and routing counters at the end
+        assert a["scorer"]["counters"] == b["scorer"]["counters"]
+        for name, tensor in a["scorer"]["student"].items():
+            assert torch.equal(tensor, b["scorer"]["student"][name]), name
 
 
 @pytest.mark.slow  # trains and resumes through the CLI

@@ -102,6 +102,8 @@ ARMS: dict[str, dict[str, str]] = {
     "vlm_td_oracle": {"replay": "vlm_td"},
     # the small CLIP shipped with the package, scoring rendered frames (no privileged flags)
     "vlm_builtin": {"replay": "vlm", "scorer": "builtin:minigrid"},
+    # the same teacher distilled into a student that scores 90% of the clips once trusted
+    "vlm_builtin_distill": {"replay": "vlm", "scorer": "builtin:minigrid", "distill": "true"},
 }
 #: One change at a time to the oracle arm: the mechanisms the study investigates.
 ABLATIONS: dict[str, dict[str, str]] = {

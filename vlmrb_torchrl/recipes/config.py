@@ -78,6 +78,11 @@ class RecipeConfig:
     vlm_beta: float = _field(0.0, "importance-sampling exponent for vlm modes (paper: 0)")
     default_priority: str = _field("mean", "priority of unscored transitions: mean | max | <float>")
     label_noise: float = _field(0.0, "flip scorer outputs with this probability (NoisyScorer): an imperfect VLM")
+    distill: bool = _field(False, "score with a DistilledScorer: a small student on the frames, trained online from "
+                                  "the scorer (the teacher), which then scores only teacher_fraction of the clips")
+    teacher_fraction: float = _field(0.1, "distill: share of the clips the teacher scores once the student is trusted")
+    min_agreement: float = _field(0.9, "distill: the teacher scores every clip while the student's F1 vs the teacher "
+                                       "on audited clips is below this (trusted again at halfway to 1)")
     async_scoring: bool = _field(True, "score in a background thread; false = wait for scores every batch "
                                        "(fully deterministic runs)")
     scorer_drain_timeout: float = _field(60.0, "seconds a checkpoint (and the end of the run) waits for the scorer's "
@@ -109,7 +114,7 @@ class RecipeConfig:
                       "hidden", "clip_len", "clip_stride", "eval_episodes", "eval_envs", "eval_every", "checkpoint_every",
                       "torch_threads", "max_consecutive_scorer_errors")
     _NON_NEGATIVE_INTS = ("learning_starts", "gallery_clips")
-    _UNIT_NUMBERS = ("lambda_max", "label_noise", "gamma")
+    _UNIT_NUMBERS = ("lambda_max", "label_noise", "gamma", "min_agreement")
     _POSITIVE_NUMBERS = ("lr",)
     _NON_NEGATIVE_NUMBERS = ("per_alpha", "per_beta", "vlm_eps", "vlm_beta", "scorer_drain_timeout")
 
@@ -162,6 +167,7 @@ class RecipeConfig:
         checks.append(("vlm_eps", not (self.vlm_eps == 0 and self.vlm_beta > 0 and self.lambda_max == 1.0),
                        "a number > 0 when vlm_beta > 0 and lambda_max = 1 (slots of priority 0 would leave "
                        "the importance weights undefined)"))
+        checks.append(("teacher_fraction", 0.0 < self.teacher_fraction <= 1.0, "a number in (0, 1]"))
         if self.clip_frames is not None:
             checks.append(("clip_frames", 1 <= self.clip_frames <= self.clip_len, f"None or 1..clip_len={self.clip_len}"))
         if self.max_episode_steps is not None:
@@ -187,7 +193,10 @@ class RecipeConfig:
                     "an integer >= 1, above 1 only with scorer_backend=ray"),
                    ("scorer_gpus", self.scorer_gpus >= 0 and (self.scorer_gpus == 0 or self.scorer_backend == "ray"),
                     "a number >= 0, above 0 only with scorer_backend=ray (the thread and process backends use "
-                    "the scorer's own device)")]
+                    "the scorer's own device)"),
+                   ("distill", not (self.distill and self.scorer_backend != "thread"),
+                    "false with scorer_backend=process or ray (the student would learn where the scorer runs, out of "
+                    "reach of the run's checkpoints): use scorer_backend=thread")]
         for name, ok, allowed in checks + self._checks():
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: expected {allowed}.")

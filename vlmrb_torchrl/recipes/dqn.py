@@ -29,7 +29,7 @@ from vlmrb_torchrl.recipes.envs import env_factory, make_collector, minigrid_act
 from vlmrb_torchrl.recipes.gallery import clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
-from vlmrb_torchrl.recipes.run import Run, prepare_run_dir, resume_counters, start_run
+from vlmrb_torchrl.recipes.run import Run, checkpointed_modules, prepare_run_dir, resume_counters, start_run
 
 
 class _Scale(nn.Module):
@@ -112,7 +112,7 @@ def main(cfg: DQNConfig) -> dict:
                                                    scorer=start.scorer))
 
         # --- resume
-        modules = {"loss": loss, "optim": optim, "explore": explore}
+        modules = checkpointed_modules({"loss": loss, "optim": optim, "explore": explore}, start.scorer)
         counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
         run = cleanup.enter_context(Run(cfg, recipe="dqn", total=cfg.total_frames,
                                         resumed_from=counters["env_steps"]))

@@ -57,7 +57,8 @@ def needs_frames(scorer) -> bool:
 
 def make_scorer_from_config(cfg: Any):
     """``make_scorer(cfg.scorer, prompt=cfg.prompt, **cfg.scorer_kwargs)``, wrapped in a
-    :class:`~vlmrb_torchrl.scorers.NoisyScorer` when ``cfg.label_noise > 0``."""
+    :class:`~vlmrb_torchrl.scorers.NoisyScorer` when ``cfg.label_noise > 0``, then (the noisy one
+    is the teacher) in a :class:`~vlmrb_torchrl.scorers.DistilledScorer` when ``cfg.distill``."""
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
     kwargs = dict(cfg.scorer_kwargs or {})
@@ -66,6 +67,12 @@ def make_scorer_from_config(cfg: Any):
     scorer = make_scorer(cfg.scorer, **kwargs)
     if cfg.label_noise > 0:
         scorer = NoisyScorer(scorer, flip_prob=cfg.label_noise, seed=cfg.seed)
+    if getattr(cfg, "distill", False):
+        from vlmrb_torchrl.scorers import DistilledScorer
+
+        scorer = DistilledScorer(scorer, teacher_fraction=cfg.teacher_fraction, min_agreement=cfg.min_agreement,
+                                 threshold=0.5 if cfg.threshold is None else cfg.threshold, frame_key=FRAME_KEY,
+                                 seed=cfg.seed)
     return scorer
 
 
@@ -173,6 +180,17 @@ class PrioritizedReplay(UniformReplay):
         self.buffer.update_tensordict_priority(sample)
 
 
+def _distill_stats(scorer: Any) -> dict[str, float]:
+    """A :class:`~vlmrb_torchrl.scorers.DistilledScorer`'s routing for the run's metrics (empty otherwise):
+    the share of clips its teacher scored so far, the student's F1 vs the teacher on recent audits, and
+    whether the student is trusted (1) or the teacher scores everything (0)."""
+    stats = scorer.stats() if getattr(scorer, "stateful", False) and callable(getattr(scorer, "stats", None)) else {}
+    if "teacher_share" not in stats:
+        return {}
+    return {"distill_teacher_share": float(stats["teacher_share"]), "distill_agreement_f1": float(stats["agreement_f1"]),
+            "distill_trusted": float(stats["trusted"])}
+
+
 class VLMReplay(Replay):
     """VLM-RB: a :class:`~vlmrb_torchrl.VLMReplayBuffer` scoring clips of the stored data.
 
@@ -256,7 +274,8 @@ class VLMReplay(Replay):
                 "scorer_consecutive_errors": stats["scorer/consecutive_errors"], "drawn": stats["drawn"],
                 "drawn_positive": stats["drawn_positive"],
                 # answers not read from logprobs (OpenAIScorer; 0 for scorers that read logits)
-                **{f"scorer_{k}": v for k, v in answer_counts(self.buffer.scorer).items()}}
+                **{f"scorer_{k}": v for k, v in answer_counts(self.buffer.scorer).items()},
+                **_distill_stats(self.buffer.scorer)}
 
     def logged(self, row: dict[str, Any], counters: dict[str, Any]) -> None:
         counters["drawn_logged"] = (row["drawn"], row["drawn_positive"])

@@ -25,14 +25,14 @@ __all__ = [
     "METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "seed_everything", "resolve_device", "Run",
     "save_checkpoint", "load_checkpoint", "latest_checkpoint", "truncate_metrics", "resume_counters",
     "checkpoint_now", "maybe_checkpoint", "CheckpointError", "RunWarning", "MANIFEST", "check_checkpoint",
-    "checkpoints_newest_first", "check_resume_config", "prepare_run_dir", "RESUME_MAY_CHANGE", "RUN_FILES",
+    "checkpointed_modules", "checkpoints_newest_first", "check_resume_config", "prepare_run_dir", "RESUME_MAY_CHANGE", "RUN_FILES",
 ]
 
 METRIC_COLUMNS = [
     "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda",
     "fraction_scored", "positive_fraction", "sampled_positive_fraction", "stale_drops", "scorer_clips_per_s",
     "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "scorer_unparsed", "scorer_token_only",
-    "env_steps_per_s", "time_s",
+    "distill_teacher_share", "distill_agreement_f1", "distill_trusted", "env_steps_per_s", "time_s",
 ]
 #: SAC's metrics: the entropy temperature and policy entropy instead of epsilon.
 SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon"]
@@ -142,7 +142,7 @@ class Run:
         >>> with Run(cfg, recipe="dqn", total=100) as run:
         ...     run.log({"env_steps": 100, "loss": 0.5})
         >>> (run.dir / "metrics.csv").read_text().splitlines()[1]
-        '100,,,,0.5,,,,,,,,,,,,,,,'
+        '100,,,,0.5,,,,,,,,,,,,,,,,,,'
     """
 
     def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
@@ -294,6 +294,22 @@ def check_checkpoint(path: Path) -> tuple[bool, str]:
         if _sha256(file) != meta["sha256"]:
             return False, f"{name} changed since it was written (SHA-256 mismatch)"
     return True, ""
+
+
+def checkpointed_modules(modules: dict[str, Any], scorer: Any = None) -> dict[str, Any]:
+    """``modules`` plus the scorer under ``"scorer"`` when it learns while it scores (``scorer.stateful``,
+    e.g. a :class:`~vlmrb_torchrl.scorers.DistilledScorer`'s student): saved with every checkpoint and
+    restored on resume like the learner's networks. Other scorers are frozen and not saved.
+
+    Examples:
+        >>> from torch import nn
+        >>> from vlmrb_torchrl.scorers import CallableScorer
+        >>> sorted(checkpointed_modules({"loss": nn.Linear(1, 1)}, CallableScorer(lambda clips: clips["obs"])))
+        ['loss']
+    """
+    if scorer is not None and getattr(scorer, "stateful", False):
+        return {**modules, "scorer": scorer}
+    return dict(modules)
 
 
 def save_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, counters: dict[str, Any]) -> None:

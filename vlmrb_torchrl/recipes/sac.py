@@ -31,7 +31,8 @@ from vlmrb_torchrl.recipes.envs import env_factory, make_collector
 from vlmrb_torchrl.recipes.gallery import clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
-from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, prepare_run_dir, resume_counters, start_run
+from vlmrb_torchrl.recipes.run import (SAC_METRIC_COLUMNS, Run, checkpointed_modules, prepare_run_dir, resume_counters,
+                                       start_run)
 
 
 def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
@@ -110,7 +111,7 @@ def main(cfg: SACConfig) -> dict:
                                                    scorer=start.scorer))
 
         # --- resume
-        modules = {"loss": loss, "optim": optim}
+        modules = checkpointed_modules({"loss": loss, "optim": optim}, start.scorer)
         counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
         run = cleanup.enter_context(Run(cfg, recipe="sac", total=cfg.total_frames,
                                         resumed_from=counters["env_steps"], columns=SAC_METRIC_COLUMNS))

@@ -2,7 +2,7 @@
 
 Build one from a spec string with :func:`make_scorer` (``"hf:<hub id or local dir>"``,
 ``"clip:<hub id or local dir>"``, ``"openai:<base_url>#<model>"``, ``"oracle:minigrid"``,
-``"python:<module>:<callable>"``, ``"builtin:minigrid"`` (the small CLIP shipped with the
+``"python:<module>:<callable>"``, ``"distill:<teacher spec>"`` (:class:`DistilledScorer`), ``"builtin:minigrid"`` (the small CLIP shipped with the
 package, :func:`make_builtin_scorer`), a bare local model directory, or any backend added with
 :func:`register_scorer`), wrap a function with :class:`CallableScorer`, or write any class
 following the :class:`Scorer` protocol. The VLM backends import transformers / Pillow only when
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # imported lazily at run time: see __getattr__
     from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
     from vlmrb_torchrl.scorers.generative import HFGenerativeScorer, answer_token_ids
     from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET, builtin_model_dir, make_builtin_scorer
+    from vlmrb_torchrl.scorers.distill import ClipStudent, DistilledScorer
     from vlmrb_torchrl.scorers.openai import OpenAIScorer, OpenAIScorerError
 
 #: names of the backend modules, imported on first access: name -> module.
@@ -45,6 +46,8 @@ _LAZY_NAMES = {
     "make_builtin_scorer": "vlmrb_torchrl.scorers.builtin",
     "builtin_model_dir": "vlmrb_torchrl.scorers.builtin",
     "MINIGRID_PROMPT_SET": "vlmrb_torchrl.scorers.builtin",
+    "DistilledScorer": "vlmrb_torchrl.scorers.distill",
+    "ClipStudent": "vlmrb_torchrl.scorers.distill",
 }
 
 __all__ = [
@@ -58,6 +61,8 @@ __all__ = [
     "CachedScorer",
     "NoisyScorer",
     "ThresholdScorer",
+    "DistilledScorer",
+    "ClipStudent",
     "make_scorer",
     "register_scorer",
     "registered_scorer_forms",

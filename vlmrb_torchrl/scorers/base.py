@@ -268,6 +268,7 @@ _LAZY_BACKENDS: dict[str, str] = {
     "clip": "vlmrb_torchrl.scorers.contrastive",
     "openai": "vlmrb_torchrl.scorers.openai",
     "builtin": "vlmrb_torchrl.scorers.builtin",
+    "distill": "vlmrb_torchrl.scorers.distill",
 }
 
 
@@ -363,6 +364,10 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
       privileged ``("next", "progress_event")`` flags (ablations; needs no model).
     - ``"builtin:minigrid"``: the small CLIP model shipped inside the package, with its prompt
       set (:func:`~vlmrb_torchrl.scorers.builtin.make_builtin_scorer`; no download).
+    - ``"distill:<teacher spec>"``: :class:`~vlmrb_torchrl.scorers.DistilledScorer`, a small
+      student trained online from the teacher built from ``<teacher spec>``, which then scores
+      only ``teacher_fraction`` of the clips (its keyword arguments are taken, the others go to
+      the teacher).
     - ``"python:<module>:<callable>"``: imports ``<callable>`` (a dotted path inside
       ``<module>``). A class is instantiated with ``kwargs``; a scorer instance is used as is; a
       function with no required positional argument is a factory, called with ``kwargs``; any
