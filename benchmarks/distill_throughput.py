@@ -22,10 +22,12 @@ overall and after the student was first trusted; F1 vs the teacher of the scores
 gets (all clips), of the student on its random audits while trusted (``trusted_audit_f1``:
 the goal's "F1 vs the teacher on audited clips"), and the fallbacks.
 
-``--train KEY=VALUE ...`` instead runs ``vlmrb train dqn KEY=VALUE ...`` (add ``distill=true``)
-in this process and writes the distilled scorer's ``stats()`` (teacher and student calls,
-agreement) to ``<output_dir>/distill_stats.json`` at the end: the recipe's metrics do not
-carry them.
+``--train [--delay-ms MS] KEY=VALUE ...`` instead runs ``vlmrb train dqn KEY=VALUE ...`` (add
+``distill=true``) in this process and writes the distilled scorer's ``stats()`` (teacher and
+student calls, agreement; the teacher's calls alone without ``distill``) to
+``<output_dir>/distill_stats.json`` at the end. ``--delay-ms`` slows the teacher as above, so the
+run's metrics (``env_steps_per_s``, ``fraction_scored``, ``scorer_dropped``) show what a slow VLM
+costs the learner with and without a student.
 
 Usage::
 
@@ -76,17 +78,26 @@ def f1(pred: np.ndarray, truth: np.ndarray) -> float:
     return 2 * tp / (2 * tp + wrong) if 2 * tp + wrong else math.nan
 
 
-def train(overrides: list[str]) -> dict:
-    """``vlmrb train dqn *overrides``, keeping the scorer to save its ``stats()`` next to the run's summary."""
+def train(overrides: list[str], delay_s: float = 0.0) -> dict:
+    """``vlmrb train dqn *overrides``, keeping the scorer to save its ``stats()`` next to the run's summary.
+
+    With ``delay_s`` the teacher (or, without ``distill=true``, the scorer) sleeps that long per clip.
+    """
     from vlmrb_torchrl import cli
     from vlmrb_torchrl.recipes import run as run_module
+    from vlmrb_torchrl.scorers import DistilledScorer
 
     built = []
     make = run_module.make_scorer_from_config
 
     def keep(cfg):
-        built.append(make(cfg))
-        return built[-1]
+        scorer = make(cfg)
+        if delay_s and isinstance(scorer, DistilledScorer):
+            scorer.teacher = DelayedScorer(scorer.teacher, delay_s)
+        elif delay_s:
+            scorer = DelayedScorer(scorer, delay_s)
+        built.append(scorer)
+        return scorer
 
     run_module.make_scorer_from_config = keep
     try:
@@ -94,6 +105,8 @@ def train(overrides: list[str]) -> dict:
     finally:
         run_module.make_scorer_from_config = make
     stats = built[-1].stats() if built and hasattr(built[-1], "stats") else {}
+    if built and isinstance(built[-1], DelayedScorer):
+        stats = {"teacher_calls": built[-1].calls}
     out_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")), None)
     if out_dir is not None:
         Path(out_dir, "distill_stats.json").write_text(json.dumps(stats, indent=1, default=str) + "\n")
@@ -215,6 +228,9 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--train":
-        train(sys.argv[2:])
+        args = sys.argv[2:]
+        delay_ms = float(args.pop(args.index("--delay-ms") + 1)) if "--delay-ms" in args else 0.0
+        args = [a for a in args if a != "--delay-ms"]
+        train(args, delay_ms / 1000)
     else:
         main()
