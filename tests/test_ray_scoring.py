@@ -204,7 +204,7 @@ def test_killed_worker_is_restarted_and_nothing_is_corrupted(ray_cluster):
         ray.kill(pool._workers[0].actor, no_restart=False)  # dies with batches in flight; Ray restarts it
         assert pool.drain(timeout=180)
         while pool.stats()["worker0/restarts"] == 0:  # the restarted actor answers its probe
-            assert time.monotonic() < deadline + 120
+            assert time.monotonic() < deadline + 300  # generous: a restart took > 2 min on a loaded 2-core machine
             time.sleep(0.05)
         stats = pool.stats()
     assert stats["worker0/restarts"] == 1 and stats["worker1/restarts"] == 0 and stats["workers"] == 2

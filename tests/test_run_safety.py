@@ -410,7 +410,9 @@ def test_a_hung_scorer_delays_checkpoints_and_the_end_by_the_timeout_only(tmp_pa
     with pytest.warns(RunWarning, match=r"step_512: the scorer was not done within scorer_drain_timeout=0.5 s; "
                                         r"\d+ queued clips are saved unscored"):
         summary = dqn_main(cfg)
-    assert time.perf_counter() - start < 60
+    # Without the timeout the run would wait for the scorer until teardown; the bound only has to
+    # separate "returned" from "hung", with room for a loaded CI machine (a tiny run took 90 s there).
+    assert time.perf_counter() - start < 300
     assert summary["env_steps"] == 512
     assert summary["scorer_unscored_at_checkpoint"] > 0 and summary["scorer_drain_timeouts"] == 1
     path = tmp_path / "run" / "checkpoints" / "step_512"
