@@ -20,7 +20,13 @@ from torchrl.envs import ParallelEnv, SerialEnv  # noqa: E402
 from torchrl.envs.utils import check_env_specs, step_mdp  # noqa: E402
 
 import vlmrb_torchrl.envs.minigrid as minigrid_module  # noqa: E402
-from vlmrb_torchrl.envs import DOORKEY_ACTIONS, MINIGRID_EVENT_KEYS, MiniGridEnv, make_minigrid_env  # noqa: E402
+from vlmrb_torchrl.envs import (  # noqa: E402
+    DOORKEY_ACTIONS,
+    MINIGRID_EVENT_KEYS,
+    BatchedMiniGridEnv,
+    MiniGridEnv,
+    make_minigrid_env,
+)
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = range(6)
@@ -440,6 +446,74 @@ class TestMiniGridEnv:
             n += batch.numel()
         collector.shutdown()
         assert n == 300
+
+
+# ------------------------------------------------------------------- index observations
+class TestIndexObservation:
+    def test_indices_are_the_positions_of_the_one_hot_ones(self):
+        onehot = make_minigrid_env("MiniGrid-DoorKey-6x6-v0", seed=2, render=False)
+        indices = make_minigrid_env("MiniGrid-DoorKey-6x6-v0", seed=2, render=False, observation="indices")
+        spec = indices.observation_spec["observation"]
+        assert spec.shape == (148,) and spec.dtype == torch.int16 and int(spec.space.high.max()) == 983
+        check_env_specs(make_minigrid_env(DOORKEY, seed=0, render=True, observation="indices"))
+        a, b = onehot.reset(), indices.reset()
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(300):  # random walk through resets: the encodings agree at every step
+            x, idx = a["observation"], b["observation"].long()
+            assert idx.unique().numel() == 148  # distinct positions, as a one-hot has
+            assert torch.equal(torch.zeros(984).scatter_(0, idx, 1.0), x)
+            assert torch.equal(x, torch.from_numpy(reference_observation(onehot.unwrapped)))
+            action = int(torch.randint(7, (), generator=gen))
+            a, b = onehot.step(step_input(a, action)), indices.step(step_input(b, action))
+            if a["next", "done"]:
+                a, b = onehot.reset(), indices.reset()
+            else:
+                a, b = step_mdp(a), step_mdp(b)
+
+    def test_unknown_encoding_is_refused(self):
+        with pytest.raises(ValueError, match=r"observation must be one of \('onehot', 'indices'\)"):
+            make_minigrid_env(DOORKEY, observation="dense")
+
+
+class TestBatchedMiniGridEnv:
+    @pytest.mark.parametrize(("render", "observation"), [(False, "onehot"), (True, "indices")])
+    def test_same_data_as_serial_env_step_for_step(self, render, observation):
+        kwargs = {"render": render, "actions": DOORKEY_ACTIONS, "observation": observation}
+        batched = BatchedMiniGridEnv(6, DOORKEY, **kwargs)
+        serial = SerialEnv(6, partial(make_minigrid_env, DOORKEY, **kwargs))
+        assert batched.set_seed(11) == serial.set_seed(11)  # the same per-copy seeds, the same next seed
+        actions = torch.randint(5, (6, 400), generator=torch.Generator().manual_seed(0))
+        ours, theirs = batched.rollout(400, _Scripted(actions), break_when_any_done=False), \
+            serial.rollout(400, _Scripted(actions), break_when_any_done=False)
+        assert set(ours.keys(True, True)) == set(theirs.keys(True, True))
+        for key in theirs.keys(True, True):
+            assert torch.equal(ours[key], theirs[key]), key
+        assert theirs["next", "done"].sum() >= 6  # partial resets happened (episodes end at different steps)
+        assert theirs["next", "success"].any()
+        assert batched.mission == serial.mission
+
+    def test_specs_collector_and_errors(self):
+        env = BatchedMiniGridEnv(3, DOORKEY, seed=0, render=False, observation="indices")
+        check_env_specs(env)
+        assert env.batch_size == (3,) and len(env.envs) == 3
+        collector = Collector(env, None, frames_per_batch=60, total_frames=120)
+        batch = next(iter(collector))
+        collector.shutdown()
+        assert batch.batch_size == (3, 20) and batch["next", "observation"].dtype == torch.int16
+        with pytest.raises(ValueError, match="num_envs must be an int >= 1"):
+            BatchedMiniGridEnv(0, DOORKEY)
+
+
+class _Scripted:
+    """A policy playing fixed actions ``[envs, steps]``, one column per call."""
+
+    def __init__(self, actions):
+        self.actions, self.t = actions, 0
+
+    def __call__(self, td):
+        td["action"] = self.actions[:, self.t]
+        self.t += 1
+        return td
 
 
 # ------------------------------------------------------------------------------ small utils

@@ -9,12 +9,19 @@ minigrid (``pip install 'vlmrb-torchrl[minigrid]'`` when building a MiniGrid env
 from __future__ import annotations
 
 from vlmrb_torchrl.envs.atari import ATARI_PROMPTS, AtariEnv, atari_prompt, make_atari_env
-from vlmrb_torchrl.envs.minigrid import DOORKEY_ACTIONS, MINIGRID_EVENT_KEYS, MiniGridEnv, make_minigrid_env
+from vlmrb_torchrl.envs.minigrid import (
+    DOORKEY_ACTIONS,
+    MINIGRID_EVENT_KEYS,
+    BatchedMiniGridEnv,
+    MiniGridEnv,
+    make_minigrid_env,
+)
 from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS, ClipRenderSteps, RobosuiteEnv, make_robosuite_env
 
 __all__ = [
     "ATARI_PROMPTS",
     "AtariEnv",
+    "BatchedMiniGridEnv",
     "ClipRenderSteps",
     "DOORKEY_ACTIONS",
     "MINIGRID_EVENT_KEYS",

@@ -21,7 +21,8 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-__all__ = ["MiniGridEnv", "make_minigrid_env", "MINIGRID_EVENT_KEYS", "DOORKEY_ACTIONS"]
+__all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "make_minigrid_env", "MINIGRID_EVENT_KEYS", "DOORKEY_ACTIONS",
+           "OBSERVATION_ENCODINGS"]
 
 _has_minigrid = (
     importlib.util.find_spec("minigrid") is not None
@@ -43,6 +44,8 @@ MINIGRID_EVENT_KEYS = (
     "progress_event",
 )
 _FLAG_KEYS = (*MINIGRID_EVENT_KEYS, "terminated", "truncated", "done")
+#: The encodings of ``"observation"`` (``MiniGridEnv(observation=...)``).
+OBSERVATION_ENCODINGS = ("onehot", "indices")
 
 #: The actions DoorKey needs. Dropping ``drop`` and ``done`` (no-ops there) lifts a random
 #: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes
@@ -73,6 +76,18 @@ class _OneHotEncoder:
             + np.array([0, n_objects, n_objects + n_colors], dtype=np.int64)
         )
         self._dir_offset = self.n_cells * self.n_channels
+
+    @property
+    def n_active(self) -> int:
+        """Ones in every encoding: 3 per cell (object, colour, state) and the direction."""
+        return self.n_cells * 3 + 1
+
+    def indices(self, image: np.ndarray, direction: int) -> np.ndarray:
+        """Positions of the ones of :meth:`__call__`'s vector, cell by cell, then the direction's (int16)."""
+        out = np.empty(self.n_active, dtype=np.int16)
+        out[:-1] = (self._offsets + image.reshape(self.n_cells, 3)).ravel()
+        out[-1] = self._dir_offset + direction
+        return out
 
     def __call__(self, image: np.ndarray, direction: int) -> np.ndarray:
         out = np.zeros(self.dim, dtype=np.float32)
@@ -260,6 +275,11 @@ class MiniGridEnv(EnvBase):
         actions (sequence of str, optional): the subset of MiniGrid action names the agent
             may take, in the order of the categorical action (e.g. :data:`DOORKEY_ACTIONS`).
             Defaults to ``None``: all of MiniGrid's actions.
+        observation (str, optional): how ``"observation"`` encodes the view: ``"onehot"`` (the
+            float vector below) or ``"indices"`` (int16 ``[V * V * 3 + 1]``: the positions of that
+            vector's ones, 148 for a 7x7 view — the same information in 15x fewer bytes, read by
+            :class:`~vlmrb_torchrl.modules.OneHotLinear`; the spec is ``Bounded(0, D - 1)`` with
+            ``D`` the one-hot size). Defaults to ``"onehot"``.
 
     Entries written (all with ``batch_size=[]``; under ``"next"`` after a step):
 
@@ -323,8 +343,11 @@ class MiniGridEnv(EnvBase):
         env_kwargs: dict | None = None,
         fast_obs: bool = True,
         actions: Sequence[str] | None = None,
+        observation: str = "onehot",
     ) -> None:
         gymnasium, constants = _import_minigrid()
+        if observation not in OBSERVATION_ENCODINGS:
+            raise ValueError(f"MiniGridEnv.observation must be one of {OBSERVATION_ENCODINGS}, got {observation!r}.")
         if not isinstance(frame_size, int) or frame_size < 1:
             raise ValueError(f"MiniGridEnv.frame_size must be an int >= 1, got frame_size={frame_size!r}.")
         if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps < 1):
@@ -337,6 +360,7 @@ class MiniGridEnv(EnvBase):
         self.from_pixels = render
         self.frame_size = frame_size
         self.max_episode_steps = max_episode_steps
+        self.observation = observation
         self._env_kwargs = dict(env_kwargs or {})
         try:
             self._gym_env = gymnasium.make(env_id, **self._env_kwargs)
@@ -386,9 +410,12 @@ class MiniGridEnv(EnvBase):
     # ------------------------------------------------------------------ specs
     def _make_specs(self, menv) -> None:
         flag = Categorical(n=2, shape=(1,), dtype=torch.bool, device=self.device)
-        obs = {
-            "observation": Bounded(0.0, 1.0, shape=(self._encoder.dim,), dtype=torch.float32, device=self.device),
-        }
+        if self.observation == "indices":
+            view = Bounded(0, self._encoder.dim - 1, shape=(self._encoder.n_active,), dtype=torch.int16,
+                           device=self.device)
+        else:
+            view = Bounded(0.0, 1.0, shape=(self._encoder.dim,), dtype=torch.float32, device=self.device)
+        obs = {"observation": view}
         if self.from_pixels:
             t = self.tile_size
             obs["pixels"] = Bounded(
@@ -426,7 +453,16 @@ class MiniGridEnv(EnvBase):
         self._pending_seed = None if seed is None else int(seed)
 
     def _obs(self, obs: dict) -> np.ndarray:
+        if self.observation == "indices":
+            return self._encoder.indices(obs["image"], int(obs["direction"]))
         return self._encoder(obs["image"], int(obs["direction"]))
+
+    def _arrays(self, obs: dict) -> dict[str, np.ndarray]:
+        """The observation entries of the current state as arrays (``"observation"``, ``"pixels"``)."""
+        out = {"observation": self._obs(obs)}
+        if self._renderer is not None:
+            out["pixels"] = self._renderer(self._menv)
+        return out
 
     def _scan_doors(self) -> None:
         self._doors = [o for o in self._menv.grid.grid if o is not None and o.type == "door"]
@@ -435,12 +471,10 @@ class MiniGridEnv(EnvBase):
         self._picked_keys = set()
         self._goal_reached = False
 
-    def _output(self, obs: dict, flags: list[bool], reward: float) -> TensorDictBase:
+    def _output(self, arrays: dict[str, np.ndarray], flags: list[bool], reward: float | None) -> TensorDictBase:
         # flags: the MINIGRID_EVENT_KEYS values, then terminated, truncated, done
         flags_t = torch.tensor(flags, dtype=torch.bool).unsqueeze(-1)
-        out = {"observation": torch.from_numpy(self._obs(obs))}
-        if self._renderer is not None:
-            out["pixels"] = torch.from_numpy(self._renderer(self._menv))
+        out = {key: torch.from_numpy(value) for key, value in arrays.items()}
         out.update(zip(_FLAG_KEYS, flags_t.unbind(0)))
         if reward is not None:
             out["reward"] = torch.tensor([reward], dtype=torch.float32)
@@ -448,15 +482,24 @@ class MiniGridEnv(EnvBase):
         return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        return self._output(self._reset_arrays(), [False] * len(_FLAG_KEYS), None)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return self._output(*self._step_arrays(int(tensordict.get("action"))))
+
+    def _reset_arrays(self) -> dict[str, np.ndarray]:
+        """Resets the raw env (with the pending seed); the first observation's arrays."""
         seed, self._pending_seed = self._pending_seed, None
         obs, _ = self._menv.reset(seed=seed)
         self._elapsed = 0
         self._scan_doors()
-        return self._output(obs, [False] * len(_FLAG_KEYS), None)
+        return self._arrays(obs)
 
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+    def _step_arrays(self, action_index: int) -> tuple[dict[str, np.ndarray], list[bool], float]:
+        """One step of action ``action_index``: the observation's arrays, the flags (:data:`MINIGRID_EVENT_KEYS`,
+        then terminated, truncated, done) and the reward. :class:`BatchedMiniGridEnv` stacks these."""
         menv = self._menv
-        action = self._action_values[int(tensordict.get("action"))]
+        action = self._action_values[action_index]
         carried_before = menv.carrying
         obs, reward, terminated, truncated, _ = menv.step(action)
         terminated, truncated = bool(terminated), bool(truncated)
@@ -486,7 +529,7 @@ class MiniGridEnv(EnvBase):
         success = terminated and reward > 0
         progress = key_picked or door_opened or goal or success
         flags = [key_picked, door_opened, goal, success, progress, terminated, truncated, terminated or truncated]
-        return self._output(obs, flags, float(reward))
+        return self._arrays(obs), flags, float(reward)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         gym_env = self.__dict__.get("_gym_env")
@@ -496,6 +539,99 @@ class MiniGridEnv(EnvBase):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env_id={self.env_id!r}, render={self.from_pixels}, device={self.device})"
+
+
+class BatchedMiniGridEnv(EnvBase):
+    """``num_envs`` :class:`MiniGridEnv` copies stepped together in one env of ``batch_size=[num_envs]``.
+
+    The same data as ``SerialEnv(num_envs, lambda: MiniGridEnv(env_id, **kwargs))`` — the same
+    observations, frames, flags and rewards step for step, the same per-copy seeds from
+    :meth:`set_seed` (checked in the tests) — built as one TensorDict per step from stacked
+    NumPy arrays instead of one TensorDict per copy that ``SerialEnv`` then stacks: ~6x less
+    overhead per step, which is most of a small DQN's collection time. Copies that are done are
+    reset through TorchRL's partial-reset protocol (``"_reset"``), as in any batched env.
+
+    Args:
+        num_envs (int): env copies.
+        env_id (str): a registered MiniGrid id.
+        **kwargs: :class:`MiniGridEnv`'s keyword arguments (``render``, ``actions``,
+            ``observation``, ...), the same for every copy; ``seed`` seeds the copies as
+            :meth:`set_seed` does.
+
+    Attributes:
+        envs (list[MiniGridEnv]): the copies (``envs[i].unwrapped`` is copy ``i``'s raw MiniGrid env).
+
+    Examples:
+        >>> env = BatchedMiniGridEnv(4, "MiniGrid-DoorKey-5x5-v0", render=False, observation="indices")
+        >>> _ = env.set_seed(0)
+        >>> rollout = env.rollout(3)
+        >>> rollout.batch_size, rollout["next", "observation"].shape, rollout["next", "observation"].dtype
+        (torch.Size([4, 3]), torch.Size([4, 3, 148]), torch.int16)
+    """
+
+    def __init__(self, num_envs: int, env_id: str = "MiniGrid-DoorKey-5x5-v0", **kwargs: Any) -> None:
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"BatchedMiniGridEnv.num_envs must be an int >= 1, got num_envs={num_envs!r}.")
+        seed = kwargs.pop("seed", None)
+        device = kwargs.pop("device", "cpu")
+        self.envs = [MiniGridEnv(env_id, device="cpu", **kwargs) for _ in range(num_envs)]
+        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        self.env_id = env_id
+        self.num_envs = num_envs
+        first = self.envs[0]
+        self.observation_spec = first.observation_spec.expand(num_envs).to(self.device)
+        self.action_spec = first.action_spec.expand(num_envs).to(self.device)
+        self.reward_spec = first.reward_spec.expand(num_envs, *first.reward_spec.shape).to(self.device)
+        self.done_spec = first.done_spec.expand(num_envs).to(self.device)
+        self._last: list[dict[str, np.ndarray]] = [{} for _ in self.envs]
+        if seed is not None:
+            self.set_seed(seed)
+
+    @property
+    def mission(self) -> list[str]:
+        """Each copy's mission string."""
+        return [env.mission for env in self.envs]
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        """Seeds the copies in turn as ``SerialEnv.set_seed`` does (each copy gets the seed the previous
+        one returned) and returns the next seed."""
+        for env in self.envs:
+            seed = env.set_seed(seed, static_seed=static_seed)
+        return seed
+
+    def _set_seed(self, seed: int | None) -> None:  # set_seed seeds the copies itself
+        raise NotImplementedError
+
+    def _batch(self, arrays: list[dict[str, np.ndarray]], flags: np.ndarray, rewards: list[float] | None):
+        out = {key: torch.from_numpy(np.stack([a[key] for a in arrays])) for key in arrays[0]}
+        flags_t = torch.from_numpy(flags).unsqueeze(-1)
+        out.update(zip(_FLAG_KEYS, flags_t.unbind(1)))
+        if rewards is not None:
+            out["reward"] = torch.tensor(rewards, dtype=torch.float32).unsqueeze(-1)
+        td = TensorDict(out, batch_size=self.batch_size)
+        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        reset = tensordict.get("_reset", None) if tensordict is not None else None
+        which = range(self.num_envs) if reset is None else reset.reshape(self.num_envs).nonzero().flatten().tolist()
+        for i in which:
+            self._last[i] = self.envs[i]._reset_arrays()
+        # copies not reset keep their current data: TorchRL takes only the reset rows of this output
+        return self._batch(self._last, np.zeros((self.num_envs, len(_FLAG_KEYS)), dtype=bool), None)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        steps = [env._step_arrays(a) for env, a in zip(self.envs, tensordict.get("action").tolist())]
+        self._last = [arrays for arrays, _, _ in steps]
+        return self._batch(self._last, np.array([flags for _, flags, _ in steps], dtype=bool),
+                           [reward for _, _, reward in steps])
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        for env in self.__dict__.get("envs", []):
+            env.close(raise_if_closed=False)
+        super().close(raise_if_closed=raise_if_closed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={self.num_envs}, env_id={self.env_id!r}, device={self.device})"
 
 
 def make_minigrid_env(
@@ -509,6 +645,7 @@ def make_minigrid_env(
     env_kwargs: dict | None = None,
     fast_obs: bool = True,
     actions: Sequence[str] | None = None,
+    observation: str = "onehot",
 ) -> MiniGridEnv:
     """Builds a :class:`MiniGridEnv`: symbolic one-hot observations, frames, progress events.
 
@@ -533,6 +670,8 @@ def make_minigrid_env(
             ``True``.
         actions (sequence of str, optional): the action names the agent may take (e.g.
             :data:`DOORKEY_ACTIONS`). Defaults to ``None`` (all).
+        observation (str, optional): ``"onehot"`` (float vector) or ``"indices"`` (the
+            positions of its ones, int16). Defaults to ``"onehot"``.
 
     Returns:
         MiniGridEnv: see its docstring for the entries written.
@@ -559,4 +698,5 @@ def make_minigrid_env(
         env_kwargs=env_kwargs,
         fast_obs=fast_obs,
         actions=actions,
+        observation=observation,
     )

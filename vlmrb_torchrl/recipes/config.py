@@ -210,6 +210,10 @@ class DQNConfig(RecipeConfig):
     # env
     actions: str = _field("auto", "MiniGrid action subset: auto (DoorKey ids: left,right,forward,pickup,toggle; "
                                   "other ids: all) | all | comma-separated action names")
+    observation: Literal["indices", "onehot"] = _field(
+        "indices", "MiniGrid observation encoding: indices (the positions of the one-hot view's ones, int16, read by "
+                   "a OneHotLinear first layer) | onehot (the float one-hot vector, an nn.Linear first layer); the "
+                   "same network either way, indices is faster and stores 13x less")
     # replay
     scorer: str = _field("builtin:minigrid", "scorer spec for vlm modes: builtin:minigrid (the small CLIP shipped "
                                              "with the package, scoring rendered frames), oracle:minigrid (privileged "
@@ -234,6 +238,7 @@ class DQNConfig(RecipeConfig):
         minigrid_scorer = self.scorer.split(":", 1)[0] in ("builtin", "oracle") and self.scorer.endswith(":minigrid")
         return [*super()._checks(), ("actions", minigrid or self.actions in ("auto", "all"),
                                      "'auto' or 'all' (action subsets are for MiniGrid ids)"),
+                ("observation", self.observation in ("indices", "onehot"), "'indices' or 'onehot'"),
                 ("scorer", minigrid or not minigrid_scorer or self.replay not in ("vlm", "vlm_td"),
                  "a scorer for this env (builtin:minigrid and oracle:minigrid read MiniGrid frames and flags; for "
                  "Atari pass scorer=hf:<dir>, clip:<dir>, openai:<url>#<model> or python:<module>:<callable>)")]

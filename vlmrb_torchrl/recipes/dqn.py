@@ -22,14 +22,21 @@ from tensordict.nn import TensorDictSequential
 from torch import nn
 from torchrl.data.postprocs import MultiStep
 from torchrl.modules import MLP, ConvNet, EGreedyModule, QValueActor
-from torchrl.objectives import DQNLoss, HardUpdate
 
+from vlmrb_torchrl.modules import OneHotLinear
 from vlmrb_torchrl.recipes.config import DQNConfig
-from vlmrb_torchrl.recipes.envs import env_factory, make_collector, minigrid_actions
+from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
+from vlmrb_torchrl.recipes.envs import env_factory, is_minigrid, make_collector, minigrid_actions
 from vlmrb_torchrl.recipes.gallery import clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
 from vlmrb_torchrl.recipes.run import Run, checkpointed_modules, prepare_run_dir, resume_counters, start_run
+
+
+#: What the learner reads of a stored transition (the replay stores only these: sampling copies every stored
+#: entry, and a MiniGrid collector batch has ~30 of them, flags and policy outputs included).
+LEARNER_KEYS = ("observation", "action", "steps_to_next_obs", ("next", "observation"), ("next", "reward"),
+                ("next", "terminated"), ("next", "done"))
 
 
 class _Scale(nn.Module):
@@ -39,8 +46,24 @@ class _Scale(nn.Module):
         return x.float() / 255.0
 
 
-def make_q_network(obs_shape: torch.Size, n_actions: int, hidden: int) -> nn.Module:
-    """MLP for vector observations (MiniGrid), Nature CNN for image stacks (Atari)."""
+def make_q_network(obs_spec, n_actions: int, hidden: int) -> nn.Module:
+    """MLP for vector observations (MiniGrid), Nature CNN for image stacks (Atari).
+
+    Integer vector observations are the positions of the ones of a one-hot vector (MiniGrid's
+    ``observation="indices"``, ``Bounded(0, D - 1)``): the MLP's first layer is then a
+    :class:`~vlmrb_torchrl.modules.OneHotLinear` of ``D`` inputs, the same network (and, from
+    the same seed, the same initial weights) as the MLP on the one-hot vector.
+
+    Examples:
+        >>> from torchrl.data import Bounded
+        >>> make_q_network(Bounded(0, 983, shape=(148,), dtype=torch.int16), 5, 256)[0]
+        OneHotLinear(in_features=984, out_features=256, bias=True)
+    """
+    obs_shape = obs_spec.shape
+    if len(obs_shape) == 1 and not obs_spec.dtype.is_floating_point:
+        mlp = MLP(in_features=int(obs_spec.space.high.max()) + 1, out_features=n_actions, num_cells=[hidden, hidden])
+        mlp[0] = OneHotLinear.from_linear(mlp[0])
+        return mlp
     if len(obs_shape) == 1:
         return MLP(in_features=obs_shape[0], out_features=n_actions, num_cells=[hidden, hidden])
     cnn = ConvNet(num_cells=[32, 64, 64], kernel_sizes=[8, 4, 3], strides=[4, 2, 1])
@@ -88,23 +111,25 @@ def main(cfg: DQNConfig) -> dict:
         actions = minigrid_actions(cfg.env, cfg.actions)
         if actions is not None:
             env_kwargs["actions"] = actions
+        if is_minigrid(cfg.env):
+            env_kwargs["observation"] = cfg.observation
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, **env_kwargs)
         eval_env_fn = env_factory(cfg.env, train=False, render=False, **env_kwargs)
         probe = eval_env_fn()
-        obs_shape = probe.observation_spec["observation"].shape
+        obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec
         probe.close()
 
         # --- networks, loss, optimizer
-        qnet = QValueActor(make_q_network(obs_shape, action_spec.space.n, cfg.hidden), in_keys=["observation"],
-                           spec=action_spec).to(start.device)
+        q_values = make_q_network(obs_spec, action_spec.space.n, cfg.hidden).to(start.device)
+        qnet = QValueActor(q_values, in_keys=["observation"], spec=action_spec)
         explore = make_policy(qnet, action_spec, eps_init=cfg.eps_start, eps_end=cfg.eps_end,
                               steps=int(cfg.eps_fraction * cfg.total_frames))
         eval_policy = make_policy(qnet, action_spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps, steps=1)
-        loss = DQNLoss(qnet, action_space=action_spec, delay_value=True, double_dqn=True, loss_function="smooth_l1")
-        loss.make_value_estimator(gamma=cfg.gamma)  # n-step targets use gamma ** steps_to_next_obs
-        target_update = HardUpdate(loss, value_network_update_interval=1)  # stepped every target_update updates
-        optim = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
+        loss = DoubleDQNLoss(q_values, gamma=cfg.gamma)  # n-step targets use gamma ** steps_to_next_obs
+        params = list(loss.value_network.parameters())
+        # fused: one kernel for all parameters instead of ~8 tensor ops each (the default on CPU)
+        optim = torch.optim.Adam(params, lr=cfg.lr, fused=True)
         multistep = MultiStep(gamma=cfg.gamma, n_steps=cfg.n_steps) if cfg.n_steps > 1 else None
 
         # --- replay: the only thing that differs between replay modes
@@ -126,17 +151,18 @@ def main(cfg: DQNConfig) -> dict:
         # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
         loss_value = float("nan")
         for batch in training.batches():
-            replay.store(n_step_returns(multistep, batch) if multistep is not None else batch, batch)
+            stored = n_step_returns(multistep, batch) if multistep is not None else batch
+            replay.store(stored.select(*LEARNER_KEYS, strict=False), batch)  # clips are cut from `batch`
             explore[1].step(batch.numel())
             for sample in training.samples(batch):  # counters["updates"] counts this update
-                loss_td = loss(sample)
+                loss_t = loss(sample)  # also writes sample["td_error"] for the prioritized modes
                 optim.zero_grad()
-                loss_td["loss"].backward()
-                nn.utils.clip_grad_norm_(loss.parameters(), cfg.max_grad_norm)
+                loss_t.backward()
+                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
                 optim.step()
                 if counters["updates"] % cfg.target_update == 0:
-                    target_update.step()
-                loss_value = float(loss_td["loss"].detach())
+                    loss.update_target()
+                loss_value = loss_t.item()
             training.end_batch({"loss": loss_value, "epsilon": float(explore[1].eps)}, show=("loss", "epsilon"))
 
         # --- outputs: clip gallery, summary

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-__all__ = ["env_factory", "minigrid_actions", "make_collector"]
+__all__ = ["env_factory", "is_minigrid", "make_batched_env", "minigrid_actions", "make_collector"]
 
 
 def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> Callable[[], Any]:
@@ -30,7 +30,7 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         from vlmrb_torchrl.envs.robosuite import make_robosuite_env
 
         return functools.partial(make_robosuite_env, env_id, render=render, **kwargs)
-    if env_id.startswith(("MiniGrid-", "BabyAI-")):
+    if is_minigrid(env_id):
         from vlmrb_torchrl.envs.minigrid import make_minigrid_env
 
         return functools.partial(make_minigrid_env, env_id, render=render, **kwargs)
@@ -44,6 +44,38 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
     )
 
 
+def is_minigrid(env_id: str) -> bool:
+    """Whether ``env_id`` is a MiniGrid (or BabyAI) id.
+
+    Examples:
+        >>> is_minigrid("MiniGrid-DoorKey-8x8-v0"), is_minigrid("ALE/Pong-v5")
+        (True, False)
+    """
+    return env_id.startswith(("MiniGrid-", "BabyAI-"))
+
+
+def make_batched_env(env_fn: Callable[[], Any], num_envs: int, *, parallel: bool = False):
+    """``num_envs`` copies of ``env_fn``'s env stepped together.
+
+    A MiniGrid factory from :func:`env_factory` gives a
+    :class:`~vlmrb_torchrl.envs.minigrid.BatchedMiniGridEnv` (the data ``SerialEnv`` gives, with
+    less overhead per step); any other factory a ``SerialEnv``, or a ``ParallelEnv`` (one process
+    per copy) with ``parallel=True``.
+
+    Examples:
+        >>> type(make_batched_env(env_factory("MiniGrid-DoorKey-5x5-v0"), 2)).__name__
+        'BatchedMiniGridEnv'
+    """
+    from torchrl.envs import ParallelEnv, SerialEnv
+
+    if not parallel and isinstance(env_fn, functools.partial):
+        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridEnv, make_minigrid_env
+
+        if env_fn.func is make_minigrid_env:
+            return BatchedMiniGridEnv(num_envs, *env_fn.args, **env_fn.keywords)
+    return (ParallelEnv if parallel else SerialEnv)(num_envs, env_fn)
+
+
 def minigrid_actions(env_id: str, actions: str) -> tuple[str, ...] | None:
     """The ``actions=`` of a MiniGrid env for the config value ``actions`` (auto | all | a,b,c);
     ``None`` (all actions, or not a MiniGrid id) means the env's full action set.
@@ -54,7 +86,7 @@ def minigrid_actions(env_id: str, actions: str) -> tuple[str, ...] | None:
         >>> minigrid_actions("ALE/Pong-v5", "auto") is None
         True
     """
-    if not env_id.startswith(("MiniGrid-", "BabyAI-")) or actions == "all":
+    if not is_minigrid(env_id) or actions == "all":
         return None
     if actions == "auto":
         from vlmrb_torchrl.envs.minigrid import DOORKEY_ACTIONS
@@ -72,9 +104,8 @@ def make_collector(env_fn, policy, *, num_envs: int, frames_per_batch: int, tota
     ``parallel=True`` steps each env in its own process (``ParallelEnv``).
     """
     from torchrl.collectors import Collector
-    from torchrl.envs import ParallelEnv, SerialEnv
 
-    env = (ParallelEnv if parallel else SerialEnv)(num_envs, env_fn)
+    env = make_batched_env(env_fn, num_envs, parallel=parallel)
     env.set_seed(seed * 1_000_003 + env_steps)
     remaining = total_frames - env_steps
     kwargs = {"init_random_frames": init_random_frames} if init_random_frames > 0 else {}

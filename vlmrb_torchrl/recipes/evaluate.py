@@ -16,7 +16,7 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
     """Runs ``episodes`` full episodes of ``policy`` (already at its evaluation epsilon).
 
     With ``num_envs > 1`` the episodes run in ``num_envs`` env copies stepped together
-    (``SerialEnv``, one batched policy call per step), ``episodes // num_envs`` per copy and one
+    (:func:`~vlmrb_torchrl.recipes.envs.make_batched_env`, one batched policy call per step), ``episodes // num_envs`` per copy and one
     more for the first ``episodes % num_envs`` copies: exactly ``episodes`` i.i.d. episodes (each
     copy counts its first episodes, so short successful ones are not favoured), several times
     faster with small networks. Episodes still running
@@ -28,9 +28,9 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
     """
     if num_envs <= 1:
         return _evaluate_serial(policy, make_env, episodes=episodes, seed=seed, max_steps=max_steps)
-    from torchrl.envs import SerialEnv
+    from vlmrb_torchrl.recipes.envs import make_batched_env
 
-    env = SerialEnv(num_envs, make_env)
+    env = make_batched_env(make_env, num_envs)
     env.set_seed(seed)
     quota = torch.full((num_envs,), episodes // num_envs, dtype=torch.long)
     quota[: episodes % num_envs] += 1

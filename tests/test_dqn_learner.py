@@ -1,0 +1,135 @@
+"""The DQN recipe's learner: OneHotLinear == nn.Linear on one-hot inputs, DoubleDQNLoss == TorchRL's DQNLoss."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+from torchrl.data import Bounded, Categorical
+from torchrl.modules import MLP, QValueActor
+from torchrl.objectives import DQNLoss
+
+from vlmrb_torchrl.modules import OneHotLinear
+from vlmrb_torchrl.recipes.dqn import make_q_network
+from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
+
+D, K, N_ACTIONS = 984, 148, 5
+
+
+def random_positions(batch: int, *, generator: torch.Generator) -> torch.Tensor:
+    """``[batch, K]`` distinct positions in ``[0, D)`` per row, int16 (what MiniGrid's observation='indices' writes)."""
+    return torch.stack([torch.randperm(D, generator=generator)[:K] for _ in range(batch)]).to(torch.int16)
+
+
+def one_hot(positions: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(*positions.shape[:-1], D).scatter_(-1, positions.long(), 1.0)
+
+
+class TestOneHotLinear:
+    def test_forward_and_gradients_equal_linear_on_the_one_hot_vector(self):
+        gen = torch.Generator().manual_seed(0)
+        linear = nn.Linear(D, 32)
+        layer = OneHotLinear.from_linear(linear)
+        positions = random_positions(64, generator=gen)
+        upstream = torch.randn(64, 32, generator=gen)
+        (layer(positions) * upstream).sum().backward()
+        (linear(one_hot(positions)) * upstream).sum().backward()
+        torch.testing.assert_close(layer(positions), linear(one_hot(positions)), rtol=0, atol=1e-5)
+        torch.testing.assert_close(layer.weight.grad, linear.weight.grad.t(), rtol=0, atol=1e-5)
+        torch.testing.assert_close(layer.bias.grad, linear.bias.grad)
+        # leading batch dims, int32/int64 positions
+        nested = positions.reshape(4, 16, K)
+        torch.testing.assert_close(layer(nested.int()), layer(positions.long()).reshape(4, 16, 32))
+
+    def test_a_seeded_build_draws_nn_linear_s_weights(self):
+        torch.manual_seed(3)
+        linear = nn.Linear(D, 16)
+        torch.manual_seed(3)
+        layer = OneHotLinear(D, 16)
+        assert torch.equal(layer.weight, linear.weight.t()) and torch.equal(layer.bias, linear.bias)
+        state = torch.get_rng_state()
+        OneHotLinear.from_linear(linear)  # copies, draws nothing
+        assert torch.equal(torch.get_rng_state(), state)
+
+    def test_float_input_is_refused(self):
+        with pytest.raises(TypeError, match="integer positions of the ones"):
+            OneHotLinear(D, 4)(torch.zeros(2, D))
+
+
+class TestQNetwork:
+    def test_index_observations_get_the_one_hot_mlp_with_the_same_init(self):
+        torch.manual_seed(0)
+        dense = make_q_network(Bounded(0.0, 1.0, shape=(D,)), N_ACTIONS, 64)
+        torch.manual_seed(0)
+        sparse = make_q_network(Bounded(0, D - 1, shape=(K,), dtype=torch.int16), N_ACTIONS, 64)
+        assert isinstance(sparse[0], OneHotLinear) and isinstance(dense[0], nn.Linear)
+        positions = random_positions(8, generator=torch.Generator().manual_seed(1))
+        torch.testing.assert_close(sparse(positions), dense(one_hot(positions)), rtol=0, atol=1e-5)
+
+
+def replay_sample(batch: int, *, weights: bool, generator: torch.Generator) -> TensorDict:
+    """A sample as the recipe's replay returns it: positions, n-step counts, terminations, IS weights."""
+    data = {
+        "observation": random_positions(batch, generator=generator),
+        "action": torch.randint(N_ACTIONS, (batch,), generator=generator),
+        "steps_to_next_obs": torch.randint(1, 4, (batch,), generator=generator),
+        ("next", "observation"): random_positions(batch, generator=generator),
+        ("next", "reward"): torch.rand(batch, 1, generator=generator) * (torch.rand(batch, 1, generator=generator) < 0.3),
+        ("next", "terminated"): torch.rand(batch, 1, generator=generator) < 0.2,
+    }
+    data[("next", "done")] = data[("next", "terminated")] | (torch.rand(batch, 1, generator=generator) < 0.1)
+    if weights:
+        data["priority_weight"] = torch.rand(batch, generator=generator) + 0.1
+    return TensorDict(data, [batch])
+
+
+@pytest.mark.filterwarnings("ignore:No target network updater")
+class TestDoubleDQNLoss:
+    @pytest.mark.parametrize("weights", [False, True])
+    def test_equals_torchrl_dqn_loss(self, weights):
+        gen = torch.Generator().manual_seed(0)
+        torch.manual_seed(0)
+        network = make_q_network(Bounded(0, D - 1, shape=(K,), dtype=torch.int16), N_ACTIONS, 64)
+        spec = Categorical(N_ACTIONS)
+        reference = DQNLoss(QValueActor(network, in_keys=["observation"], spec=spec), action_space=spec,
+                            delay_value=True, double_dqn=True, loss_function="smooth_l1")
+        reference.make_value_estimator(gamma=0.97)
+        ours = DoubleDQNLoss(network, gamma=0.97)
+        # a target network that differs from the online one, the same in both losses
+        with torch.no_grad():
+            for p in reference.target_value_network_params.values(True, True):
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+            for (name, p), q in zip(ours.target_network.named_parameters(),
+                                    reference.target_value_network_params.values(True, True)):
+                p.copy_(q if q.shape == p.shape else q.t())
+        sample_ref = replay_sample(64, weights=weights, generator=gen)
+        sample = sample_ref.clone()
+
+        expected = reference(sample_ref)["loss"]
+        expected.backward()
+        grads_ref = [p.grad.clone() for p in network.parameters()]
+        network.zero_grad()
+        value = ours(sample)
+        value.backward()
+        torch.testing.assert_close(value, expected, rtol=1e-6, atol=1e-7)
+        for grad, grad_ref in zip((p.grad for p in network.parameters()), grads_ref):
+            torch.testing.assert_close(grad, grad_ref, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(sample["td_error"], sample_ref["td_error"], rtol=1e-6, atol=1e-7)
+
+    def test_target_is_a_frozen_copy_until_updated(self):
+        network = nn.Linear(4, 2)
+        loss = DoubleDQNLoss(network, gamma=0.9)
+        assert all(not p.requires_grad for p in loss.target_network.parameters())
+        with torch.no_grad():
+            network.weight.add_(1.0)
+        assert not torch.equal(loss.target_network.weight, network.weight)
+        loss.update_target()
+        assert torch.equal(loss.target_network.weight, network.weight)
+        # terminated transitions do not bootstrap: y = r
+        sample = TensorDict({"observation": torch.randn(3, 4), "action": torch.zeros(3, dtype=torch.long),
+                             ("next", "observation"): torch.randn(3, 4), ("next", "reward"): torch.ones(3, 1),
+                             ("next", "terminated"): torch.ones(3, 1, dtype=torch.bool)}, [3])
+        loss(sample)
+        q = network(sample["observation"])[:, 0]
+        torch.testing.assert_close(sample["td_error"].squeeze(-1), (q - 1.0).pow(2).detach())
