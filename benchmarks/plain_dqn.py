@@ -8,8 +8,12 @@ the recipe's settings: 2x256 tanh MLP, Huber loss, grad-norm clip 10, Adam lr 5e
 of the frames, hard target copy every 250 updates, DoorKey's 5 actions. It imports nothing from
 vlmrb_torchrl, so it measures the cost of a plain loop, not of this package.
 
-Usage: ``python benchmarks/plain_dqn.py --frames 30000 --seed 0``; prints one JSON line with
-``env_steps``, ``loop_s`` (collection + learning) and ``env_steps_per_s``.
+With ``--eval-every N`` it evaluates like the recipe's defaults: every N frames and at the end,
+``--eval-episodes`` episodes at epsilon 0.01 in one env, one episode after the other.
+
+Usage: ``python benchmarks/plain_dqn.py --frames 30000 --seed 0 [--eval-every 10000]``; prints one
+JSON line with ``env_steps``, ``loop_s`` (collection + learning + the evaluations before the last), ``env_steps_per_s``
+and the last ``eval_success``.
 """
 
 from __future__ import annotations
@@ -45,11 +49,29 @@ def encode(obs: dict) -> np.ndarray:
     return out
 
 
+@torch.no_grad()
+def evaluate(qnet: nn.Module, env_id: str, *, episodes: int, seed: int, rng: np.random.Generator) -> float:
+    env = gym.make(env_id)
+    successes = 0
+    for episode in range(episodes):
+        raw, done = env.reset(seed=seed + episode)[0], False
+        while not done:
+            greedy = int(qnet(torch.from_numpy(encode(raw))).argmax())
+            a = int(rng.integers(len(ACTIONS))) if rng.random() < 0.01 else greedy
+            raw, reward, terminated, truncated, _ = env.step(ACTIONS[a])
+            done = terminated or truncated
+        successes += reward > 0
+    env.close()
+    return successes / episodes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--env", default="MiniGrid-DoorKey-5x5-v0")
     parser.add_argument("--frames", type=int, default=30_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-every", type=int, default=0, help="0: no evaluation")
+    parser.add_argument("--eval-episodes", type=int, default=50)
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -85,6 +107,8 @@ def main() -> None:
         store(o, a, ret, nxt, 0.0 if terminated else gamma ** (len(window) + 1))
 
     frames = updates = 0
+    success = float("nan")
+    next_eval = args.eval_every or None
     start = time.perf_counter()
     while frames < args.frames:
         eps = max(0.05, 1.0 - 0.95 * frames / eps_frames)
@@ -118,8 +142,12 @@ def main() -> None:
                 updates += 1
                 if updates % target_every == 0:
                     target.load_state_dict(qnet.state_dict())
-    loop_s = time.perf_counter() - start
-    print(json.dumps({"env_steps": frames, "updates": updates, "loop_s": loop_s, "env_steps_per_s": frames / loop_s}))
+        loop_s = time.perf_counter() - start  # as the recipe's env_steps_per_s: the last evaluation not included
+        if next_eval is not None and (frames >= next_eval or frames >= args.frames):
+            success = evaluate(qnet, args.env, episodes=args.eval_episodes, seed=args.seed + 10_000 + frames, rng=rng)
+            next_eval += args.eval_every
+    print(json.dumps({"env_steps": frames, "updates": updates, "loop_s": loop_s, "env_steps_per_s": frames / loop_s,
+                      "eval_success": success}))
 
 
 if __name__ == "__main__":

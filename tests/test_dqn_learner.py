@@ -133,3 +133,42 @@ class TestDoubleDQNLoss:
         loss(sample)
         q = network(sample["observation"])[:, 0]
         torch.testing.assert_close(sample["td_error"].squeeze(-1), (q - 1.0).pow(2).detach())
+
+
+def test_linear_egreedy_follows_torchrl_s_schedule():
+    from torchrl.modules import EGreedyModule
+
+    from vlmrb_torchrl.recipes.dqn import LinearEGreedy
+
+    ours = LinearEGreedy(Categorical(N_ACTIONS), annealing_num_steps=1000, eps_init=1.0, eps_end=0.05)
+    theirs = EGreedyModule(Categorical(N_ACTIONS), annealing_num_steps=1000, eps_init=1.0, eps_end=0.05)
+    done = 0
+    for frames in [128] * 7 + [1, 64, 500]:  # through the end of the schedule and past it
+        done += frames
+        ours.step(frames)
+        theirs.step(frames)
+        # atol: TorchRL subtracts in float32 once per frame, drifting ~1e-5 from the exact schedule
+        torch.testing.assert_close(ours.eps, theirs.eps, rtol=0, atol=5e-5)
+        assert abs(float(ours.eps) - max(0.05, 1.0 - 0.95e-3 * done)) < 1e-6
+    assert float(ours.eps) == pytest.approx(0.05)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()  # checkpoints hold the same entries
+
+
+def test_linear_egreedy_picks_torchrl_s_actions():
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+    from torchrl.modules import EGreedyModule
+
+    from vlmrb_torchrl.recipes.dqn import LinearEGreedy
+
+    spec = Categorical(N_ACTIONS, shape=(8,))
+    ours = LinearEGreedy(spec, annealing_num_steps=100, eps_init=0.6, eps_end=0.6)
+    theirs = EGreedyModule(spec, annealing_num_steps=100, eps_init=0.6, eps_end=0.6)
+    greedy = TensorDict({"action": torch.zeros(8, dtype=torch.long)}, [8])
+    actions = []
+    for module in (ours, theirs):
+        torch.manual_seed(0)
+        actions.append(torch.stack([module(greedy.clone())["action"] for _ in range(50)]))
+    assert torch.equal(actions[0], actions[1])
+    assert 0.4 < (actions[0] != 0).float().mean() < 0.6  # ~0.6 * 4/5 of the actions are random non-zero ones
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        assert torch.equal(ours(greedy.clone())["action"], greedy["action"])

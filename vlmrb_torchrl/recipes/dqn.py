@@ -21,6 +21,8 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 from torch import nn
 from torchrl.data.postprocs import MultiStep
+from torchrl.envs.utils import ExplorationType, exploration_type
+from torchrl.data import Categorical
 from torchrl.modules import MLP, ConvNet, EGreedyModule, QValueActor
 
 from vlmrb_torchrl.modules import OneHotLinear
@@ -72,8 +74,44 @@ def make_q_network(obs_spec, n_actions: int, hidden: int) -> nn.Module:
     return nn.Sequential(_Scale(), cnn, MLP(in_features=flat, out_features=n_actions, num_cells=[512]))
 
 
+class LinearEGreedy(EGreedyModule):
+    """TorchRL's ``EGreedyModule`` whose ``step(frames)`` is one tensor operation.
+
+    ``EGreedyModule.step(frames)`` subtracts the per-frame decrement ``frames`` times in a Python
+    loop (128 tensor ops per collector batch, ~5% of a small DQN's time); this subtracts
+    ``frames`` decrements at once. The schedule is the same (linear, clamped at ``eps_end``) up
+    to float rounding. Its forward pass on a plain categorical action (no mask) draws the same
+    random numbers as ``EGreedyModule``'s (``torch.rand``, then ``torch.randint``), so it picks
+    the same actions, without expanding the action spec at every step.
+
+    Examples:
+        >>> from torchrl.data import Categorical
+        >>> explore = LinearEGreedy(Categorical(5), annealing_num_steps=100, eps_init=1.0, eps_end=0.1)
+        >>> explore.step(50); round(float(explore.eps), 6)
+        0.55
+        >>> explore.step(1000); round(float(explore.eps), 6)
+        0.1
+    """
+
+    def step(self, frames: int = 1) -> None:
+        decrement = (self.eps_init - self.eps_end) / self.annealing_num_steps
+        self.eps.data.copy_(torch.maximum(self.eps_end, self.eps - frames * decrement))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        spec = self.spec
+        plain = (isinstance(spec, Categorical) and spec.mask is None and self.action_mask_key is None
+                 and isinstance(self.action_key, str) and exploration_type() in (ExplorationType.RANDOM, None))
+        if not plain:
+            return super().forward(tensordict)
+        action = tensordict.get(self.action_key)
+        explore = torch.rand(tensordict.shape, device=self.eps.device) < self.eps
+        random = torch.randint(0, spec.space.n, action.shape, device=action.device, dtype=spec.dtype)
+        tensordict.set(self.action_key, torch.where(explore, random, action))
+        return tensordict
+
+
 def make_policy(qnet: QValueActor, action_spec, *, eps_init: float, eps_end: float, steps: int) -> TensorDictSequential:
-    return TensorDictSequential(qnet, EGreedyModule(action_spec, annealing_num_steps=max(1, steps),
+    return TensorDictSequential(qnet, LinearEGreedy(action_spec, annealing_num_steps=max(1, steps),
                                                     eps_init=eps_init, eps_end=eps_end))
 
 
