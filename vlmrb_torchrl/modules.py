@@ -103,7 +103,10 @@ class OneHotLinear(nn.Module):
         batch = indices.shape[:-1]
         flat = indices.reshape(-1, indices.shape[-1])
         flat = flat.long() if flat.dtype not in (torch.int32, torch.int64) else flat
-        out = _OneHotLinearFunction.apply(flat, self.weight)
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            out = _OneHotLinearFunction.apply(flat, self.weight)
+        else:  # acting, targets: no autograd node to build
+            out = F.embedding_bag(flat, self.weight, mode="sum")
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*batch, self.out_features)
