@@ -1,16 +1,19 @@
-"""Scorer quality: precision, recall, F1 and AUROC of a scorer against the MiniGrid oracle.
+"""Scorer quality: precision, recall, F1 and AUROC of a scorer against the MiniGrid or robosuite oracle.
 
-Rolls out ``--episodes`` episodes of a MiniGrid env (:class:`~vlmrb_torchrl.envs.MiniGridEnv`,
-rendering frames only when the scorer reads them), cuts them into clips with the stream and
-transform :func:`~vlmrb_torchrl.make_clip_scoring` builds for the scorer (what the recipes and
-the gallery use), scores every clip with ``transform.score_clips`` (what the async worker
-calls) and labels the same clips with the privileged oracle (``oracle:minigrid``, which reads
-the env's event flags, not frames).
+Rolls out ``--episodes`` episodes of a MiniGrid env (:class:`~vlmrb_torchrl.envs.MiniGridEnv`)
+or of robosuite Lift (``--env robosuite/Lift``: :class:`~vlmrb_torchrl.envs.RobosuiteEnv` as the
+SAC recipe builds it, ``agentview`` frames, episodes ending on success or after ``--max-steps``,
+default 200), rendering frames only when the scorer reads them, cuts them into clips with the
+stream and transform :func:`~vlmrb_torchrl.make_clip_scoring` builds for the scorer (what the
+recipes and the gallery use), scores every clip with ``transform.score_clips`` (what the async
+worker calls) and labels the same clips with the privileged oracle (``oracle:minigrid`` /
+``oracle:robosuite``, which read the env's event flags, not frames).
 
 Labels. A clip is *positive* when one of its real (``mask`` True) steps has a progress event
-(``("next", "progress_event")``: first key pickup, first door opening, goal reached, task
-success). Per event type, the env writes one flag each (``("next", "key_picked_up")``,
-``"door_opened"``, ``"goal_reached"``, ``"success"``) and the oracle reads that flag instead.
+(``("next", "progress_event")``: MiniGrid's first key pickup, first door opening, goal reached,
+task success; Lift's cube grasped, lifted or task success). Per event type, the env writes one
+flag each (``("next", "key_picked_up")``, ``"door_opened"``, ``"goal_reached"``, ``"success"``;
+Lift: ``"grasping"``, ``"lifted"``, ``"success"``) and the oracle reads that flag instead.
 A per-type row compares the clips showing that event (positives) with the clips showing *no*
 event at all (negatives); clips showing only other events are left out of it, so a scorer that
 detects every kind of progress is not charged with false positives for detecting the others.
@@ -33,8 +36,11 @@ episodes hold the near misses a learning agent makes: without them a scripted Do
 is shorter than two clips and every clip of it shows an event; layouts with a goal tile only,
 an error says so otherwise),
 ``mixed`` (alternating episodes, scripted first) and ``subgoal`` (``SubgoalPolicy``: walks
-between random objects of any layout and interacts with them). Episode ``i`` resets
-the env with seed ``--seed + i``: the same command gives the same numbers.
+between random objects of any layout and interacts with them). On robosuite Lift, ``random`` is
+uniform random actions (SAC's first frames) and ``scripted`` the noisy pick-and-lift
+:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy` (no random-motion episodes; a fifth of
+its episodes aim beside the cube). Episode ``i`` resets the env with seed ``--seed + i``: the
+same command gives the same numbers.
 
 Usage:
 
@@ -42,6 +48,8 @@ Usage:
         --episodes 50 --policy random --seed 1000
     python benchmarks/scorer_quality.py --scorer oracle:minigrid --label-noise 0.1 \\
         --env MiniGrid-DoorKey-8x8-v0 --episodes 50 --policy mixed --seed 1000 --json out.json
+    python benchmarks/scorer_quality.py --scorer builtin:lift --env robosuite/Lift --episodes 30 \\
+        --policy mixed --seed 1000
 
 Prints a Markdown table (one row for all progress events, one per event type) and, with
 ``--json``, writes the same numbers plus the run's settings and the scorer's provenance.
@@ -70,7 +78,10 @@ EVENT_TYPES = {
     "door_opened": "door opened",
     "goal_reached": "goal reached",
     "success": "task success",
+    "grasping": "cube grasped",
+    "lifted": "cube lifted",
 }
+ROBOSUITE_PREFIX = "robosuite/"
 POLICIES = ("random", "scripted", "mixed", "subgoal")
 FRAME_KEY = "pixels"  # the recipes' frame key (recipes.replay.FRAME_KEY)
 
@@ -201,14 +212,25 @@ def quality_report(scores: np.ndarray, labels: dict[str, np.ndarray], threshold:
 
 # ----------------------------------------------------------------------------- policies
 class RandomPolicy:
-    """Uniform random actions from a seeded NumPy generator (a TorchRL policy: td -> td)."""
+    """Uniform random actions from a seeded NumPy generator (a TorchRL policy: td -> td).
+
+    Discrete action specs get a uniform action index, continuous (bounded) ones a uniform vector
+    within the bounds.
+    """
 
     def __init__(self, env, seed: int) -> None:
-        self.n = int(env.action_spec.space.n)
+        space = env.action_spec.space
+        self.n = int(space.n) if hasattr(space, "n") else None
+        if self.n is None:
+            self.low, self.high = space.low.numpy(), space.high.numpy()
         self.rng = np.random.default_rng(seed)
 
     def __call__(self, td):
-        td.set("action", torch.tensor(int(self.rng.integers(self.n)), dtype=torch.int64))
+        if self.n is None:
+            action = torch.as_tensor(self.rng.uniform(self.low, self.high), dtype=torch.float32)
+        else:
+            action = torch.tensor(int(self.rng.integers(self.n)), dtype=torch.int64)
+        td.set("action", action)
         return td
 
 
@@ -228,6 +250,9 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
     :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` (walks between random objects
     and interacts with them), for any layout. ``epsilon`` / ``burst_prob`` go to both.
 
+    On robosuite Lift ``scripted`` is :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`
+    without random-motion episodes (``subgoal`` is refused).
+
     Raises:
         ValueError: ``scripted`` on a layout without a goal tile (the message names policy and env).
     """
@@ -235,6 +260,12 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
         return RandomPolicy(env, seed)
     if name not in ("scripted", "subgoal"):
         raise ValueError(f"unknown policy {name!r}: use one of {POLICIES}.")
+    if _is_robosuite(env):
+        if name != "scripted":
+            raise ValueError(f"the {name} policy is for MiniGrid; on robosuite use random, scripted or mixed.")
+        from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
+
+        return LiftPolicy(env, seed=seed, random_share=0.0)
     from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, SubgoalPolicy
 
     if name == "scripted":
@@ -248,6 +279,10 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
     return SubgoalPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
 
 
+def _is_robosuite(env) -> bool:
+    return type(env).__name__ == "RobosuiteEnv"
+
+
 def episode_policy(policy: str, episode: int) -> str:
     """The policy of episode ``episode``: ``mixed`` alternates scripted (even) and random (odd)."""
     if policy == "mixed":
@@ -259,11 +294,12 @@ def episode_policy(policy: str, episode: int) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scorer_quality.py",
-        description="Precision, recall, F1 and AUROC of a clip scorer against the MiniGrid oracle.",
+        description="Precision, recall, F1 and AUROC of a clip scorer against the MiniGrid or robosuite oracle.",
     )
     parser.add_argument("--scorer", required=True, help="scorer spec for make_scorer (oracle:minigrid, "
                         "builtin:minigrid, clip:<dir>, hf:<dir>, python:mod:fn, ...)")
-    parser.add_argument("--env", required=True, help="a MiniGrid env id, e.g. MiniGrid-DoorKey-6x6-v0")
+    parser.add_argument("--env", required=True, help="a MiniGrid env id, e.g. MiniGrid-DoorKey-6x6-v0, or "
+                        "robosuite/Lift")
     parser.add_argument("--episodes", type=int, required=True, help="episodes to roll out")
     parser.add_argument("--policy", choices=POLICIES, default="random",
                         help="random (uniform actions), scripted (DoorKeyPolicy: key -> door -> goal; layouts with "
@@ -294,7 +330,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="the env's action set: auto (DoorKey: left,right,forward,pickup,toggle; "
                         "others: all), all, or a comma-separated list of MiniGrid action names")
     parser.add_argument("--max-steps", type=int, default=None,
-                        help="truncate episodes after this many steps (default: MiniGrid's own max_steps)")
+                        help="truncate episodes after this many steps (default: MiniGrid's own max_steps; "
+                        "robosuite: 200, the SAC recipe's)")
     parser.add_argument("--frame-size", type=int, default=64, help="rendered frame size (recipes: 64)")
     parser.add_argument("--batch-size", type=int, default=64, help="clips per score_clips call")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the run")
@@ -322,8 +359,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> di
         parser.error(f"--label-noise must be in [0, 1], got {args.label_noise}.")
     if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
         parser.error(f"--noise-std must be a finite float >= 0, got {args.noise_std}.")
-    if not args.env.startswith(("MiniGrid-", "BabyAI-")):
-        parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*), got {args.env!r}.")
+    if not args.env.startswith(("MiniGrid-", "BabyAI-")) and args.env != ROBOSUITE_PREFIX + "Lift":
+        parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*) or robosuite/Lift, got {args.env!r}.")
     try:
         kwargs = json.loads(args.scorer_kwargs) if args.scorer_kwargs else {}
     except json.JSONDecodeError as err:
@@ -374,6 +411,29 @@ def format_table(report: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, render: bool):
+    """The env the episodes run in: MiniGrid as the DQN recipe builds it, or robosuite Lift as the SAC recipe does."""
+    if args.env.startswith(ROBOSUITE_PREFIX):
+        from vlmrb_torchrl.envs.robosuite import make_robosuite_env
+
+        # the recipe's camera and episode rules (ends on success); a construction seed fixes the cube's size
+        return make_robosuite_env(args.env, render=render, frame_size=args.frame_size, camera="agentview",
+                                  max_episode_steps=args.max_steps or 200, seed=args.seed)
+    from vlmrb_torchrl.envs.minigrid import make_minigrid_env
+    from vlmrb_torchrl.recipes.envs import minigrid_actions
+
+    env_kwargs = {"frame_size": args.frame_size, "render": render}
+    if args.max_steps is not None:
+        env_kwargs["max_episode_steps"] = args.max_steps
+    try:
+        actions = minigrid_actions(args.env, args.actions)
+        if actions is not None:
+            env_kwargs["actions"] = actions
+        return make_minigrid_env(args.env, **env_kwargs)
+    except ValueError as err:
+        parser.error(f"--env {args.env!r}: {err}")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Runs the benchmark; returns the results written with ``--json`` (NaN as ``None`` there).
 
@@ -387,9 +447,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     from vlmrb_torchrl import ClipSpec, make_clip_scoring
     from vlmrb_torchrl.clips import ClipBatch
-    from vlmrb_torchrl.envs.minigrid import MINIGRID_EVENT_KEYS, make_minigrid_env
-    from vlmrb_torchrl.recipes.envs import minigrid_actions
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
+
+    robosuite = args.env.startswith(ROBOSUITE_PREFIX)
+    if robosuite:
+        from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS as event_keys
+    else:
+        from vlmrb_torchrl.envs.minigrid import MINIGRID_EVENT_KEYS as event_keys
 
     threads_before = torch.get_num_threads()
     if args.threads:
@@ -405,21 +469,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         spec = ClipSpec(clip_len=args.clip_len, stride=args.stride, frames=args.frames)
         # the oracle's per-type flags ride along in the clips, next to what the scorer reads
         # (every flag the env writes: a flag added to MINIGRID_EVENT_KEYS gets its own row)
-        label_keys = {name: ("next", name) for name in (PROGRESS, *(k for k in MINIGRID_EVENT_KEYS if k != PROGRESS))}
+        label_keys = {name: ("next", name) for name in (PROGRESS, *(k for k in event_keys if k != PROGRESS))}
         stream, transform = make_clip_scoring(scorer, spec, frame_key=FRAME_KEY,
                                               extra_keys=list(label_keys.values()))
         oracles = {name: make_scorer("oracle:minigrid", events_key=key) for name, key in label_keys.items()}
-
-        env_kwargs = {"frame_size": args.frame_size, "render": stream.frame_key is not None}
-        if args.max_steps is not None:
-            env_kwargs["max_episode_steps"] = args.max_steps
-        try:
-            actions = minigrid_actions(args.env, args.actions)
-            if actions is not None:
-                env_kwargs["actions"] = actions
-            env = make_minigrid_env(args.env, **env_kwargs)
-        except ValueError as err:
-            parser.error(f"--env {args.env!r}: {err}")
+        env = _make_env(parser, args, render=stream.frame_key is not None)
         try:
             policy_names = sorted({episode_policy(args.policy, i) for i in range(args.episodes)})
             policies = {}
@@ -429,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                                  epsilon=args.epsilon, burst_prob=args.burst_prob)
                 except ValueError as err:
                     parser.error(f"--policy {args.policy}: {err}")
-            horizon = args.max_steps or int(env.unwrapped.max_steps)
+            horizon = args.max_steps or (env.max_episode_steps if robosuite else int(env.unwrapped.max_steps))
 
             all_scores, all_labels, clip_policy = [], {k: [] for k in label_keys}, []
             steps = successes = 0
@@ -481,7 +535,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "seed": args.seed, "clip_len": args.clip_len, "stride": args.stride, "frames": args.frames,
             "epsilon": args.epsilon, "burst_prob": args.burst_prob,
             "threshold": threshold, "label_noise": args.label_noise, "noise_std": args.noise_std,
-            "actions": list(env.action_names), "max_steps": args.max_steps, "frame_size": args.frame_size,
+            "actions": list(getattr(env, "action_names", ())), "max_steps": args.max_steps,
+            "frame_size": args.frame_size,
             "rendered": stream.frame_key is not None, "torch_threads": args.threads or threads_before,
         },
         "provenance": _jsonable(getattr(scorer, "provenance", {})),

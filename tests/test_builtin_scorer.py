@@ -218,7 +218,7 @@ def test_dqn_default_scorer_is_builtin():
     from vlmrb_torchrl.recipes.config import ConfigError, apply_overrides
 
     assert DQNConfig().scorer == "builtin:minigrid"
-    assert SACConfig().scorer == "oracle:robosuite"
+    assert SACConfig().scorer == "builtin:lift"
     with pytest.raises(ConfigError, match="scorer='builtin:minigrid' is invalid: expected a scorer for this env"):
         apply_overrides(DQNConfig(), ["env=ALE/Pong-v5"]).validate()
     apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "replay=uniform"]).validate()  # no scorer used

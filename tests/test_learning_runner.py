@@ -89,7 +89,14 @@ def test_interrupted_run_resumes_and_results_are_synced(tmp_path):
 def test_lift_study_runs_the_sac_recipe_with_its_own_evaluation_settings(tmp_path):
     uniform, td = runner.make_jobs("lift", ["uniform", "vlm_td_oracle"], [1], runs_root=tmp_path)
     assert uniform.command()[3:5] == ["train", "sac"]
-    assert td.overrides["replay"] == "vlm_td" and "scorer" not in td.overrides  # the recipe's oracle
+    # the oracle arms pin the oracle (the recipe's default scorer is builtin:lift) and the paper's sampler
+    assert td.overrides["replay"] == "vlm_td" and td.overrides["scorer"] == "oracle:robosuite"
+    assert td.overrides["max_oversampling"] == "none"
+    capped, builtin = runner.make_jobs("lift", ["vlm_td_oracle_cap4", "vlm_td_builtin_cap4"], [1], runs_root=tmp_path)
+    assert capped.overrides["max_oversampling"] == builtin.overrides["max_oversampling"] == "4"
+    assert capped.overrides["scorer"] == "oracle:robosuite" and builtin.overrides["scorer"] == "builtin:lift"
+    assert {k: v for k, v in capped.overrides.items() if k != "max_oversampling"} == \
+        {k: v for k, v in td.overrides.items() if k != "max_oversampling"}
     assert "eval_eps" not in uniform.overrides and uniform.overrides["eval_episodes"] == "10"
     (dqn,) = runner.make_jobs("doorkey6", ["uniform"], [1], runs_root=tmp_path)
     assert dqn.command()[3:5] == ["train", "dqn"] and dqn.overrides["eval_eps"] == "0.05"

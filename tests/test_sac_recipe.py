@@ -33,6 +33,10 @@ class TestSACConfig:
         ("env=MiniGrid-DoorKey-5x5-v0", "env='MiniGrid-DoorKey-5x5-v0' is invalid: expected robosuite/<Task>"),
         ("tau=2", "tau=2.0 is invalid: expected a number in \\[0, 1\\]"),
         ("env_backend=threads", "env_backend='threads' is invalid"),
+        ("env=robosuite/Stack", "scorer='builtin:lift' is invalid: expected a scorer for this task"),
+        ("frame_size=128", "frame_size=128 is invalid: expected 64 with scorer=builtin:lift"),
+        ("camera=frontview", "camera='frontview' is invalid: expected agentview with scorer=builtin:lift"),
+        ("max_oversampling=0.5", "max_oversampling=0.5 is invalid: expected None or a number >= 1"),
     ])
     def test_bad_values(self, override, match):
         with pytest.raises(ConfigError, match=match):
@@ -40,7 +44,12 @@ class TestSACConfig:
 
     def test_defaults(self):
         cfg = SACConfig()
-        assert cfg.replay == "vlm_td" and cfg.scorer == "oracle:robosuite" and cfg.env == "robosuite/Lift"
+        assert cfg.replay == "vlm_td" and cfg.scorer == "builtin:lift" and cfg.env == "robosuite/Lift"
+        assert cfg.max_oversampling == 4.0
+        # other tasks, or no scorer: no complaint about builtin:lift
+        for overrides in (["env=robosuite/Stack", "scorer=oracle:robosuite"], ["env=robosuite/Stack", "replay=uniform"],
+                          ["max_oversampling=none"]):
+            apply_overrides(SACConfig(), overrides).validate()
 
     def test_cli_help(self, capsys):
         with pytest.raises(SystemExit):
@@ -67,8 +76,10 @@ def test_lift_smoke_each_replay_mode(tmp_path, replay):
                 "env_steps_per_s"):
         assert math.isfinite(float(rows[-1][col])), (col, rows[-1])
     if replay.startswith("vlm"):
-        for col in ("lambda", "fraction_scored"):
+        for col in ("lambda", "lambda_effective", "fraction_scored", "max_oversampling_ratio"):
             assert math.isfinite(float(rows[-1][col]))
+        # the ceiling holds (max_oversampling=4, the default)
+        assert float(rows[-1]["max_oversampling_ratio"]) <= 4.0 + 1e-6
     assert summary["env_steps"] == 200 and summary["updates"] == 150
     assert json.loads((run_dir / "config.json").read_text())["replay"] == replay
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))

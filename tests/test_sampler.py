@@ -108,6 +108,9 @@ class TestConstruction:
             ({"td_boost": 1}, TypeError, "td_boost must be a bool"),
             ({"reduction": "avg"}, ValueError, "reduction"),
             ({"tree_backend": "cuda"}, ValueError, "tree_backend"),
+            ({"max_oversampling": 0.5}, ValueError, "max_oversampling must be None \\(no ceiling\\) or a finite number >= 1"),
+            ({"max_oversampling": float("inf")}, ValueError, "max_oversampling"),
+            ({"max_oversampling": "4"}, TypeError, "max_oversampling must be None or a number"),
         ],
     )
     def test_bad_arguments(self, kwargs, error, match):
@@ -134,7 +137,8 @@ class TestConstruction:
         s = VLMPrioritizedSampler(8)
         for name, value, error in [("lambda_max", 1.5, ValueError), ("warmup", -1, ValueError),
                                    ("beta", -1.0, ValueError), ("alpha", "x", TypeError),
-                                   ("unscored_priority_mode", "median", ValueError)]:
+                                   ("unscored_priority_mode", "median", ValueError),
+                                   ("max_oversampling", 0.9, ValueError)]:
             with pytest.raises(error, match=name):
                 setattr(s, name, value)
         s.beta = np.float64(0.25)  # schedulers may assign NumPy floats
@@ -398,6 +402,119 @@ class TestDistribution:
             counts += [*(np.count_nonzero(idx == h) for h in hot), zero.sum(), (~zero & ~np.isin(idx, hot)).sum()]
         # a hot slot treated as unscored would get p_bar / 1 ~ 1% of its share: ~2 draws
         assert_matches(counts, q)
+
+
+def expected_q_capped(scores, scored, lam, ceiling, **kwargs):
+    """Reference q_t under the over-sampling ceiling: the largest lambda <= lam with N max q <= ceiling."""
+    v = expected_q(scores, scored, 1.0, **kwargs)  # v_i / V
+    r = len(v) * v.max()
+    lam_eff = lam if r <= ceiling else min(lam, (ceiling - 1) / (r - 1))
+    return expected_q(scores, scored, lam_eff, **kwargs), lam_eff
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+class TestOversamplingCeiling:
+    def test_hand_computed_rare_positive(self, backend):
+        # 1 positive among 100: V = 1 + 99 * 0.01, r = 100 / V; lambda 0.5 would give it 0.5 r + 0.5 = 25.6x
+        rb, sampler = make_rb(100, lambda_max=0.5, warmup=0, max_oversampling=4.0, tree_backend=backend)
+        index = fill(rb, 100)
+        sampler.update_scores(index, (torch.arange(100) == 0).float())
+        r = 100 / 1.99
+        assert sampler.lambda_ == 0.5
+        assert sampler.lambda_effective == pytest.approx(3 / (r - 1), rel=1e-12)
+        q = sampler.probabilities().numpy()
+        assert q[0] * 100 == pytest.approx(4.0, rel=1e-12)
+        np.testing.assert_allclose(q[1:], (sampler.lambda_effective * 0.01 / 1.99 + (1 - sampler.lambda_effective) / 100))
+        stats = sampler.stats()
+        assert stats["lambda"] == 0.5 and stats["lambda_effective"] == sampler.lambda_effective
+        assert stats["max_oversampling_ratio"] == pytest.approx(4.0, rel=1e-12)
+        # without the ceiling: the paper's sampler
+        sampler.max_oversampling = None
+        assert sampler.lambda_effective == 0.5
+        assert sampler.stats()["max_oversampling_ratio"] == pytest.approx(0.5 * r + 0.5, rel=1e-12)
+
+    @pytest.mark.parametrize("case", ["binary", "td_boost", "unscored", "continuous"])
+    def test_exact_and_sampled_distribution(self, backend, case):
+        n, lam, ceiling = 40, 0.8, 3.0
+        kwargs = {"td_boost": case == "td_boost", "threshold": None if case == "continuous" else 0.5}
+        rb, sampler = make_rb(64, lambda_max=lam, warmup=0, max_oversampling=ceiling, tree_backend=backend, **kwargs)
+        index = fill(rb, n)
+        rng = np.random.default_rng(2)
+        scores = (rng.random(n) ** 4).astype(np.float32)  # few above 0.5: rare positives
+        scored = np.ones(n, dtype=bool) if case != "unscored" else rng.random(n) < 0.6
+        sampler.update_scores(index[scored], torch.from_numpy(scores[scored]))
+        td = None
+        if case == "td_boost":
+            td = (rng.random(n) * 2).astype(np.float32)
+            rb.update_tensordict_priority(TensorDict(index=index, td_error=torch.from_numpy(td), batch_size=[n]))
+        q, lam_eff = expected_q_capped(scores, scored, lam, ceiling, threshold=kwargs["threshold"], td=td)
+        assert lam_eff < lam  # the ceiling binds in every case
+        assert sampler.lambda_effective == pytest.approx(lam_eff, rel=1e-9)
+        got = sampler.probabilities().numpy()
+        np.testing.assert_allclose(got, q, rtol=1e-6)
+        assert got.max() * n == pytest.approx(ceiling, rel=1e-9) and got.sum() == pytest.approx(1.0)
+        assert_matches(draw_counts(rb, n), q)
+
+    def test_not_binding_samples_as_without(self, backend):
+        def build(ceiling):
+            rb, sampler = make_rb(32, seed=5, lambda_max=0.5, warmup=0, td_boost=True, max_oversampling=ceiling,
+                                  tree_backend=backend)
+            index = fill(rb, 32)
+            sampler.update_scores(index, torch.linspace(0, 1, 32))  # half positive: at most ~2x
+            return rb, sampler
+
+        (rb_a, a), (rb_b, b) = build(None), build(10.0)
+        assert b.lambda_effective == a.lambda_effective == 0.5
+        np.testing.assert_array_equal(a.probabilities().numpy(), b.probabilities().numpy())
+        for _ in range(3):
+            assert torch.equal(rb_a.sample(64)["index"], rb_b.sample(64)["index"])
+
+    def test_ceiling_one_is_uniform(self, backend):
+        rb, sampler = make_rb(10, lambda_max=1.0, warmup=0, max_oversampling=1.0, tree_backend=backend)
+        index = fill(rb, 10)
+        sampler.update_scores(index, torch.tensor([1.0] + [0.0] * 9))
+        assert sampler.lambda_effective == 0.0
+        np.testing.assert_allclose(sampler.probabilities().numpy(), np.full(10, 0.1))
+
+    def test_importance_weights_use_the_effective_lambda(self, backend):
+        n = 50
+        rb, sampler = make_rb(n, lambda_max=0.5, warmup=0, beta=0.7, max_oversampling=2.0, tree_backend=backend)
+        index = fill(rb, n)
+        sampler.update_scores(index, (torch.arange(n) < 2).float())
+        q = sampler.probabilities().numpy()
+        out = rb.sample(500)
+        expected = (q[out["index"].numpy()] / q.min()) ** -0.7
+        np.testing.assert_allclose(out["priority_weight"].numpy(), expected, rtol=1e-5)
+        assert q.max() * n == pytest.approx(2.0)
+
+    def test_follows_the_buffer_and_survives_checkpoints(self, backend, tmp_path):
+        def build(**kw):
+            return make_rb(64, seed=1, lambda_max=0.5, warmup=20, td_boost=True, tree_backend=backend, **kw)
+
+        rb, sampler = build(max_oversampling=3.0)
+        index = fill(rb, 80)  # wraps around
+        sampler.update_scores(index[-64:], (torch.rand(64, generator=torch.Generator().manual_seed(0)) > 0.9).float())
+        for _ in range(25):  # lambda reaches 0.5; the ceiling follows TD updates and rewrites
+            out = rb.sample(16)
+            rb.update_tensordict_priority(out.set("td_error", torch.rand(16) * 3))
+            assert sampler.probabilities().max().item() * 64 <= 3.0 + 1e-9
+        fill(rb, 5, start=100)
+        assert sampler.probabilities().max().item() * 64 <= 3.0 + 1e-9
+        state = sampler.state_dict()
+        assert state["config"]["max_oversampling"] == 3.0
+        other = VLMPrioritizedSampler(64)  # the checkpoint's ceiling wins
+        other.load_state_dict(state)
+        assert other.max_oversampling == 3.0 and other.lambda_effective == sampler.lambda_effective
+        np.testing.assert_array_equal(other.probabilities().numpy(), sampler.probabilities().numpy())
+        clone = pickle.loads(pickle.dumps(sampler))
+        assert clone.max_oversampling == 3.0
+        rb.dumps(tmp_path / "ckpt")
+        expected = [rb.sample(32)["index"] for _ in range(4)]
+        rb2, sampler2 = build()  # built without a ceiling
+        rb2.loads(tmp_path / "ckpt")
+        assert sampler2.max_oversampling == 3.0
+        assert all(torch.equal(e, rb2.sample(32)["index"]) for e in expected)
+        assert "max_oversampling" not in VLMPrioritizedSampler(4).state_dict()["config"]  # schema 1's layout
 
 
 class TestImportanceWeights:
@@ -672,8 +789,9 @@ class TestSchemaV1:
         assert sampler.provenance == {"backend": "oracle"}
         assert sampler.stats() == {
             "num_filled": 5, "fraction_scored": 0.6, "mean_score": pytest.approx(0.6), "positive_fraction": 2 / 3,
-            "lambda": pytest.approx(0.24), "unscored_priority": 1.0, "stale_drops": 3, "sample_calls": 4,
-            "drawn": 40, "drawn_positive": 12,
+            "lambda": pytest.approx(0.24), "lambda_effective": pytest.approx(0.24),
+            "max_oversampling_ratio": pytest.approx(5 * 0.23943988574840758, rel=1e-12),
+            "unscored_priority": 1.0, "stale_drops": 3, "sample_calls": 4, "drawn": 40, "drawn_positive": 12,
         }
         np.testing.assert_allclose(
             sampler.probabilities(5).numpy(),
@@ -762,7 +880,7 @@ def tree_snapshot(tree) -> tuple:
 
 
 def snapshot(state: SlotState) -> list:
-    trees = [state.tree_v, state.tree_u, state.tree_p, *(state.min_trees or ())]
+    trees = [state.tree_v, state.tree_u, state.tree_p, *(state.min_trees or ()), *(state.max_trees or ())]
     return [None if t is None else tree_snapshot(t) for t in trees]
 
 
@@ -847,22 +965,29 @@ class TestSlotState:
         rng = np.random.default_rng(0)
         live = SlotState(37, config, backend)
         live.ensure_min_trees()
+        live.ensure_max_trees()
         random_workload(live, rng)
         fresh = SlotState(37, config, backend)
         fresh.load(live.arrays(), max_p=live.max_p, max_td=live.max_td, stale_drops=live.stale_drops)
         fresh.ensure_min_trees()
+        fresh.ensure_max_trees()
         assert (fresh.n_filled, fresh.n_scored) == (live.n_filled, live.n_scored)
         assert snapshot(fresh) == snapshot(live)
         if backend == "numpy":  # every node recomputed from its children: bit-identical arrays
             for name in ("tree_v", "tree_u", "tree_p"):
                 if getattr(live, name) is not None:
                     np.testing.assert_array_equal(getattr(live, name).tree, getattr(fresh, name).tree)
-            for a, b in zip(live.min_trees, fresh.min_trees):
+            for a, b in zip((*live.min_trees, *live.max_trees), (*fresh.min_trees, *fresh.max_trees)):
                 np.testing.assert_array_equal(a.tree, b.tree)
         p, g, is_scored, is_unscored = live.leaves(slice(None))
         assert live.tree_v.root() == pytest.approx(np.where(is_scored, p * g, 0).sum(), rel=1e-12)
         assert live.tree_u.root() == pytest.approx(np.where(is_unscored, g, 0).sum(), rel=1e-12)
         assert live.unscored_priority() == fresh.unscored_priority()
+        # the max trees' answer equals the O(N) scan of the arrays
+        p_bar = live.unscored_priority()
+        scan = SlotState(37, config, backend)
+        scan.load(live.arrays(), max_p=live.max_p, max_td=live.max_td, stale_drops=live.stale_drops)
+        assert scan.max_trees is None and live.max_leaf(p_bar) == scan.max_leaf(p_bar)
 
     def test_refresh_of_rescored_slots_leaves_unscored_tree_alone(self):
         state = SlotState(8)

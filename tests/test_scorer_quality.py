@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import json
 import math
+import os
 import sys
 import types
 from pathlib import Path
@@ -229,3 +230,25 @@ def test_bad_arguments_exit_with_a_clear_message(capsys):
     assert "--scorer 'nope:x'" in _error(capsys, ["--scorer", "nope:x", "--env", DOORKEY5, "--episodes", "1"])
     assert "--scorer-kwargs" in _error(capsys, [*base, "--env", DOORKEY5, "--scorer-kwargs", "[1]"])
     assert "invalid choice" in _error(capsys, [*base, "--env", DOORKEY5, "--policy", "greedy"])
+
+
+needs_robosuite = pytest.mark.skipif(importlib.util.find_spec("robosuite") is None,
+                                     reason="needs robosuite: pip install 'vlmrb-torchrl[robosuite]'")
+
+
+@needs_robosuite
+def test_robosuite_lift_oracle_scores_itself_perfectly():
+    """Lift episodes as the SAC recipe runs them: the scripted LiftPolicy grasps (and the episode ends on
+    success), random actions do not; per-type rows for the grasp and the success."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    args = ["--scorer", "oracle:robosuite", "--env", "robosuite/Lift", "--episodes", "2", "--policy", "mixed",
+            "--max-steps", "60", "--quiet"]
+    results = sq.main(args)
+    overall = results["metrics"][sq.PROGRESS]
+    assert overall["positives"] > 0 and overall["negatives"] > 0 and overall["f1"] == 1.0 and overall["auroc"] == 1.0
+    assert results["metrics"]["grasping"]["positives"] > 0 and results["metrics"]["grasping"]["f1"] == 1.0
+    assert results["by_policy"]["random"][sq.PROGRESS]["positives"] == 0  # uniform random actions never grasp
+    assert results["config"]["rendered"] is False and results["config"]["actions"] == []
+    assert sq.main(args)["metrics"] == results["metrics"]  # seeded: the same episodes
+    with pytest.raises(SystemExit):
+        sq.main([*args[:-3], "--policy", "subgoal"])

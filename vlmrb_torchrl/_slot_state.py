@@ -144,6 +144,7 @@ class SlotState:
         # sum of p over scored slots, for unscored="mean"; equals tree_v without td_boost
         self.tree_p = make_tree(cap, "sum", backend) if self.config.td_boost else None
         self.min_trees = None  # built on first use (importance weights)
+        self.max_trees = None  # built on first use (the over-sampling ceiling)
 
     def reconfigure(self, **changes) -> None:
         """Replaces fields of :attr:`config`; rebuilds the trees when their leaves change."""
@@ -182,6 +183,10 @@ class SlotState:
             min_v, min_u = self.min_trees
             min_v.update(index, np.where(is_scored, p * g, np.inf))
             min_u.update(index, np.where(is_unscored, g, np.inf))
+        if self.max_trees is not None:
+            max_v, max_u = self.max_trees
+            max_v.update(index, np.where(is_scored, -(p * g), np.inf))
+            max_u.update(index, np.where(is_unscored, -g, np.inf))
 
     def rebuild(self) -> None:
         """Rebuilds every tree from the arrays (the min trees only if they exist)."""
@@ -193,6 +198,9 @@ class SlotState:
         if self.min_trees is not None:
             self.min_trees = None
             self.ensure_min_trees()
+        if self.max_trees is not None:
+            self.max_trees = None
+            self.ensure_max_trees()
 
     def ensure_min_trees(self) -> None:
         """Builds the min trees (smallest scored and unscored leaf) if they do not exist yet."""
@@ -203,6 +211,55 @@ class SlotState:
             min_v.build(np.where(is_scored, p * g, np.inf))
             min_u.build(np.where(is_unscored, g, np.inf))
             self.min_trees = (min_v, min_u)
+
+    def ensure_max_trees(self) -> None:
+        """Builds the max trees (largest scored and unscored leaf) if they do not exist yet.
+
+        They are min trees over the negated leaves (empty slots hold ``+inf``), so the two
+        tree kinds the backends provide suffice.
+        """
+        if self.max_trees is None:
+            p, g, is_scored, is_unscored = self.leaves(slice(None))
+            max_v = make_tree(self.capacity, "min", self.backend)
+            max_u = make_tree(self.capacity, "min", self.backend)
+            max_v.build(np.where(is_scored, -(p * g), np.inf))
+            max_u.build(np.where(is_unscored, -g, np.inf))
+            self.max_trees = (max_v, max_u)
+
+    def max_leaf(self, p_bar: float) -> float:
+        r"""The largest prioritized mass of one filled slot: :math:`\max_i v_i` (unscored: :math:`\bar p g_i`).
+
+        ``O(1)`` with the max trees (:meth:`ensure_max_trees`), else ``O(N)`` from the arrays.
+        """
+        if self.max_trees is None:
+            p, g, is_scored, is_unscored = self.leaves(slice(None))
+            v = np.where(is_scored, p * g, np.where(is_unscored, p_bar * g, 0.0))
+            return float(v.max()) if v.size else 0.0
+        max_v, max_u = self.max_trees
+        top = -max_v.root() if self.n_scored else 0.0
+        if self.n_filled > self.n_scored:
+            top = max(top, -max_u.root() * p_bar)
+        return top
+
+    def effective_lambda(self, lam: float, n: int, ceiling: float | None) -> float:
+        r"""The mixture weight actually used: ``lam``, lowered so that no slot's over-sampling exceeds ``ceiling``.
+
+        A slot's over-sampling is :math:`N q_i = \lambda N v_i / V + (1 - \lambda)` (1 under
+        uniform replay); its maximum is :math:`\lambda (r - 1) + 1` with
+        :math:`r = N \max_i v_i / V`, so the largest :math:`\lambda` that keeps every slot at
+        most ``ceiling`` times as likely as under uniform replay is
+        :math:`(\text{ceiling} - 1) / (r - 1)`. ``None`` (no ceiling) returns ``lam``.
+        """
+        if ceiling is None or lam == 0.0 or n == 0:
+            return lam
+        p_bar = self.unscored_priority()
+        total = self.tree_v.root() + p_bar * self.tree_u.root()
+        if total <= 0:
+            return lam  # every priority is 0: prioritized draws fall back to uniform ones
+        r = n * self.max_leaf(p_bar) / total
+        if r <= ceiling:  # lambda (r - 1) + 1 <= ceiling for every lambda <= 1
+            return lam
+        return min(lam, (ceiling - 1.0) / (r - 1.0))
 
     def unscored_priority(self) -> float:
         r"""The current priority :math:`\bar p` of unscored slots (1.0 while nothing is scored)."""

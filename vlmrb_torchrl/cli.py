@@ -1,4 +1,4 @@
-"""The ``vlmrb`` command: ``vlmrb train dqn key=value ...``, ``vlmrb build-scorer minigrid --out DIR``."""
+"""The ``vlmrb`` command: ``vlmrb train dqn key=value ...``, ``vlmrb build-scorer minigrid|lift --out DIR``."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ _DESCRIPTION = """VLM-guided experience replay (VLM-RB) for TorchRL.
 Commands:
   vlmrb train dqn [--config FILE] [--quick] [key=value ...]   train double DQN (MiniGrid, Atari)
   vlmrb train sac [--config FILE] [--quick] [key=value ...]   train SAC (robosuite manipulation)
-  vlmrb build-scorer minigrid --out DIR [--frames N] [--steps N] [--seed S]
-                                                              train the built-in MiniGrid scorer
+  vlmrb build-scorer minigrid|lift --out DIR [--frames N] [--steps N] [--seed S]
+                                                              train a built-in scorer (MiniGrid, robosuite Lift)
 
 Run `vlmrb train dqn --help` / `vlmrb train sac --help` for every key."""
 
@@ -106,45 +106,53 @@ def build_config(name: str, args: argparse.Namespace):
 
 
 def _build_scorer_parser() -> argparse.ArgumentParser:
-    from vlmrb_torchrl.scorer_training import BuildConfig
+    from vlmrb_torchrl.scorer_training import DOMAINS
 
-    d = BuildConfig()
     parser = argparse.ArgumentParser(
         prog="vlmrb build-scorer",
-        description="Train a small CLIP on MiniGrid frames captioned from the simulator's state, on one CPU "
-                    "thread, and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
-                    "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:minigrid "
-                    "model (~13 CPU-minutes). Same arguments, same seed: identical weights.",
+        description="Train a small CLIP on frames of an environment captioned from the simulator's state, on one "
+                    "CPU thread, and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
+                    "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
+                    "(minigrid: ~13 CPU-minutes; lift: ~50 minutes of robosuite rendering + ~15 of training). Same "
+                    "arguments, same seed: identical weights. Defaults below are per environment.",
     )
-    parser.add_argument("name", choices=["minigrid"], help="which built-in scorer to train")
+    parser.add_argument("name", choices=sorted(DOMAINS), help="which built-in scorer to train")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--frames", type=int, default=d.frames, help=f"frames generated (default {d.frames})")
-    parser.add_argument("--steps", type=int, default=d.steps, help=f"training steps (default {d.steps})")
-    parser.add_argument("--batch-size", type=int, default=d.batch_size, help=f"frames per step (default {d.batch_size})")
-    parser.add_argument("--seed", type=int, default=d.seed, help=f"seed (default {d.seed})")
+    parser.add_argument("--frames", type=int, default=None, help="frames generated (minigrid 120000, lift 30000)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000)")
+    parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128)")
+    parser.add_argument("--seed", type=int, default=None, help="seed (default 0)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop training after this many minutes (the result then depends on the machine's speed)")
-    parser.add_argument("--held-out-frames", type=int, default=d.held_out_frames,
-                        help=f"frames of held-out tasks for the transfer metrics (default {d.held_out_frames}; 0 = skip)")
-    parser.add_argument("--size", default=d.size, choices=["small", "micro"], help="model size (micro: for tests)")
+    parser.add_argument("--held-out-frames", type=int, default=None,
+                        help="frames of held-out tasks for the transfer metrics (minigrid 3000; 0 = skip; lift has none)")
+    parser.add_argument("--size", default=None, choices=["small", "micro"], help="model size (micro: for tests)")
+    parser.add_argument("--cache", default=None,
+                        help="keep the generated training frames in this directory and reuse them for the next build "
+                             "with the same --frames and --seed (not part of the recipe: the frames are the same)")
     return parser
 
 
 def build_scorer_main(argv: list[str]) -> int:
-    """``vlmrb build-scorer minigrid --out DIR ...``: see :func:`~vlmrb_torchrl.scorer_training.build_minigrid_scorer`."""
-    from vlmrb_torchrl.scorer_training import BuildConfig, build_minigrid_scorer
+    """``vlmrb build-scorer minigrid|lift --out DIR ...``: see :func:`~vlmrb_torchrl.scorer_training.build_scorer`."""
+    import dataclasses
+
+    from vlmrb_torchrl.scorer_training import build_scorer, get_domain
 
     args = _build_scorer_parser().parse_args(argv)
+    domain = get_domain(args.name)
+    given = {k: getattr(args, k) for k in ("frames", "steps", "batch_size", "seed", "minutes", "held_out_frames", "size")
+             if getattr(args, k) is not None}
     for name in ("frames", "steps", "batch_size"):
-        if getattr(args, name) < 1:
+        if given.get(name, 1) < 1:
             print(f"vlmrb build-scorer: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
-    cfg = BuildConfig(frames=args.frames, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
-                      minutes=args.minutes, held_out_frames=args.held_out_frames, size=args.size)
-    command = "vlmrb build-scorer " + " ".join(argv)
-    build_minigrid_scorer(args.out, cfg, command=command)
+    cfg = dataclasses.replace(domain.default_config, **given)
+    recorded = [a for i, a in enumerate(argv) if a != "--cache" and (i == 0 or argv[i - 1] != "--cache")]
+    command = "vlmrb build-scorer " + " ".join(a for a in recorded if not a.startswith("--cache="))  # not the recipe
+    build_scorer(domain, args.out, cfg, command=command, cache=args.cache)
     print(f"load it with make_scorer('clip:{args.out}', prompt=..., negatives=[...]) or copy it over "
-          "vlmrb_torchrl/scorers/models/minigrid to replace builtin:minigrid")
+          f"vlmrb_torchrl/scorers/models/{args.name} to replace builtin:{args.name}")
     return 0
 
 

@@ -162,6 +162,21 @@ def _check_warmup(name: str, value: int) -> int:
     return value
 
 
+def _check_ceiling(name: str, value: float | None) -> float | None:
+    """``None`` (no ceiling) or a finite number >= 1 (1 = uniform replay)."""
+    if value is None:
+        return None
+    value = _scalar(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be None or a number >= 1, got {name}={value!r}.")
+    if not math.isfinite(value) or value < 1.0:
+        raise ValueError(
+            f"{name} must be None (no ceiling) or a finite number >= 1 (how many times as often as under "
+            f"uniform replay a slot may be drawn; 1 = uniform replay), got {name}={value!r}."
+        )
+    return float(value)
+
+
 def _check_unscored(name: str, value: UnscoredMode) -> UnscoredMode:
     if isinstance(value, str):
         if value not in ("mean", "max"):
@@ -273,6 +288,16 @@ class VLMPrioritizedSampler(PrioritizedSampler):
     :meth:`stats`. :meth:`update_scores` may be called from another thread while
     the learner samples.
 
+    ``max_oversampling`` puts a ceiling on how much more often than under uniform replay
+    any slot is drawn: :math:`N q_t(i) \le` ``max_oversampling`` for every slot. It lowers
+    the mixture weight to the largest :math:`\lambda \le \lambda_t` that keeps the
+    most-favoured slot under the ceiling (:attr:`lambda_effective`, recomputed at every
+    sample in :math:`O(1)`); the ranking of slots within the prioritized component is
+    unchanged. When positives are rare (0.5% of the buffer at :math:`\lambda = 0.5` draws
+    each of them ~30 times as often as uniform replay would) this bounds their share of the
+    batches at ``max_oversampling`` times their share of the buffer; when they are common
+    the ceiling does not bind.
+
     Sampling is :math:`O(B \log N)` on sum trees (TorchRL's C++ segment trees when
     they load with the installed torch, else a vectorised NumPy tree with the same
     results). Each sample returns ``info["priority_weight"]``, the importance
@@ -309,6 +334,9 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             :math:`(|\delta| + \epsilon)^\alpha`. Defaults to ``False``.
         alpha (float, optional): TD exponent for ``td_boost``. Defaults to 0.6.
         beta (float, optional): importance-sampling exponent. Defaults to 0.0.
+        max_oversampling (float or None, optional): the ceiling on every slot's
+            :math:`N q_t(i)` (>= 1; 1 is uniform replay), or ``None`` for none, the
+            paper's sampler. Assignable afterwards. Defaults to ``None``.
         reduction (str, optional): how
             ``rb.update_tensordict_priority`` reduces multi-dimensional TD errors
             to one per slot. Defaults to ``"max"``.
@@ -352,6 +380,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         td_boost: bool = False,
         alpha: float = 0.6,
         beta: float = 0.0,
+        max_oversampling: float | None = None,
         reduction: str = "max",
         tree_backend: TreeBackend = "auto",
         default_priority: UnscoredMode | None = None,
@@ -384,6 +413,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             threshold=threshold, eps=eps, td_boost=td_boost, alpha=alpha, unscored=unscored
         )
         self.beta = beta
+        self.max_oversampling = max_oversampling
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
         self.reduction = reduction
@@ -418,6 +448,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
     lambda_max = _Setting(_check_unit, "Final weight of the prioritized component, in [0, 1].")
     warmup = _Setting(_check_warmup, "Number of sample calls over which the built-in lambda_ rises.")
     beta = _Setting(_check_nonneg, "Importance-sampling exponent (>= 0).")
+    max_oversampling = _Setting(_check_ceiling, "Ceiling on N q_t(i) for every slot (>= 1), or None for none.")
     threshold = _PrioritySetting("threshold", "Binarisation threshold of the scores, or None (read-only).")
     eps = _PrioritySetting("eps", "Priority floor and TD offset (read-only).")
     td_boost = _PrioritySetting("td_boost", "Whether TD priorities shape sampling (read-only).")
@@ -452,6 +483,26 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         value = _check_unit("lambda_", value)
         self._validate_setting("lambda_", value)
         self._lambda_override = value
+
+    @property
+    def lambda_effective(self) -> float:
+        r"""The mixture weight the next :meth:`sample` uses: :attr:`lambda_` under the ``max_oversampling`` ceiling.
+
+        :attr:`lambda_` without a ceiling, or when the ceiling does not bind.
+
+        Examples:
+            >>> import torch
+            >>> from vlmrb_torchrl import VLMPrioritizedSampler
+            >>> sampler = VLMPrioritizedSampler(100, lambda_max=0.5, warmup=0, max_oversampling=4.0)
+            >>> sampler.mark_update(torch.arange(100))
+            >>> _ = sampler.update_scores(torch.arange(100), (torch.arange(100) == 0).float())  # 1 positive
+            >>> round(sampler.lambda_effective, 4)  # 0.5 would draw the positive 25.6x as often as uniform
+            0.0609
+            >>> round(float(sampler.probabilities().max() * 100), 6)
+            4.0
+        """
+        with self._lock:
+            return self._state.effective_lambda(self.lambda_, self._state.n_filled, self._max_oversampling)
 
     @property
     def device(self) -> torch.device:
@@ -671,7 +722,9 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                     f"The sampler tracks {state.n_filled} written slots but the storage "
                     f"holds {n}: the storage was emptied or replaced without rb.empty()."
                 )
-            lam = self.lambda_
+            if self._max_oversampling is not None:
+                state.ensure_max_trees()  # O(N) once, then kept in step with every write
+            lam = state.effective_lambda(self.lambda_, n, self._max_oversampling)
             self._sample_calls += 1
             draws = torch.rand(2, batch_size, dtype=torch.float64, generator=self._rng).numpy()
             index, total, p_bar = state.draw(draws, lam, n)
@@ -715,7 +768,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             n = self._state.n_filled if storage_len is None else storage_len
             if n == 0:
                 return torch.zeros(0, dtype=torch.float64)
-            return torch.from_numpy(self._state.probabilities(n, self.lambda_))
+            lam = self._state.effective_lambda(self.lambda_, n, self._max_oversampling)
+            return torch.from_numpy(self._state.probabilities(n, lam))
 
     # ------------------------------------------------------------------ reporting
     def stats(self) -> dict[str, float | int]:
@@ -728,17 +782,32 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         ``drawn`` / ``drawn_positive`` counts of sampled indices and of those that were
         positive when drawn. Their ratio over an interval, set against ``positive_fraction``,
         says how much more often positives are replayed than they are stored.
+        ``lambda_effective`` is the mixture weight under the ``max_oversampling`` ceiling
+        (``lambda`` without one) and ``max_oversampling_ratio`` the current
+        :math:`N \max_i q_t(i)`: how many times as often as under uniform replay the
+        most-favoured slot is drawn (``O(N)`` without a ceiling: a logging call).
         """
         with self._lock:
             state = self._state
             n = state.n_filled
             mean_score, positive_fraction = state.score_summary()
+            lam = self.lambda_
+            lam_eff = state.effective_lambda(lam, n, self._max_oversampling)
+            if n:
+                p_bar = state.unscored_priority()
+                total = state.tree_v.root() + p_bar * state.tree_u.root()
+                top = state.max_leaf(p_bar) / total if total > 0 else 1.0 / n
+                max_ratio = lam_eff * n * top + (1.0 - lam_eff)
+            else:
+                max_ratio = float("nan")
             return {
                 "num_filled": n,
                 "fraction_scored": state.n_scored / n if n else 0.0,
                 "mean_score": mean_score,
                 "positive_fraction": positive_fraction,
-                "lambda": self.lambda_,
+                "lambda": lam,
+                "lambda_effective": lam_eff,
+                "max_oversampling_ratio": max_ratio,
                 "unscored_priority": state.unscored_priority(),
                 "stale_drops": state.stale_drops,
                 "sample_calls": self._sample_calls,
@@ -757,7 +826,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             f"{type(self).__name__}(max_capacity={self._max_capacity}, lambda_max={self._lambda_max}, "
             f"warmup={self._warmup}, unscored_priority={c.unscored!r}, "
             f"threshold={c.threshold}, eps={c.eps}, td_boost={c.td_boost}, "
-            f"alpha={c.alpha}, beta={self._beta}, tree_backend={self._backend!r})"
+            f"alpha={c.alpha}, beta={self._beta}, max_oversampling={self._max_oversampling}, "
+            f"tree_backend={self._backend!r})"
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -781,6 +851,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                     "alpha": c.alpha,
                     "beta": self._beta,
                     "reduction": self.reduction,
+                    # only when set, so that a sampler without a ceiling writes schema 1's layout unchanged
+                    **({"max_oversampling": self._max_oversampling} if self._max_oversampling is not None else {}),
                 },
                 "sample_calls": self._sample_calls,
                 "drawn": self._drawn,
@@ -821,6 +893,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             unscored=_check_unscored("default_priority", config["default_priority"]),
         )
         beta = _check_nonneg("beta", config["beta"])
+        # absent in checkpoints written before the ceiling existed: they sampled without one
+        max_oversampling = _check_ceiling("max_oversampling", config.get("max_oversampling"))
         lambda_override = state_dict["lambda_override"]
         if lambda_override is not None:
             lambda_override = _check_unit("lambda_", lambda_override)
@@ -832,6 +906,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         with self._lock:
             # the checkpoint's settings win, so that a resumed run samples as before
             self._lambda_max, self._warmup, self._beta = lambda_max, warmup, beta
+            self._max_oversampling = max_oversampling
             self.reduction = config["reduction"]
             self._state = SlotState(self._max_capacity, priority_config, self._backend)
             self._state.load(

@@ -31,8 +31,11 @@ and computes, per arm, over its seeds:
   the second half of each run, and their ratio, the over-sampling factor;
 - ``--metric`` picks the evaluation column all of the above read (default ``eval_success``;
   e.g. ``eval_return`` with ``--target 20`` for a task no arm solves within the budget);
+- for arms run with an over-sampling ceiling (``max_oversampling``), the mean effective mixture
+  weight ``lambda_effective`` over the second half of each run;
 - relative to a baseline arm (``--baseline``, ``uniform`` by default), the ratio of median
-  frames to target (arm / baseline; below 1 is faster).
+  frames to target (arm / baseline; below 1 is faster) and Welch's t-test p-values of the
+  per-seed frames to target, AUC and final value against the baseline's.
 
 Writes to ``--out`` (default ``docs/results/<study>/``) ``success.png`` (curves with shaded
 95% bands), ``replay.png`` (buffer vs sampled positive share, VLM arms only) and ``table.md``
@@ -363,6 +366,9 @@ class ArmSummary:
     vs_baseline: float = math.nan  # median frames, arm / baseline
     vs_baseline_mean: float = math.nan  # censored mean frames, arm / baseline
     p_vs_baseline: float = math.nan  # Welch t-test of the per-seed (censored) frames against the baseline's
+    p_auc_vs_baseline: float = math.nan  # Welch t-test of the per-seed AUC against the baseline's
+    p_final_vs_baseline: float = math.nan  # Welch t-test of the per-seed final values against the baseline's
+    lambda_effective: float = math.nan  # second-half mean of lambda under the over-sampling ceiling
     success: Curve = field(default=None, repr=False)  # type: ignore[assignment]
     buffer_curve: Curve = field(default=None, repr=False)  # type: ignore[assignment]
     sampled_curve: Curve = field(default=None, repr=False)  # type: ignore[assignment]
@@ -386,6 +392,10 @@ def _nanmax(values: np.ndarray) -> float:
 def _nanmean(values: Iterable[float]) -> float:
     x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     return float(x.mean()) if x.size else math.nan
+
+
+def _finite(values: Iterable[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
 
 
 def is_finished(run: Run, study_last_step: float) -> bool:
@@ -420,12 +430,16 @@ def summarize(
 
     arms: dict[str, ArmSummary] = {}
     censored_by_arm: dict[str, list[float]] = {}
+    auc_by_arm: dict[str, list[float]] = {}
+    final_by_arm: dict[str, list[float]] = {}
     for arm, runs in runs_by_arm.items():
         per_run = [frames_to_target(r, target, metric) for r in runs]
         hits = [f for f in per_run if f is not None]
         censored_frames = [f if f is not None else r.last_step for r, f in zip(runs, per_run)]
         censored_by_arm[arm] = censored_frames
         done = [r for r in runs if id(r) in finished]
+        auc_by_arm[arm] = [auc(r, horizon, metric) for r in runs]
+        final_by_arm[arm] = [final_success(r, metric) for r in done]
         buffer_pos = _nanmean(second_half_mean(r, "positive_fraction") for r in runs)
         sampled_pos = _nanmean(second_half_mean(r, "sampled_positive_fraction") for r in runs)
         arms[arm] = ArmSummary(
@@ -437,8 +451,8 @@ def summarize(
             median_frames=float(np.median(hits)) if hits else math.nan,
             censored_mean_frames=float(np.mean(censored_frames)),
             censored=len(hits) < len(runs),
-            auc=mean_ci(auc(r, horizon, metric) for r in runs),
-            final=mean_ci(final_success(r, metric) for r in done),
+            auc=mean_ci(auc_by_arm[arm]),
+            final=mean_ci(final_by_arm[arm]),
             peak=mean_ci(_nanmax(r.col(metric)) for r in runs),
             collapsed=sum(1 for r in done if frames_to_target(r, target, metric) is not None
                           and final_success(r, metric) < target / 2),
@@ -446,6 +460,7 @@ def summarize(
             buffer_positive=buffer_pos,
             sampled_positive=sampled_pos,
             oversampling=sampled_pos / buffer_pos if buffer_pos > 0 else math.nan,
+            lambda_effective=_nanmean(second_half_mean(r, "lambda_effective") for r in runs),
             success=curve(runs, metric),
             buffer_curve=curve(runs, "positive_fraction"),
             sampled_curve=curve(runs, "sampled_positive_fraction"),
@@ -460,6 +475,8 @@ def summarize(
                 s.vs_baseline_mean = s.censored_mean_frames / base.censored_mean_frames
             if arm != baseline:
                 s.p_vs_baseline = welch_p(censored_by_arm[arm], censored_by_arm[baseline])
+                s.p_auc_vs_baseline = welch_p(_finite(auc_by_arm[arm]), _finite(auc_by_arm[baseline]))
+                s.p_final_vs_baseline = welch_p(_finite(final_by_arm[arm]), _finite(final_by_arm[baseline]))
     return StudySummary(study, target, float(horizon), baseline, arms, metric)
 
 
@@ -511,8 +528,8 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
     pct, what = _fmt_level(summary, summary.target), _metric_label(summary)
     header = [
         "arm", "seeds", f"reach {pct}", f"frames to {pct} per seed", f"median frames to {pct}", "censored mean frames",
-        "vs baseline", "vs baseline (mean)", "p (Welch)", "AUC", f"final {what}", f"peak {what}", "collapsed",
-        "wall-clock (min)", "buffer positive", "sampled positive", "over-sampling",
+        "vs baseline", "vs baseline (mean)", "p (Welch)", "AUC", "p AUC", f"final {what}", "p final", f"peak {what}",
+        "collapsed", "wall-clock (min)", "buffer positive", "sampled positive", "over-sampling", "λ effective",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for arm in arms if arms is not None else list(summary.arms):
@@ -524,10 +541,10 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
             arm, seeds, f"{s.reached}/{s.n_runs}", per_seed, fmt_frames(s.median_frames),
             f"≥ {censored}" if s.censored else censored,
             _fmt(s.vs_baseline, ".2f", "×"), _fmt(s.vs_baseline_mean, ".2f", "×"), _fmt(s.p_vs_baseline, ".2f"),
-            fmt_ci(s.auc), fmt_ci(s.final), fmt_ci(s.peak),
-            f"{s.collapsed}/{s.n_finished}",
+            fmt_ci(s.auc), _fmt(s.p_auc_vs_baseline, ".2f"), fmt_ci(s.final), _fmt(s.p_final_vs_baseline, ".2f"),
+            fmt_ci(s.peak), f"{s.collapsed}/{s.n_finished}",
             _fmt(s.wall_clock_min, ".1f"), _fmt_share(s.buffer_positive),
-            _fmt_share(s.sampled_positive), _fmt(s.oversampling, ".2f", "×"),
+            _fmt_share(s.sampled_positive), _fmt(s.oversampling, ".2f", "×"), _fmt(s.lambda_effective, ".3f"),
         ]
         lines.append("| " + " | ".join(row) + " |")
     notes = (
@@ -536,11 +553,12 @@ def render_table(summary: StudySummary, arms: Sequence[str] | None = None) -> st
         f"bound). Per seed: seeds in order, — where the target was not reached. vs baseline: median "
         f"(and censored mean) frames relative to `{summary.baseline}` (< 1 is faster); p: Welch's "
         f"t-test of the per-seed censored frames against `{summary.baseline}`'s (the evaluation grid "
-        f"makes them coarse). "
+        f"makes them coarse); p AUC, p final: the same test of the per-seed AUC and final values. "
         f"AUC: time-averaged {what} up to {fmt_frames(summary.horizon)} frames. Final {what} "
         f"and wall-clock over finished runs; peak: each run's best evaluation; collapsed: finished "
         f"runs that reached {pct} and ended below {_fmt_level(summary, summary.target / 2)}. ± is a 95% t-interval over seeds. Positive shares "
-        f"are means over the second half of each run; over-sampling = sampled / buffer."
+        f"are means over the second half of each run; over-sampling = sampled / buffer; λ effective: the "
+        f"mixture weight under the over-sampling ceiling (max_oversampling), second-half mean."
     )
     return "\n".join(lines) + "\n\n" + notes + "\n"
 

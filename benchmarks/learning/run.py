@@ -59,6 +59,8 @@ COMMON = {
     "tensorboard": "false",
     "gallery_clips": "0",
     "stop_at": "none",  # a resumed run reads its saved config back: clear a stop_at given to an earlier chunk
+    # the paper's sampler; the *_cap4 arms set the recipes' default ceiling (max_oversampling=4)
+    "max_oversampling": "none",
 }
 #: Per recipe, on top of COMMON.
 RECIPE_COMMON: dict[str, dict[str, str]] = {
@@ -66,7 +68,8 @@ RECIPE_COMMON: dict[str, dict[str, str]] = {
     # The oracle arms mean the oracle: pinned, since the recipe's default scorer is builtin:minigrid
     "dqn": {"eval_episodes": "50", "eval_eps": "0.05", "scorer": "oracle:minigrid"},
     # SAC evaluates its deterministic actor; a robosuite episode costs ~200 env steps of ~25 ms
-    "sac": {"eval_episodes": "10"},
+    # The oracle arms mean the oracle: pinned, since the recipe's default scorer is builtin:lift
+    "sac": {"eval_episodes": "10", "scorer": "oracle:robosuite"},
 }
 
 STUDIES: dict[str, dict[str, str]] = {
@@ -119,13 +122,21 @@ ABLATIONS: dict[str, dict[str, str]] = {
     # Lift: do importance weights undo the over-sampling of rare grasp clips?
     "vlm_td_oracle_beta04": {"replay": "vlm_td", "vlm_beta": "0.4"},
 }
+#: The over-sampling ceiling (max_oversampling=4, the recipes' default): no transition is drawn more than 4x as
+#: often as under uniform replay; lambda is lowered while that would be exceeded (rare positives).
+CEILING: dict[str, dict[str, str]] = {
+    "vlm_oracle_cap4": {"replay": "vlm", "max_oversampling": "4"},  # DoorKey: does the ceiling leave it alone?
+    "vlm_td_oracle_cap4": {"replay": "vlm_td", "max_oversampling": "4"},  # Lift: rare grasp clips, capped
+    # Lift with the shipped pixel scorer (agentview frames, 64 px) instead of the privileged flags
+    "vlm_td_builtin_cap4": {"replay": "vlm_td", "scorer": "builtin:lift", "max_oversampling": "4"},
+}
 #: Uniform replay under other learner settings: is the collapse after solving a tuning problem?
 TUNING: dict[str, dict[str, str]] = {
     "uniform_lr1e-4": {"replay": "uniform", "lr": "1e-4"},
     "uniform_target1000": {"replay": "uniform", "target_update": "1000"},
     "uniform_epsend0.1": {"replay": "uniform", "eps_end": "0.1"},
 }
-ARM_GROUPS = {"main": list(ARMS), "ablation": list(ABLATIONS), "tuning": list(TUNING)}
+ARM_GROUPS = {"main": list(ARMS), "ablation": list(ABLATIONS), "tuning": list(TUNING), "ceiling": list(CEILING)}
 
 
 @dataclass
@@ -178,7 +189,7 @@ class Job:
 
 def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path = RUNS,
               results_root: Path = RESULTS) -> list[Job]:
-    table = {**ARMS, **ABLATIONS, **TUNING}
+    table = {**ARMS, **ABLATIONS, **TUNING, **CEILING}
     unknown = [a for a in arms if a not in table]
     if unknown:
         raise SystemExit(f"unknown arms {unknown}; known: {sorted(table)} or groups {sorted(ARM_GROUPS)}")

@@ -236,7 +236,8 @@ class RobosuiteEnv(EnvBase):
             return None
         return float(self._env.sim.data.body_xpos[self._env.sim.model.body_name2id(obj.root_body)][2])
 
-    def _events(self) -> tuple[bool, bool, bool]:
+    def events(self) -> tuple[bool, bool, bool]:
+        """``(grasping, lifted, success)`` now: the event flags :meth:`step` writes (see the class docstring)."""
         env = self._env
         name = _TASK_OBJECTS.get(self.task)
         obj = getattr(env, name, None) if name else None
@@ -278,7 +279,7 @@ class RobosuiteEnv(EnvBase):
         action = tensordict.get("action").detach().cpu().numpy().astype(np.float64)
         obs, reward, _, _ = self._env.step(action)
         self._step_in_episode += 1
-        grasping, lifted, success = self._events()
+        grasping, lifted, success = self.events()
         terminated = success and self.terminate_on_success
         truncated = self._step_in_episode >= self.max_episode_steps
         progress = grasping or lifted or success

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -76,6 +77,10 @@ class RecipeConfig:
     threshold: float | None = _field(0.5, "score binarisation threshold (None = continuous scores)")
     vlm_eps: float = _field(0.01, "priority floor for VLM scores")
     vlm_beta: float = _field(0.0, "importance-sampling exponent for vlm modes (paper: 0)")
+    max_oversampling: float | None = _field(
+        4.0, "vlm modes: ceiling on how many times as often as under uniform replay any transition is drawn; lambda "
+             "is lowered while it would be exceeded (rare positives: robosuite Lift). 4 does not bind on DoorKey "
+             "with the paper's warm-up (<= 3x there). None = the paper's sampler (docs/sampler.md)")
     default_priority: str = _field("mean", "priority of unscored transitions: mean | max | <float>")
     label_noise: float = _field(0.0, "flip scorer outputs with this probability (NoisyScorer): an imperfect VLM")
     distill: bool = _field(False, "score with a DistilledScorer: a small student on the frames, trained online from "
@@ -182,6 +187,9 @@ class RecipeConfig:
                            "prompt= or scorer_kwargs, not both)"))
         if self.vlm_warmup is not None:
             checks.append(("vlm_warmup", self.vlm_warmup >= 0, "None or an integer >= 0"))
+        if self.max_oversampling is not None:
+            checks.append(("max_oversampling", math.isfinite(self.max_oversampling) and self.max_oversampling >= 1,
+                           "None or a number >= 1 (1 = uniform replay)"))
         if self.default_priority not in ("mean", "max"):
             try:
                 ok = float(self.default_priority) >= 0
@@ -275,7 +283,9 @@ class SACConfig(RecipeConfig):
     tau: float = _field(0.005, "target-network soft-update rate (SoftUpdate eps = 1 - tau)")
     alpha_init: float = _field(1.0, "initial entropy temperature (tuned automatically)")
     # replay
-    scorer: str = _field("oracle:robosuite", "scorer spec for vlm modes (oracle:robosuite, python:mod:fn, hf:<id or dir>, ...)")
+    scorer: str = _field("builtin:lift", "scorer spec for vlm modes: builtin:lift (the small CLIP shipped with the "
+                                         "package, scoring agentview frames of Lift), oracle:robosuite (privileged "
+                                         "grasp/lift/success flags), python:mod:fn, clip:<id or dir>, hf:<id or dir>, ...")
     # evaluation
     eval_every: int = _field(20_000, "frames between evaluations")
     eval_episodes: int = _field(10, "episodes per evaluation (deterministic actor)")
@@ -286,8 +296,16 @@ class SACConfig(RecipeConfig):
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "alpha_init")
 
     def _checks(self) -> list[tuple[str, bool, str]]:
+        lift_scorer = self.scorer == "builtin:lift" and self.replay in ("vlm", "vlm_td")
         return [*super()._checks(), ("env", self.env.startswith("robosuite/"), "robosuite/<Task>, e.g. robosuite/Lift"),
-                ("env_backend", self.env_backend in ("serial", "parallel"), "'serial' or 'parallel'")]
+                ("env_backend", self.env_backend in ("serial", "parallel"), "'serial' or 'parallel'"),
+                ("scorer", not lift_scorer or self.env == "robosuite/Lift",
+                 "a scorer for this task (builtin:lift knows Lift's scene only; pass scorer=oracle:robosuite, "
+                 "clip:<dir>, hf:<dir>, openai:<url>#<model> or python:<module>:<callable>)"),
+                ("camera", not lift_scorer or self.camera == "agentview",
+                 "agentview with scorer=builtin:lift (the camera it was trained on)"),
+                ("frame_size", not lift_scorer or self.frame_size == 64,
+                 "64 with scorer=builtin:lift (the frame size it was trained on)")]
 
     def validate(self) -> SACConfig:
         return super().validate()

@@ -267,7 +267,8 @@ class VLMReplay(Replay):
         stats = self.buffer.vlm_stats()
         drawn_before, positive_before = counters.get("drawn_logged", (0, 0))
         drawn = stats["drawn"] - drawn_before
-        return {"lambda": stats["lambda"], "fraction_scored": stats["fraction_scored"],
+        return {"lambda": stats["lambda"], "lambda_effective": stats["lambda_effective"],
+                "max_oversampling_ratio": stats["max_oversampling_ratio"], "fraction_scored": stats["fraction_scored"],
                 "positive_fraction": stats["positive_fraction"],
                 "sampled_positive_fraction": (stats["drawn_positive"] - positive_before) / drawn if drawn
                 else float("nan"),
@@ -329,6 +330,7 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
         backend=cfg.scorer_backend, scorer_options=_ray_options(cfg) if cfg.scorer_backend == "ray" else None,
         sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": cfg.threshold,
                         "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "unscored_priority": default,
+                        "max_oversampling": cfg.max_oversampling,
                         "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},
     )
     return VLMReplay(buffer, sync=not cfg.async_scoring, drain_timeout=cfg.scorer_drain_timeout)

@@ -29,8 +29,8 @@ __all__ = [
 ]
 
 METRIC_COLUMNS = [
-    "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda",
-    "fraction_scored", "positive_fraction", "sampled_positive_fraction", "stale_drops", "scorer_clips_per_s",
+    "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda", "lambda_effective",
+    "fraction_scored", "positive_fraction", "sampled_positive_fraction", "max_oversampling_ratio", "stale_drops", "scorer_clips_per_s",
     "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "scorer_unparsed", "scorer_token_only",
     "distill_teacher_share", "distill_agreement_f1", "distill_trusted", "env_steps_per_s", "time_s",
 ]

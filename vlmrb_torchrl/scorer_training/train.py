@@ -1,10 +1,14 @@
-"""Training a small CLIP on captioned MiniGrid frames: ``vlmrb build-scorer minigrid --out DIR``.
+"""Training a small CLIP on captioned frames of one environment: ``vlmrb build-scorer minigrid|lift --out DIR``.
 
-:func:`build_minigrid_scorer` generates frames (:func:`~vlmrb_torchrl.scorer_training.data.generate_frames`),
-captions them from the simulator's state (:mod:`~vlmrb_torchrl.scorer_training.captions`),
-trains a transformers ``CLIPModel`` on one CPU thread and saves it with ``save_pretrained``,
-its tokenizer and processor, ``training.json`` (the recipe and metrics) and ``MODEL_CARD.md``.
-The directory loads with ``make_scorer("clip:DIR")`` and ``HF_HUB_OFFLINE=1``.
+:func:`build_scorer` takes a :class:`~vlmrb_torchrl.scorer_training.domains.Domain` (what is
+environment-specific: how frames are generated, the statements a state makes true, their
+wordings, the validation questions, the model card's description; ``"minigrid"`` and ``"lift"``
+ship), generates frames, captions them from the simulator's state, trains a transformers
+``CLIPModel`` on one CPU thread and saves it with ``save_pretrained``, its tokenizer and
+processor, ``training.json`` (the recipe and metrics) and ``MODEL_CARD.md``. The directory loads
+with ``make_scorer("clip:DIR")`` and ``HF_HUB_OFFLINE=1``. :func:`build_minigrid_scorer` is the
+MiniGrid build (``builtin:minigrid``), :func:`build_lift_scorer` the robosuite Lift one
+(``builtin:lift``).
 
 The loss: every true caption of a frame must beat every false one,
 ``softplus(logsumexp(false captions) - true caption)`` averaged over the frame's true captions,
@@ -24,7 +28,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,56 +36,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlmrb_torchrl.scorer_training.captions import Statement, all_statements, true_statements, vocabulary, wordings
-from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout, generate_frames
+from vlmrb_torchrl.scorer_training.captions import Statement
+from vlmrb_torchrl.scorer_training.data import TRAIN_LAYOUTS, FrameSet, Layout
+from vlmrb_torchrl.scorer_training.domains import (MINIGRID_QUESTIONS, BuildConfig, Domain, get_domain, load_frames,
+                                                   minigrid_domain, save_frames)
 from vlmrb_torchrl.scorer_training.model import MODEL_SIZES, build_model, build_processor, build_tokenizer
 
-__all__ = ["BuildConfig", "build_minigrid_scorer", "QUESTIONS", "weights_sha256"]
+__all__ = ["BuildConfig", "build_scorer", "build_minigrid_scorer", "build_lift_scorer", "QUESTIONS", "weights_sha256"]
 
-#: Frame-level validation: groups of mutually exclusive statements; a frame where exactly one
-#: option is true counts as correct when the model ranks that option's canonical wording first.
-QUESTIONS: dict[str, tuple[Statement, ...]] = {
-    "holds": (("holds_nothing",), ("holds", "any", "key"), ("holds", "any", "ball"), ("holds", "any", "box")),
-    "key": (("holds", "any", "key"), ("floor", "any", "key")),
-    "door": (("door", "any", "open"), ("door", "any", "unlocked"), ("door", "any", "locked")),
-    "lock": (("door", "any", "notlocked"), ("door", "any", "locked")),
-    "faces": tuple(("faces", "any", k) for k in ("floor", "wall", "door", "key", "ball", "box", "goal")),
-    "goal": (("goal", "on"), ("goal", "next"), ("goal", "far")),
-    "room": (("room", "left"), ("room", "doorway"), ("room", "right")),
-    "held_colour": tuple(("holds", c, k) for c in ("red", "green", "blue", "purple", "yellow", "grey")
-                         for k in ("key", "ball", "box")),
-}
-
-
-@dataclasses.dataclass
-class BuildConfig:
-    """What :func:`build_minigrid_scorer` does (recorded in ``training.json`` and the model card).
-
-    Attributes:
-        frames (int): training + validation frames generated.
-        steps (int): optimisation steps (batches).
-        batch_size (int): frames per batch.
-        lr (float): peak AdamW learning rate (linear warm-up over 5% of steps, cosine decay).
-        seed (int): seeds data, initialisation, batches and captions.
-        size (str): a key of :data:`~vlmrb_torchrl.scorer_training.model.MODEL_SIZES`.
-        val_share (float): share of episodes held out for validation.
-        held_out_frames (int): frames of :data:`HELD_OUT_LAYOUTS` (tasks never trained on)
-            generated for the transfer metrics (0 = skip).
-        eval_every (int): steps between validation passes.
-        minutes (float or None): stop training after this many minutes (breaks determinism
-            across machines of different speed).
-    """
-
-    frames: int = 120_000
-    steps: int = 2000
-    batch_size: int = 128
-    lr: float = 2e-3
-    seed: int = 0
-    size: str = "small"
-    val_share: float = 0.03
-    held_out_frames: int = 3_000
-    eval_every: int = 200
-    minutes: float | None = None
+#: MiniGrid's frame-level validation questions (see :data:`~vlmrb_torchrl.scorer_training.domains.MINIGRID_QUESTIONS`).
+QUESTIONS = MINIGRID_QUESTIONS
 
 
 def weights_sha256(out_dir: str | Path) -> str:
@@ -91,17 +54,17 @@ def weights_sha256(out_dir: str | Path) -> str:
 
 
 class _Statements:
-    """Frames' states as multi-hot rows over :func:`all_statements`, with per-statement wordings."""
+    """Frames' states as multi-hot rows over the domain's statements, with per-statement wordings."""
 
-    def __init__(self, states) -> None:
-        self.names = all_statements()
+    def __init__(self, states, domain: Domain) -> None:
+        self.names = list(domain.statements())
         self.index = {s: i for i, s in enumerate(self.names)}
         unique: dict[Any, int] = {}
         self.state_id = np.array([unique.setdefault(s, len(unique)) for s in states], dtype=np.int64)
         self.hot = np.zeros((len(unique), len(self.names)), dtype=bool)
         self.true: list[list[int]] = []
         for s, u in unique.items():
-            idx = sorted(self.index[t] for t in true_statements(s))
+            idx = sorted(self.index[t] for t in domain.true_statements(s))
             self.hot[u, idx] = True
         self.true = [np.flatnonzero(row) for row in self.hot]
 
@@ -152,12 +115,13 @@ def _embed_pixels(model, normalize: _Normalize, pixels: torch.Tensor, chunk: int
 
 @torch.inference_mode()
 def _question_accuracy(model, tokenizer, normalize, pixels: torch.Tensor, hot: np.ndarray,
-                       index: dict[Statement, int]) -> dict[str, Any]:
+                       index: dict[Statement, int], domain: Domain) -> dict[str, Any]:
     """Per question: accuracy and count over the frames where exactly one option is true."""
     model.eval()
     images = _embed_pixels(model, normalize, pixels)
     out: dict[str, Any] = {}
-    for name, options in QUESTIONS.items():
+    wordings = domain.wordings
+    for name, options in domain.questions.items():
         cols = [index[o] for o in options]
         truth = hot[:, cols]
         keep = truth.sum(1) == 1
@@ -177,6 +141,50 @@ def _loss(image_embeds, text_embeds, scale, truth: torch.Tensor) -> torch.Tensor
     return ((per_pair * truth).sum(-1) / truth.sum(-1).clamp(min=1)).mean()
 
 
+def build_scorer(
+    domain: str | Domain,
+    out_dir: str | Path,
+    config: BuildConfig | None = None,
+    *,
+    log: Callable[[str], None] | None = print,
+    command: str | None = None,
+    cache: str | Path | None = None,
+) -> dict[str, Any]:
+    """Generates captioned frames of ``domain``, trains a small CLIP and saves it to ``out_dir``.
+
+    Args:
+        domain (str or Domain): ``"minigrid"``, ``"lift"`` or a :class:`Domain`.
+        out_dir (str or Path): where ``config.json``, ``model.safetensors``, the tokenizer,
+            the processor, ``training.json`` and ``MODEL_CARD.md`` are written.
+        config (BuildConfig, optional): the recipe. Defaults to the domain's
+            ``default_config`` (the shipped model's).
+
+    Keyword Args:
+        log (callable, optional): progress lines go here (``None``: silent). Defaults to ``print``.
+        command (str, optional): the command line recorded in the model card.
+        cache (str or Path, optional): a directory where the generated training frames are kept
+            (``<domain>-<frames>-seed<seed>.npz``) and reused by the next build with the same
+            frames and seed: generating robosuite frames costs ~0.1 s each. Not part of the
+            recipe (the frames are the same either way).
+
+    Returns:
+        dict: the contents of ``training.json`` (config, data counts, metrics, timings, hash).
+    """
+    domain = get_domain(domain) if isinstance(domain, str) else domain
+    cfg = config or domain.default_config
+    if cfg.size not in MODEL_SIZES:
+        raise ValueError(f"BuildConfig.size must be one of {sorted(MODEL_SIZES)}, got {cfg.size!r}.")
+    say = log or (lambda _: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: faster than two on a shared 2-core machine, and deterministic
+    try:
+        return _build(out, cfg, domain, say, command, None if cache is None else Path(cache))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def build_minigrid_scorer(
     out_dir: str | Path,
     config: BuildConfig | None = None,
@@ -185,20 +193,11 @@ def build_minigrid_scorer(
     log: Callable[[str], None] | None = print,
     command: str | None = None,
 ) -> dict[str, Any]:
-    """Generates captioned MiniGrid frames, trains a small CLIP and saves it to ``out_dir``.
+    """Generates captioned MiniGrid frames, trains a small CLIP and saves it to ``out_dir`` (``builtin:minigrid``).
 
-    Args:
-        out_dir (str or Path): where ``config.json``, ``model.safetensors``, the tokenizer,
-            the processor, ``training.json`` and ``MODEL_CARD.md`` are written.
-        config (BuildConfig, optional): the recipe. Defaults to ``BuildConfig()`` (the shipped model's).
-
-    Keyword Args:
-        layouts (tuple of Layout, optional): the training mixture. Defaults to :data:`TRAIN_LAYOUTS`.
-        log (callable, optional): progress lines go here (``None``: silent). Defaults to ``print``.
-        command (str, optional): the command line recorded in the model card.
-
-    Returns:
-        dict: the contents of ``training.json`` (config, data counts, metrics, timings, hash).
+    :func:`build_scorer` with the MiniGrid domain; ``layouts`` is its training mixture
+    (defaults to :data:`~vlmrb_torchrl.scorer_training.data.TRAIN_LAYOUTS`). The defaults rebuild
+    the shipped model.
 
     Examples:
         >>> import tempfile
@@ -211,34 +210,53 @@ def build_minigrid_scorer(
         >>> scorer.provenance["model_type"]
         'clip'
     """
-    cfg = config or BuildConfig()
-    if cfg.size not in MODEL_SIZES:
-        raise ValueError(f"BuildConfig.size must be one of {sorted(MODEL_SIZES)}, got {cfg.size!r}.")
-    say = log or (lambda _: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: faster than two on a shared 2-core machine, and deterministic
-    try:
-        return _build(out, cfg, layouts, say, command)
-    finally:
-        torch.set_num_threads(threads)
+    return build_scorer(minigrid_domain(layouts), out_dir, config, log=log, command=command)
 
 
-def _build(out: Path, cfg: BuildConfig, layouts, say, command) -> dict[str, Any]:
+def build_lift_scorer(
+    out_dir: str | Path,
+    config: BuildConfig | None = None,
+    *,
+    log: Callable[[str], None] | None = print,
+    command: str | None = None,
+    cache: str | Path | None = None,
+) -> dict[str, Any]:
+    """Generates captioned robosuite Lift frames, trains a small CLIP and saves it to ``out_dir`` (``builtin:lift``).
+
+    :func:`build_scorer` with the Lift domain (``agentview`` frames at the SAC recipe's 64 px,
+    :mod:`~vlmrb_torchrl.scorer_training.lift`); robosuite is needed. The defaults rebuild the
+    shipped model.
+    """
+    return build_scorer("lift", out_dir, config, log=log, command=command, cache=cache)
+
+
+def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say) -> FrameSet:
+    """The training frames: generated, or read from ``cache`` where an earlier build kept them."""
+    path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}.npz"
+    if path is not None and path.is_file():
+        say(f"reading the frames from {path}")
+        return load_frames(path)
+    data = domain.generate(cfg.frames, cfg.seed)
+    if path is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        save_frames(data, path)
+    return data
+
+
+def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Path | None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    data: FrameSet = generate_frames(cfg.frames, seed=cfg.seed, layouts=layouts)
+    data: FrameSet = _frames(domain, cfg, cache, say)
     t_data = time.perf_counter() - t0
     say(f"generated {len(data)} frames from {data.episode.max() + 1} episodes in {t_data:.0f} s")
 
     s = MODEL_SIZES[cfg.size]
-    tokenizer = build_tokenizer(vocabulary(), max_length=s["max_text_len"])
+    tokenizer = build_tokenizer(domain.vocabulary(), max_length=s["max_text_len"])
     processor = build_processor(tokenizer, image_size=s["image_size"])
     t1 = time.perf_counter()
     pixels = _pixels(data.frames, processor)
     normalize = _Normalize(processor)
     say(f"preprocessed frames to {tuple(pixels.shape[1:])} in {time.perf_counter() - t1:.0f} s")
-    stmts = _Statements(data.states)
+    stmts = _Statements(data.states, domain)
     rng = np.random.default_rng(cfg.seed)
     episodes = np.unique(data.episode)
     n_val = min(len(episodes) - 1, max(1, int(round(cfg.val_share * len(episodes)))))
@@ -248,17 +266,18 @@ def _build(out: Path, cfg: BuildConfig, layouts, say, command) -> dict[str, Any]
         is_val = np.isin(data.episode, rng.choice(episodes, size=n_val, replace=False))
         train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
 
-    # balanced sampling: a frame's weight follows its rarest (colour-free) statement, so facing
-    # the goal, holding the key or an unlocked-but-closed door are seen far more often than
-    # their share of the rollouts
+    # balanced sampling: a frame's weight follows its rarest balanced statement (MiniGrid: the
+    # colour-free ones), so facing the goal, holding the key or an unlocked-but-closed door are
+    # seen far more often than their share of the rollouts
     hot_train = stmts.frame_hot(train_idx)
     freq = hot_train.sum(0).astype(np.float64)
-    balance_cols = np.array([i for i, n in enumerate(stmts.names) if len(n) < 3 or n[1] == "any"])
+    balance_cols = np.array([i for i, n in enumerate(stmts.names) if domain.balanced(n)])
     inv = 1.0 / np.sqrt(np.maximum(freq, 50.0))
     frame_w = (hot_train[:, balance_cols] * inv[balance_cols]).max(1)
     frame_w = torch.from_numpy(frame_w / frame_w.sum())
     stmt_w = 1.0 / np.sqrt(np.maximum(freq, 1.0))  # caption statements: rare ones first
     active = np.flatnonzero(freq > 0)
+    wordings = domain.wordings
 
     model = build_model(len(tokenizer), size=cfg.size, seed=cfg.seed)
     model.train()
@@ -311,7 +330,7 @@ def _build(out: Path, cfg: BuildConfig, layouts, say, command) -> dict[str, Any]
         loss_avg = value if loss_avg is None else 0.95 * loss_avg + 0.05 * value
         last = steps_done == cfg.steps or (deadline is not None and time.perf_counter() > deadline)
         if steps_done % cfg.eval_every == 0 or last:
-            acc = _question_accuracy(model, tokenizer, normalize, val_pixels, val_hot, stmts.index)
+            acc = _question_accuracy(model, tokenizer, normalize, val_pixels, val_hot, stmts.index, domain)
             history.append({"step": steps_done, "seconds": round(time.perf_counter() - t2, 1),
                             "loss": round(loss_avg, 4), "val": {k: v["accuracy"] for k, v in acc.items()}})
             say(f"step {steps_done}/{cfg.steps} {time.perf_counter() - t2:.0f}s loss {loss_avg:.3f} "
@@ -320,16 +339,14 @@ def _build(out: Path, cfg: BuildConfig, layouts, say, command) -> dict[str, Any]
             break
     t_train = time.perf_counter() - t2
     model.eval()
-    val_metrics = _question_accuracy(model, tokenizer, normalize, val_pixels, val_hot, stmts.index)
+    val_metrics = _question_accuracy(model, tokenizer, normalize, val_pixels, val_hot, stmts.index, domain)
 
     held_out = {}
-    if cfg.held_out_frames > 0:
-        ho = generate_frames(cfg.held_out_frames, seed=cfg.seed + 1_000_003,
-                             layouts=tuple(Layout(e, 1.0, "doorkey" if "Unlock" in e or "Locked" in e else "subgoal")
-                                           for e in HELD_OUT_LAYOUTS))
-        ho_stmts = _Statements(ho.states)
+    if cfg.held_out_frames > 0 and domain.held_out is not None:
+        ho = domain.held_out(cfg.held_out_frames, cfg.seed + 1_000_003)
+        ho_stmts = _Statements(ho.states, domain)
         held_out = _question_accuracy(model, tokenizer, normalize, _pixels(ho.frames, processor),
-                                      ho_stmts.frame_hot(np.arange(len(ho))), ho_stmts.index)
+                                      ho_stmts.frame_hot(np.arange(len(ho))), ho_stmts.index, domain)
         say("held-out tasks: " + " ".join(f"{k}={v['accuracy']:.3f}" for k, v in held_out.items()))
 
     model.save_pretrained(out)
@@ -337,8 +354,7 @@ def _build(out: Path, cfg: BuildConfig, layouts, say, command) -> dict[str, Any]
     report = {
         "config": dataclasses.asdict(cfg),
         "command": command,
-        "layouts": [dataclasses.asdict(lay) for lay in layouts],
-        "held_out_layouts": list(HELD_OUT_LAYOUTS),
+        **domain.describe(data),
         "frames": {"train": int(len(train_idx)), "val": int(len(val_idx)), "episodes": int(len(episodes))},
         "parameters": int(n_params),
         "steps_done": steps_done,
@@ -347,41 +363,33 @@ def _build(out: Path, cfg: BuildConfig, layouts, say, command) -> dict[str, Any]
         "held_out_accuracy": held_out,
         "history": history,
         "weights_sha256": weights_sha256(out),
-        "versions": _versions(),
+        "versions": domain.versions(),
     }
     (out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "MODEL_CARD.md").write_text(model_card(report))
+    (out / "MODEL_CARD.md").write_text(model_card(report, domain))
     say(f"saved to {out} ({n_params} parameters, sha256 {report['weights_sha256'][:16]}...)")
     return report
 
 
-def _versions() -> dict[str, str]:
-    import minigrid
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "minigrid": minigrid.__version__,
-            "python": platform.python_version()}
-
-
-def model_card(report: dict[str, Any]) -> str:
-    """The ``MODEL_CARD.md`` text for a build ``report`` (``training.json``)."""
+def model_card(report: dict[str, Any], domain: Domain | str = "minigrid") -> str:
+    """The ``MODEL_CARD.md`` text for a build ``report`` (``training.json``) of ``domain``."""
+    domain = get_domain(domain) if isinstance(domain, str) else domain
     cfg = report["config"]
 
     def table(metrics: dict) -> str:
         rows = "\n".join(f"| {k} | {v['accuracy']:.3f} | {v['frames']} |" for k, v in metrics.items())
         return "| question | accuracy | frames |\n|---|---|---|\n" + rows
 
-    layouts = ", ".join(f"{lay['env_id']} ({lay['weight']:.2f}, {lay['scripted']})" for lay in report["layouts"])
     command = report.get("command") or (
-        f"vlmrb build-scorer minigrid --out DIR --frames {cfg['frames']} --steps {cfg['steps']} --seed {cfg['seed']}")
-    return f"""# builtin:minigrid: a small CLIP for MiniGrid frames
+        f"vlmrb build-scorer {domain.name} --out DIR --frames {cfg['frames']} --steps {cfg['steps']} "
+        f"--seed {cfg['seed']}")
+    held_out = ""
+    if domain.held_out is not None:
+        held_out = "\n\nHeld-out tasks:\n\n" + (
+            table(report["held_out_accuracy"]) if report["held_out_accuracy"] else "(not measured)")
+    return f"""# builtin:{domain.name}: {domain.card_title}
 
-A transformers `CLIPModel` ({report["parameters"]:,} parameters, size "{cfg["size"]}": see
-`config.json`) trained from scratch on MiniGrid frames rendered by `vlmrb_torchrl.envs.MiniGridEnv`
-(`frame_size=64`) with captions generated from the simulator's state (what the agent holds, door
-states, what it faces, goal distance, room). The simulator's state is privileged information used
-at training time only; at scoring time the model sees pixels and text. It is a domain model, not a
-general pretrained VLM: it knows MiniGrid's objects, colours and door states and nothing else.
+{domain.card_intro(report)}
 
 ## Rebuild
 
@@ -395,25 +403,13 @@ Versions: {json.dumps(report['versions'])}.
 
 ## Data
 
-{report['frames']['train']:,} training frames and {report['frames']['val']:,} validation frames
-({report['frames']['episodes']:,} episodes; validation = held-out episodes). Layouts (share, scripted
-agent): {layouts}. 30% of episodes are played by a uniform random agent, the others by a scripted agent
-with epsilon in {{0, .1, .2, .3, .5}} and random bursts; 30% start from a perturbed state (an object in
-hand, a door unlocked or open, the agent next to or facing the goal). Batches are balanced over rare
-statements. Each frame gets a 1-3 statement caption; every statement's wordings are in
-`vlmrb_torchrl/scorer_training/captions.py`.
-
-Held-out tasks (never trained on): {', '.join(report['held_out_layouts'])}.
+{domain.card_data(report)}
 
 ## Metrics (frame level: rank the true statement first among exclusive options)
 
-Validation episodes of the training layouts:
+Validation episodes{domain.card_validation}:
 
-{table(report['val_accuracy'])}
-
-Held-out tasks:
-
-{table(report['held_out_accuracy']) if report['held_out_accuracy'] else '(not measured)'}
+{table(report['val_accuracy'])}{held_out}
 
 ## Content hash
 

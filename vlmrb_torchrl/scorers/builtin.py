@@ -1,4 +1,4 @@
-"""Scorers that ship with the package: ``make_scorer("builtin:minigrid")``.
+"""Scorers that ship with the package: ``make_scorer("builtin:minigrid")``, ``make_scorer("builtin:lift")``.
 
 ``builtin:minigrid`` is a small CLIP model (~0.28M parameters, ~1.1 MB) trained by
 ``vlmrb build-scorer minigrid`` on MiniGrid frames captioned from the simulator's state (see
@@ -14,8 +14,17 @@ set: the best of three checks on the clip's frames,
   is far from the goal" (``max``). Clips end with the frame after their last step
   (``ClipSpec.final_frame``), so a clip whose last step reaches the goal shows it.
 
-Its weights live in the package (``vlmrb_torchrl/scorers/models/minigrid``): nothing is
-downloaded, and it loads with ``HF_HUB_OFFLINE=1``. transformers and Pillow are needed
+``builtin:lift`` is the same kind of model trained by ``vlmrb build-scorer lift`` on robosuite
+Lift frames as the SAC recipe renders them (``agentview``, 64 px), captioned from the simulator's
+state (gripper open / closed, near / far from the cube, grasping it or not, cube lifted or on the
+table). Its prompt set is the best of two checks, both ``max`` over the clip's frames, so that a
+clip scores high when any of its frames shows what ``oracle:robosuite`` labels:
+
+- the grasp: "the robot grasps the cube" against "the robot does not hold the cube";
+- the lift: "the cube is lifted off the table" against "the cube is on the table".
+
+Their weights live in the package (``vlmrb_torchrl/scorers/models/<name>``): nothing is
+downloaded, and they load with ``HF_HUB_OFFLINE=1``. transformers and Pillow are needed
 (``pip install 'vlmrb-torchrl[vlm]'``).
 """
 
@@ -29,10 +38,11 @@ from typing import Any
 from vlmrb_torchrl.scorers.base import register_scorer
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
-__all__ = ["BUILTIN_MODELS", "MINIGRID_PROMPT_SET", "builtin_model_dir", "make_builtin_scorer"]
+__all__ = ["BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_PROMPT_SET", "MINIGRID_PROMPT_SET", "builtin_model_dir",
+           "make_builtin_scorer"]
 
 #: Built-in models by name: the package-data directory under ``vlmrb_torchrl/scorers/models``.
-BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid"}
+BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "lift": "lift"}
 
 #: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
 #: canonical ones of the training captions (``vlmrb_torchrl.scorer_training.captions``).
@@ -41,6 +51,17 @@ MINIGRID_PROMPT_SET: tuple[PromptCheck, ...] = (
     PromptCheck("the door is unlocked", ("the door is locked",), "progress"),
     PromptCheck("the agent is on the goal", ("the agent is next to the goal", "the agent is far from the goal"), "max"),
 )
+
+#: The checks ``builtin:lift`` scores with (score = max over checks): the canonical wordings of
+#: ``vlmrb_torchrl.scorer_training.lift``. ``max`` over frames: the oracle labels a clip by whether
+#: any of its steps grasps or lifts the cube (a state, not a first-time event).
+LIFT_PROMPT_SET: tuple[PromptCheck, ...] = (
+    PromptCheck("the robot grasps the cube", ("the robot does not hold the cube",), "max"),
+    PromptCheck("the cube is lifted off the table", ("the cube is on the table",), "max"),
+)
+
+#: Each built-in model's default prompt set.
+BUILTIN_PROMPT_SETS: dict[str, tuple[PromptCheck, ...]] = {"minigrid": MINIGRID_PROMPT_SET, "lift": LIFT_PROMPT_SET}
 
 
 def builtin_model_dir(name: str = "minigrid") -> Path:
@@ -51,8 +72,8 @@ def builtin_model_dir(name: str = "minigrid") -> Path:
         FileNotFoundError: the package was installed without its model data.
 
     Examples:
-        >>> (builtin_model_dir("minigrid") / "config.json").is_file()
-        True
+        >>> (builtin_model_dir("minigrid") / "config.json").is_file(), (builtin_model_dir("lift") / "config.json").is_file()
+        (True, True)
     """
     if name not in BUILTIN_MODELS:
         raise ValueError(f"Unknown built-in scorer 'builtin:{name}'. Valid forms: "
@@ -80,11 +101,11 @@ def make_builtin_scorer(
     """The ready scorer of a built-in model: an ``HFContrastiveScorer`` with its prompt set.
 
     Args:
-        name (str, optional): the built-in model. Defaults to ``"minigrid"``.
+        name (str, optional): the built-in model, ``"minigrid"`` or ``"lift"``. Defaults to ``"minigrid"``.
 
     Keyword Args:
-        prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to
-            :data:`MINIGRID_PROMPT_SET`.
+        prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to the
+            model's (:data:`BUILTIN_PROMPT_SETS`: :data:`MINIGRID_PROMPT_SET`, :data:`LIFT_PROMPT_SET`).
         prompt (str, optional): score one check instead: this positive against ``negatives``
             (e.g. ``prompt="the agent holds the red ball", negatives=["the agent holds
             nothing"]``), aggregated with ``aggregation``.
@@ -98,6 +119,8 @@ def make_builtin_scorer(
         >>> scorer = make_builtin_scorer()
         >>> scorer.provenance["backend"], len(scorer.prompt_set)
         ('clip', 3)
+        >>> len(make_builtin_scorer("lift").prompt_set)
+        2
     """
     from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
 
@@ -113,7 +136,7 @@ def make_builtin_scorer(
             )
         negatives = (negatives,) if isinstance(negatives, str) else tuple(negatives)
         prompt_set = [PromptCheck(prompt, negatives, aggregation)]
-    checks = list(MINIGRID_PROMPT_SET if prompt_set is None else prompt_set)
+    checks = list(BUILTIN_PROMPT_SETS[name] if prompt_set is None else prompt_set)
     return HFContrastiveScorer(str(path), prompt_set=checks, dtype=dtype, **kwargs)
 
 
@@ -121,4 +144,4 @@ def _make_builtin(rest: str, **kwargs: Any):
     return make_builtin_scorer(rest or "minigrid", **kwargs)
 
 
-register_scorer("builtin", _make_builtin, form="builtin:minigrid", overwrite=True)
+register_scorer("builtin", _make_builtin, form="builtin:minigrid or builtin:lift", overwrite=True)

@@ -1,0 +1,164 @@
+"""The built-in robosuite Lift scorer: statements, the scripted agent, the training tool, ``builtin:lift``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+
+from vlmrb_torchrl.envs.robosuite_policies import LiftState  # noqa: E402
+from vlmrb_torchrl.scorer_training import lift  # noqa: E402
+from vlmrb_torchrl.scorer_training.data import FrameSet  # noqa: E402
+from vlmrb_torchrl.scorer_training.domains import get_domain, load_frames, save_frames  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+# ------------------------------------------------------------------------------ statements (no simulator)
+def test_statements_are_one_of_each_pair_and_worded():
+    pairs = list(lift.LIFT_QUESTIONS.values())
+    assert sorted(s for pair in pairs for s in pair) == sorted(lift.all_statements())
+    words = set(lift.vocabulary())
+    for flags in itertools.product((False, True), repeat=4):
+        true = lift.true_statements(LiftState(*flags))
+        assert all(len(true & set(pair)) == 1 for pair in pairs), flags
+    for statement in lift.all_statements():
+        assert all(set(w.split()) <= words for w in lift.wordings(statement))
+    with pytest.raises(ValueError, match="unknown Lift statement"):
+        lift.wordings(("holds", "any", "key"))
+
+
+def test_frame_cache_round_trip(tmp_path):
+    states = [LiftState(False, True, True, False), LiftState(True, False, False, False)]
+    data = FrameSet([np.full((4, 4, 3), i, np.uint8) for i in range(2)], states, np.array([0, 2]), np.array([0, 0]),
+                    list(lift.LIFT_EPISODE_KINDS))
+    save_frames(data, tmp_path / "f.npz")
+    back = load_frames(tmp_path / "f.npz")
+    assert back.states == states and back.layouts == data.layouts
+    assert all(np.array_equal(a, b) for a, b in zip(back.frames, data.frames))
+    assert back.layout.tolist() == [0, 2] and back.episode.tolist() == [0, 0]
+
+
+def test_unknown_domain():
+    with pytest.raises(ValueError, match="Unknown scorer domain 'atari'"):
+        get_domain("atari")
+
+
+# ------------------------------------------------------------------------------ the simulator
+robosuite = pytest.importorskip("robosuite")
+
+from vlmrb_torchrl.envs.robosuite import RobosuiteEnv  # noqa: E402
+from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy, lift_state  # noqa: E402
+
+
+def test_scripted_policy_grasps_and_lifts_and_the_state_matches_the_flags():
+    env = RobosuiteEnv("Lift", seed=0, max_episode_steps=100, terminate_on_success=False)
+    try:
+        env.set_seed(5)
+        td = env.reset()
+        policy = LiftPolicy(env, seed=0, random_share=0.0, miss_share=0.0, noise=(0.0,), burst_prob=0.0)
+        assert policy.mode == "scripted"
+        seen = []
+        for _ in range(100):
+            td = env.step(policy(td))["next"]
+            state = lift_state(env)
+            assert state.grasped == bool(td["grasping"])
+            assert state.lifted == bool(td["lifted"] or td["success"])
+            assert state.progress == bool(td["progress_event"])
+            seen.append(state)
+        assert any(s.grasped for s in seen) and any(s.lifted for s in seen)
+        assert not seen[0].grasped and any(s.gripper_open for s in seen[:30])  # approaches open
+        assert all(s.near for s in seen if s.grasped)
+    finally:
+        env.close()
+
+
+def test_policy_modes_are_drawn_per_episode_from_its_seed():
+    env = RobosuiteEnv("Lift", seed=0, max_episode_steps=20)
+    try:
+        def modes(seed):
+            policy = LiftPolicy(env, seed=seed, random_share=0.3, miss_share=0.5)
+            out = []
+            for _ in range(20):
+                policy.reset()
+                out.append(policy.mode)
+            return out
+
+        assert modes(1) == modes(1)
+        assert set(modes(1)) == {"scripted", "miss", "random"}
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------------------ the shipped model
+from vlmrb_torchrl.scorer_training import weights_sha256  # noqa: E402
+from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
+from vlmrb_torchrl.scorers.builtin import LIFT_PROMPT_SET, builtin_model_dir  # noqa: E402
+
+
+def test_shipped_lift_model_files_and_card():
+    path = builtin_model_dir("lift")
+    card = (path / "MODEL_CARD.md").read_text()
+    assert weights_sha256(path) in card and "vlmrb build-scorer lift" in card
+    assert (path / "model.safetensors").stat().st_size < 5 * 2**20
+    report = json.loads((path / "training.json").read_text())
+    assert report["weights_sha256"] == weights_sha256(path)
+    assert report["config"]["frames"] >= 20_000
+
+
+def test_builtin_lift_scores_a_rendered_grasp_high_and_the_approach_low():
+    """Frames rendered as the SAC recipe renders them: clips showing the grasp score above 0.5,
+    clips of the arm far from the cube below it; the prompt set is the default."""
+    pytest.importorskip("transformers")
+    scorer = make_scorer("builtin:lift")
+    assert [c.positive for c in scorer.prompt_set] == [c.positive for c in LIFT_PROMPT_SET]
+    env = RobosuiteEnv("Lift", seed=0, render=True, max_episode_steps=60, terminate_on_success=False)
+    try:
+        env.set_seed(7)
+        td = env.reset()
+        policy = LiftPolicy(env, seed=3, random_share=0.0, miss_share=0.0, noise=(0.0,), burst_prob=0.0)
+        frames, states = [td["pixels"]], [lift_state(env)]
+        for _ in range(45):
+            td = env.step(policy(td))["next"]
+            frames.append(td["pixels"])
+            states.append(lift_state(env))
+    finally:
+        env.close()
+    grasp = [i for i, s in enumerate(states) if s.grasped]
+    far = [i for i, s in enumerate(states) if not s.near and not s.progress]
+    assert len(grasp) >= 6 and len(far) >= 6
+    starts = {"grasp": [grasp[3] - 2, grasp[-1] - 3], "far": [far[0], far[2]]}
+    clips = torch.stack([torch.stack(frames[t : t + 4]) for t in starts["grasp"] + starts["far"]])
+    scores = scorer.score(TensorDict(pixels=clips, mask=torch.ones(clips.shape[:2], dtype=torch.bool),
+                                     batch_size=clips.shape[:2])).tolist()
+    assert all(s > 0.5 for s in scores[:2]) and all(s < 0.5 for s in scores[2:]), scores
+
+
+@pytest.mark.slow  # renders frames and trains
+def test_tool_builds_a_tiny_lift_model_end_to_end(tmp_path):
+    pytest.importorskip("transformers")
+    from vlmrb_torchrl.cli import main
+
+    args = ["build-scorer", "lift", "--frames", "60", "--steps", "2", "--batch-size", "8", "--size", "micro"]
+    assert main([*args, "--out", str(tmp_path / "a"), "--cache", str(tmp_path / "cache")]) == 0
+    assert (tmp_path / "cache" / "lift-60-seed0.npz").is_file()
+    assert main([*args, "--out", str(tmp_path / "b"), "--cache", str(tmp_path / "cache")]) == 0  # from the cache
+    assert weights_sha256(tmp_path / "a") == weights_sha256(tmp_path / "b")
+    card = (tmp_path / "a" / "MODEL_CARD.md").read_text()
+    assert "builtin:lift" in card and "--cache" not in card and "vlmrb build-scorer lift --frames 60" in card
+    report = json.loads((tmp_path / "a" / "training.json").read_text())
+    assert set(report["val_accuracy"]) <= set(lift.LIFT_QUESTIONS) and report["statement_shares"]["grasped"] > 0
+    scorer = make_scorer(f"clip:{tmp_path / 'a'}", prompt_set=LIFT_PROMPT_SET)
+    clips = torch.zeros(2, 3, 64, 64, 3, dtype=torch.uint8)
+    scores = scorer.score(TensorDict(pixels=clips, mask=torch.ones(2, 3, dtype=torch.bool), batch_size=[2, 3]))
+    assert scores.shape == (2,) and bool(((scores >= 0) & (scores <= 1)).all())

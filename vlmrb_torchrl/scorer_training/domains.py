@@ -1,0 +1,284 @@
+"""What the training tool needs to know about one environment: a :class:`Domain`, and the build recipe.
+
+The tool (:mod:`~vlmrb_torchrl.scorer_training.train`) is the same for every environment: it
+tokenises the domain's wordings, balances batches over its statements, trains with the
+every-true-caption-beats-every-false-one loss and saves the model. A domain supplies the rest:
+
+- ``generate(n_frames, seed)``: captioned frames, rendered exactly as the recipe's scorer sees them;
+- ``statements()`` / ``true_statements(state)`` / ``wordings(statement)`` / ``vocabulary()``: the
+  statements a state makes true (every other one is false in it: the loss's exact negatives);
+- ``questions``: frame-level validation (groups of mutually exclusive statements);
+- ``balanced(statement)``: which statements weight a frame in the balanced sampling;
+- ``held_out`` (optional): frames of tasks never trained on, for transfer metrics;
+- the model card's description and ``training.json``'s recipe fields;
+- ``default_config``: the shipped model's recipe.
+
+Two ship: ``"minigrid"`` (``builtin:minigrid``) and ``"lift"`` (robosuite Lift, ``builtin:lift``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import platform
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlmrb_torchrl.scorer_training.captions import Statement
+from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
+
+__all__ = ["BuildConfig", "Domain", "DOMAINS", "get_domain", "minigrid_domain", "lift_domain", "MINIGRID_QUESTIONS",
+           "save_frames", "load_frames"]
+
+
+@dataclasses.dataclass
+class BuildConfig:
+    """What a build does (recorded in ``training.json`` and the model card).
+
+    The defaults are the shipped MiniGrid model's recipe; each :class:`Domain` has its own
+    ``default_config`` (``vlmrb build-scorer NAME`` starts from it).
+
+    Attributes:
+        frames (int): training + validation frames generated.
+        steps (int): optimisation steps (batches).
+        batch_size (int): frames per batch.
+        lr (float): peak AdamW learning rate (linear warm-up over 5% of steps, cosine decay).
+        seed (int): seeds data, initialisation, batches and captions.
+        size (str): a key of :data:`~vlmrb_torchrl.scorer_training.model.MODEL_SIZES`.
+        val_share (float): share of episodes held out for validation.
+        held_out_frames (int): frames of the domain's held-out tasks (MiniGrid:
+            :data:`~vlmrb_torchrl.scorer_training.data.HELD_OUT_LAYOUTS`, never trained on)
+            generated for the transfer metrics (0 = skip; domains without held-out tasks skip it).
+        eval_every (int): steps between validation passes.
+        minutes (float or None): stop training after this many minutes (breaks determinism
+            across machines of different speed).
+    """
+
+    frames: int = 120_000
+    steps: int = 2000
+    batch_size: int = 128
+    lr: float = 2e-3
+    seed: int = 0
+    size: str = "small"
+    val_share: float = 0.03
+    held_out_frames: int = 3_000
+    eval_every: int = 200
+    minutes: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """One environment's frames, statements and model-card text (see the module docstring).
+
+    Attributes:
+        name (str): the name in ``vlmrb build-scorer NAME`` and ``builtin:NAME``.
+        generate (callable): ``(n_frames, seed) -> FrameSet``.
+        statements (callable): ``() -> list`` of every statement, in a fixed order.
+        true_statements (callable): ``state -> frozenset`` of the statements true in it.
+        wordings (callable): ``statement -> tuple`` of sentences (the first is canonical).
+        vocabulary (callable): ``() -> list`` of the tokenizer's words.
+        questions (mapping): validation question name -> mutually exclusive statements.
+        balanced (callable): ``statement -> bool``: whether it weights frames in balanced sampling.
+        default_config (BuildConfig): the shipped model's recipe.
+        describe (callable): ``FrameSet -> dict`` of recipe fields for ``training.json``.
+        versions (callable): ``() -> dict`` of library versions for ``training.json``.
+        card_title (str), card_intro (callable), card_data (callable), card_validation (str):
+            the model card's title, description and data paragraphs (``report -> str``) and
+            what the validation episodes are.
+        held_out (callable or None): ``(n_frames, seed) -> FrameSet`` of tasks never trained on.
+    """
+
+    name: str
+    generate: Callable[[int, int], FrameSet]
+    statements: Callable[[], Sequence[Statement]]
+    true_statements: Callable[[Any], frozenset]
+    wordings: Callable[[Statement], tuple[str, ...]]
+    vocabulary: Callable[[], Sequence[str]]
+    questions: Mapping[str, tuple[Statement, ...]]
+    balanced: Callable[[Statement], bool]
+    default_config: BuildConfig
+    describe: Callable[[FrameSet], dict[str, Any]]
+    versions: Callable[[], dict[str, str]]
+    card_title: str
+    card_intro: Callable[[dict], str]
+    card_data: Callable[[dict], str]
+    card_validation: str = ""
+    held_out: Callable[[int, int], FrameSet] | None = None
+
+
+def save_frames(data: FrameSet, path: str | Path) -> None:
+    """Writes a :class:`FrameSet` to ``path`` (``.npz``: the frames as one uint8 array, the states pickled)."""
+    np.savez(path, frames=np.stack(data.frames), layout=data.layout, episode=data.episode,
+             layouts=np.asarray(data.layouts), states=np.frombuffer(pickle.dumps(data.states), dtype=np.uint8))
+
+
+def load_frames(path: str | Path) -> FrameSet:
+    """Reads what :func:`save_frames` wrote (a cache the build itself wrote: its states are unpickled)."""
+    with np.load(path) as f:
+        return FrameSet(list(f["frames"]), pickle.loads(f["states"].tobytes()), f["layout"], f["episode"],
+                        [str(x) for x in f["layouts"]])
+
+
+# ------------------------------------------------------------------------------------------ MiniGrid
+#: Frame-level validation: groups of mutually exclusive statements; a frame where exactly one
+#: option is true counts as correct when the model ranks that option's canonical wording first.
+MINIGRID_QUESTIONS: dict[str, tuple[Statement, ...]] = {
+    "holds": (("holds_nothing",), ("holds", "any", "key"), ("holds", "any", "ball"), ("holds", "any", "box")),
+    "key": (("holds", "any", "key"), ("floor", "any", "key")),
+    "door": (("door", "any", "open"), ("door", "any", "unlocked"), ("door", "any", "locked")),
+    "lock": (("door", "any", "notlocked"), ("door", "any", "locked")),
+    "faces": tuple(("faces", "any", k) for k in ("floor", "wall", "door", "key", "ball", "box", "goal")),
+    "goal": (("goal", "on"), ("goal", "next"), ("goal", "far")),
+    "room": (("room", "left"), ("room", "doorway"), ("room", "right")),
+    "held_colour": tuple(("holds", c, k) for c in ("red", "green", "blue", "purple", "yellow", "grey")
+                         for k in ("key", "ball", "box")),
+}
+
+
+def _minigrid_versions() -> dict[str, str]:
+    import minigrid
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "minigrid": minigrid.__version__,
+            "python": platform.python_version()}
+
+
+def _minigrid_intro(report: dict) -> str:
+    return f"""A transformers `CLIPModel` ({report["parameters"]:,} parameters, size "{report["config"]["size"]}": see
+`config.json`) trained from scratch on MiniGrid frames rendered by `vlmrb_torchrl.envs.MiniGridEnv`
+(`frame_size=64`) with captions generated from the simulator's state (what the agent holds, door
+states, what it faces, goal distance, room). The simulator's state is privileged information used
+at training time only; at scoring time the model sees pixels and text. It is a domain model, not a
+general pretrained VLM: it knows MiniGrid's objects, colours and door states and nothing else."""
+
+
+def _minigrid_data(report: dict) -> str:
+    layouts = ", ".join(f"{lay['env_id']} ({lay['weight']:.2f}, {lay['scripted']})" for lay in report["layouts"])
+    return f"""{report['frames']['train']:,} training frames and {report['frames']['val']:,} validation frames
+({report['frames']['episodes']:,} episodes; validation = held-out episodes). Layouts (share, scripted
+agent): {layouts}. 30% of episodes are played by a uniform random agent, the others by a scripted agent
+with epsilon in {{0, .1, .2, .3, .5}} and random bursts; 30% start from a perturbed state (an object in
+hand, a door unlocked or open, the agent next to or facing the goal). Batches are balanced over rare
+statements. Each frame gets a 1-3 statement caption; every statement's wordings are in
+`vlmrb_torchrl/scorer_training/captions.py`.
+
+Held-out tasks (never trained on): {', '.join(report['held_out_layouts'])}."""
+
+
+def _minigrid_held_out(n_frames: int, seed: int) -> FrameSet:
+    from vlmrb_torchrl.scorer_training.data import generate_frames
+
+    return generate_frames(n_frames, seed=seed,
+                           layouts=tuple(Layout(e, 1.0, "doorkey" if "Unlock" in e or "Locked" in e else "subgoal")
+                                         for e in HELD_OUT_LAYOUTS))
+
+
+def minigrid_domain(layouts: tuple[Layout, ...] = TRAIN_LAYOUTS) -> Domain:
+    """The MiniGrid domain (``builtin:minigrid``) with the training mixture ``layouts``."""
+    from vlmrb_torchrl.scorer_training import captions
+    from vlmrb_torchrl.scorer_training.data import generate_frames
+
+    return Domain(
+        name="minigrid",
+        generate=lambda n, seed: generate_frames(n, seed=seed, layouts=layouts),
+        statements=captions.all_statements,
+        true_statements=captions.true_statements,
+        wordings=captions.wordings,
+        vocabulary=captions.vocabulary,
+        questions=MINIGRID_QUESTIONS,
+        balanced=lambda s: len(s) < 3 or s[1] == "any",  # colour-free statements
+        default_config=BuildConfig(),
+        describe=lambda data: {"layouts": [dataclasses.asdict(lay) for lay in layouts],
+                               "held_out_layouts": list(HELD_OUT_LAYOUTS)},
+        versions=_minigrid_versions,
+        card_title="a small CLIP for MiniGrid frames",
+        card_intro=_minigrid_intro,
+        card_data=_minigrid_data,
+        card_validation=" of the training layouts",
+        held_out=_minigrid_held_out,
+    )
+
+
+# ------------------------------------------------------------------------------------------ robosuite Lift
+def _lift_versions() -> dict[str, str]:
+    import mujoco
+    import robosuite
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "robosuite": robosuite.__version__,
+            "mujoco": mujoco.__version__, "python": platform.python_version()}
+
+
+def _lift_intro(report: dict) -> str:
+    return f"""A transformers `CLIPModel` ({report["parameters"]:,} parameters, size "{report["config"]["size"]}": see
+`config.json`) trained from scratch on robosuite Lift frames rendered by `vlmrb_torchrl.envs.RobosuiteEnv`
+exactly as the SAC recipe renders them for its scorer (`camera="agentview"`, `frame_size=64`), with
+captions generated from the simulator's state: the gripper open or closed, near the cube or far from
+it, grasping the cube or not (robosuite's `_check_grasp`), the cube lifted off the table or resting on
+it. The simulator's state is privileged information used at training time only; at scoring time the
+model sees pixels and text. It is a domain model, not a general pretrained VLM: it knows the Panda
+arm, the red cube and the table of robosuite's Lift scene and nothing else."""
+
+
+def _lift_data(report: dict) -> str:
+    kinds = report["episode_kinds"]
+    return f"""{report['frames']['train']:,} training frames and {report['frames']['val']:,} validation frames
+({report['frames']['episodes']:,} episodes; validation = held-out episodes), every step of each episode
+rendered. Episodes ({kinds['steps'][0]}-{kinds['steps'][1]} steps, not ended on success) are played by
+`vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`: {kinds['random_share']:.0%} random arm motion
+(a smoothed random walk, the gripper toggled at random), the others a scripted cycle (above the
+cube, descend, close, lift 1-12 cm, hold, put down or drop, retreat, again) with Gaussian action
+noise in {{0, 0.1, 0.3}} and random bursts; {kinds['miss_share']:.0%} of the scripted episodes aim 2-4
+cm beside the cube and close on nothing. Each episode's cube placement comes from a seed >= 2**20
+(the scorer-quality benchmark's held-out episodes use seeds from 1000). Batches are balanced over rare
+statements. Each frame gets a 1-3 statement caption; every statement's wordings are in
+`vlmrb_torchrl/scorer_training/lift.py`. Frame shares in the training data: {report['statement_shares']}."""
+
+
+def lift_domain() -> Domain:
+    """The robosuite Lift domain (``builtin:lift``): the SAC recipe's ``agentview`` frames at 64 px."""
+    from vlmrb_torchrl.scorer_training import lift
+
+    episode_steps, random_share, miss_share = (80, 160), 0.2, 0.2
+
+    def describe(data: FrameSet) -> dict[str, Any]:
+        shares = {name: round(sum(bool(getattr(s, name)) for s in data.states) / max(1, len(data)), 3)
+                  for name in ("grasped", "lifted", "near", "gripper_open")}
+        return {"episode_kinds": {"steps": list(episode_steps), "random_share": random_share,
+                                  "miss_share": miss_share, "kinds": list(lift.LIFT_EPISODE_KINDS),
+                                  "frames": {k: int((data.layout == i).sum()) for i, k in enumerate(data.layouts)}},
+                "statement_shares": shares}
+
+    return Domain(
+        name="lift",
+        generate=lambda n, seed: lift.generate_lift_frames(n, seed=seed, episode_steps=episode_steps,
+                                                           random_share=random_share, miss_share=miss_share),
+        statements=lift.all_statements,
+        true_statements=lift.true_statements,
+        wordings=lift.wordings,
+        vocabulary=lift.vocabulary,
+        questions=lift.LIFT_QUESTIONS,
+        balanced=lambda s: True,
+        default_config=BuildConfig(frames=30_000, steps=2000, held_out_frames=0),
+        describe=describe,
+        versions=_lift_versions,
+        card_title="a small CLIP for robosuite Lift frames",
+        card_intro=_lift_intro,
+        card_data=_lift_data,
+    )
+
+
+#: The shipped domains by name (built on demand: each imports its simulator lazily).
+DOMAINS: dict[str, Callable[[], Domain]] = {"minigrid": minigrid_domain, "lift": lift_domain}
+
+
+def get_domain(name: str) -> Domain:
+    """The shipped domain called ``name`` (``"minigrid"`` or ``"lift"``)."""
+    if name not in DOMAINS:
+        raise ValueError(f"Unknown scorer domain {name!r}: use one of {sorted(DOMAINS)}.")
+    return DOMAINS[name]()
