@@ -142,7 +142,7 @@ class Run:
         >>> with Run(cfg, recipe="dqn", total=100) as run:
         ...     run.log({"env_steps": 100, "loss": 0.5})
         >>> (run.dir / "metrics.csv").read_text().splitlines()[1]
-        '100,,,,0.5,,,,,,,,,,,,,,,,,,'
+        '100,,,,0.5,,,,,,,,,,,,,,,,,,,,'
     """
 
     def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
