@@ -311,6 +311,14 @@ class TestResumeConfig:
         assert cli_main(["train", "dqn", f"resume={run_dir}", "env=MiniGrid-Empty-5x5-v0"]) == 2
         assert "env: 'MiniGrid-DoorKey-5x5-v0' (run) vs 'MiniGrid-Empty-5x5-v0' (now)" in capsys.readouterr().err
 
+    def test_stop_at_of_the_last_chunk_is_not_read_back(self, tmp_path):
+        # a run started with stop_at=64 resumes to total_frames, not to 64 again (where it stands)
+        run_dir = self._run_dir(tmp_path, stop_at=64)
+        cfg = build_config("dqn", _train_parser("dqn").parse_intermixed_args([f"resume={run_dir}"]))
+        assert cfg.stop_at is None and cfg.total_frames == TINY["total_frames"]
+        cfg = build_config("dqn", _train_parser("dqn").parse_intermixed_args([f"resume={run_dir}", "stop_at=128"]))
+        assert cfg.stop_at == 128  # the next chunk's, when given
+
     def test_a_missing_resume_path_is_reported_as_given(self, tmp_path, capsys):
         missing = str(tmp_path / "runs" / "does_not_exist")
         assert cli_main(["train", "dqn", f"resume={missing}"]) == 2

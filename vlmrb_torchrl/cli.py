@@ -81,7 +81,8 @@ def _saved_config(resume: str) -> dict:
 
 
 #: Keys of a saved config.json that describe where and how that run was started, not the run itself.
-_NOT_RESUMED = ("resume", "output_dir", "overwrite")
+#: ``stop_at`` ends one chunk of a run: read back, it would stop the resumed run where the last chunk stopped.
+_NOT_RESUMED = ("resume", "output_dir", "overwrite", "stop_at")
 
 
 def build_config(name: str, args: argparse.Namespace):

@@ -58,7 +58,7 @@ COMMON = {
     "progress": "false",
     "tensorboard": "false",
     "gallery_clips": "0",
-    "stop_at": "none",  # a resumed run reads its saved config back: clear a stop_at given to an earlier chunk
+    "stop_at": "none",  # explicit: a chunk's stop_at (--set stop_at=N) must not reach the runs that follow
     # the paper's sampler; the *_cap4 arms set the recipes' default ceiling (max_oversampling=4)
     "max_oversampling": "none",
 }
