@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -83,6 +84,23 @@ def _saved_config(resume: str) -> dict:
 #: Keys of a saved config.json that describe where and how that run was started, not the run itself.
 #: ``stop_at`` ends one chunk of a run: read back, it would stop the resumed run where the last chunk stopped.
 _NOT_RESUMED = ("resume", "output_dir", "overwrite", "stop_at")
+
+
+def _finished_line(summary: dict) -> str:
+    """What a finished run prints: its frames, and the last evaluation's success and return where there was one.
+
+    Examples:
+        >>> _finished_line({"env_steps": 3000, "eval_success": 0.9, "eval_return": 0.5})
+        'finished 3000 frames; eval success 0.90, eval return 0.50'
+        >>> _finished_line({"env_steps": 3000, "eval_success": float("nan"), "eval_return": 21.0})  # Atari
+        'finished 3000 frames; eval return 21.00'
+        >>> _finished_line({"env_steps": 3000})  # no evaluation ran
+        'finished 3000 frames (no evaluation ran)'
+    """
+    parts = [f"eval {name} {summary[key]:.2f}" for key, name in (("eval_success", "success"), ("eval_return", "return"))
+             if summary.get(key) is not None and not math.isnan(summary[key])]
+    line = f"finished {summary['env_steps']} frames"
+    return line + ("; " + ", ".join(parts) if parts else " (no evaluation ran)")
 
 
 def build_config(name: str, args: argparse.Namespace):
@@ -193,9 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # the recipe already said what was saved
         print(f"vlmrb train {name}: interrupted.", file=sys.stderr)
         return 130
-    success = summary.get("eval_success")
-    print(f"\nfinished {summary['env_steps']} frames; eval success {success:.2f}, eval return "
-          f"{summary.get('eval_return', float('nan')):.2f}" if success is not None else "")
+    print("\n" + _finished_line(summary))
     print(f"outputs: {summary['run_dir']} (metrics.csv, tensorboard/, checkpoints/, gallery/, config.json)")
     return 0
 
