@@ -194,6 +194,49 @@ def test_checkpoint_resume_restores_the_student_exactly():
     assert run.agreement() == resumed.agreement()
 
 
+def test_state_dict_is_a_snapshot_and_shares_no_tensor():
+    # the optimiser's state_dict holds its live moments: a checkpoint written while the scoring thread
+    # trains on, or a second scorer loaded from the same state, must not see later steps
+    g = torch.Generator().manual_seed(3)
+    batches = [rule_clips(24, g) for _ in range(8)]
+    run = DistilledScorer(CallableScorer(square_appears, name="square"), min_audits=50, agreement_window=100)
+    for clips in batches[:4]:
+        run.score(clips)
+    state = run.state_dict()
+    saved = {i: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+             for i, s in state["optimizer"]["state"].items()}
+    a, b = (DistilledScorer(CallableScorer(square_appears, name="square"), min_audits=50, agreement_window=100)
+            for _ in range(2))
+    a.load_state_dict(state)
+    b.load_state_dict(state)
+    for clips in batches[4:]:
+        run.score(clips)  # trains the original after the snapshot
+        a.score(clips)  # and one of the two clones
+    for i, s in state["optimizer"]["state"].items():
+        for k, v in s.items():
+            assert torch.equal(torch.as_tensor(v), torch.as_tensor(saved[i][k])), (i, k)
+    b_moments = [s["exp_avg"] for s in b._optimizer.state_dict()["state"].values()]
+    assert all(torch.equal(m, saved[i]["exp_avg"]) for i, m in enumerate(b_moments))  # b did not move with a
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.7])
+def test_student_scores_cross_the_threshold_where_its_probability_crosses_one_half(threshold):
+    # the sampler cuts at its threshold; the student's agreement counts p > 0.5: the two must agree
+    teacher = RecordingTeacher()
+    scorer = DistilledScorer(teacher, student=FixedStudent(), teacher_fraction=0.01, min_agreement=0.0,
+                             recover_agreement=0.0, min_audits=1, threshold=threshold)
+    values = list(range(0, 200, 10))
+    scorer.score(valued_clips(values))  # the first call: the teacher scores all, and the student is trusted
+    teacher.seen.clear()
+    scores = scorer.score(valued_clips(values))
+    assert teacher.seen == []  # 20 clips at 1%: no whole teacher call yet, the student scored every clip
+    probs = torch.sigmoid((torch.tensor(values, dtype=torch.float32) - 100) / 10)
+    assert torch.equal(scores > threshold, probs > 0.5)
+    assert bool((scores.diff() >= 0).all()) and 0.0 <= float(scores.min()) and float(scores.max()) <= 1.0
+    if threshold == 0.5:
+        assert torch.allclose(scores, probs)  # the default: scores are the probabilities
+
+
 def test_load_state_dict_refuses_a_state_that_does_not_fit():
     scorer = DistilledScorer(OracleScorer())
     other = DistilledScorer(OracleScorer(), student=ClipStudent(channels=8))

@@ -12,7 +12,9 @@ agrees with the teacher, the teacher scores only a ``teacher_fraction`` of the c
 - the rest of the budget goes to the clips the student is least sure about (predicted
   probability closest to 0.5), which are also the most useful to learn from.
 
-The student scores everything else. Teacher-scored clips get the teacher's score.
+The student scores everything else, with its probability that the teacher would score the clip
+above ``threshold``, mapped so that 0.5 lands on ``threshold`` (the sampler's cut: set both the
+same). Teacher-scored clips get the teacher's score.
 
 Trust, with hysteresis. The student starts *untrusted*: the teacher scores every clip, and
 every clip is an audit (the student predicts before it learns from the label). It becomes
@@ -33,6 +35,7 @@ parent's copy is never updated (use the thread backend, the recipes' default, to
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import threading
@@ -180,7 +183,9 @@ class DistilledScorer:
         min_audits (int, optional): audited clips needed before the student can be trusted.
             Defaults to ``200``.
         threshold (float, optional): a score ``> threshold`` is a positive, for the agreement and
-            the student's training target. Defaults to ``0.5`` (the sampler's default).
+            the student's training target; the student's scores are mapped so that they cross
+            it where its probability crosses 0.5. Use the sampler's threshold. Defaults to ``0.5``
+            (the sampler's default).
         frame_key (NestedKey, optional): the frames the default student reads. Defaults to
             ``"pixels"``.
         lr (float, optional): the student's Adam learning rate. Defaults to ``1e-3``.
@@ -324,7 +329,8 @@ class DistilledScorer:
                 "threshold": self.threshold, "seed": self.seed}
 
     def score(self, clips: TensorDictBase) -> torch.Tensor:
-        """Teacher scores on the routed clips, student probabilities elsewhere: float32 ``[B]`` in ``[0, 1]``."""
+        """Teacher scores on the routed clips, the student's (threshold-mapped) probabilities elsewhere:
+        float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
         if batch == 0:
             return validate_scores(torch.zeros(0), 0, scorer=self)
@@ -333,7 +339,7 @@ class DistilledScorer:
             probs = self._predict(x)
             trusted = self.trusted
             routed, audits = self._route(probs)
-        scores = probs.clone()
+        scores = self._as_scores(probs)
         if routed.numel():
             taught = validate_scores(self.teacher.score(clips[routed]), routed.numel(), scorer=self.teacher).cpu()
             scores[routed] = taught
@@ -361,6 +367,22 @@ class DistilledScorer:
     @torch.no_grad()
     def _predict(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.student(x).float()).cpu()
+
+    def _as_scores(self, probs: torch.Tensor) -> torch.Tensor:
+        """The student's probabilities as scores on the teacher's scale: ``p > 0.5`` iff score ``> threshold``.
+
+        The student predicts "the teacher scores above ``threshold``"; its agreement counts
+        ``p > 0.5`` as a positive. The sampler cuts scores at its own threshold (the same one in
+        the recipes), so a probability is mapped piecewise linearly with 0.5 onto ``threshold``
+        (0 -> 0, 1 -> 1): at the default 0.5 scores are the probabilities themselves.
+
+        Examples:
+            >>> from vlmrb_torchrl.scorers import OracleScorer
+            >>> DistilledScorer(OracleScorer(), threshold=0.7)._as_scores(torch.tensor([0.0, 0.4, 0.5, 0.6, 1.0]))
+            tensor([0.0000, 0.5600, 0.7000, 0.7600, 1.0000])
+        """
+        t = self.threshold
+        return torch.where(probs <= 0.5, 2 * probs * t, t + (2 * probs - 1) * (1 - t))
 
     def _route(self, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(clips the teacher scores, the random audits among them), sorted."""
@@ -482,7 +504,9 @@ class DistilledScorer:
             return {
                 "version": _STATE_VERSION,
                 "student": {k: v.clone() for k, v in self.student.state_dict().items()},
-                "optimizer": self._optimizer.state_dict(),
+                # a copy: the optimiser's state_dict holds its live moment tensors, which the
+                # scoring thread may still update while a checkpoint is written
+                "optimizer": copy.deepcopy(self._optimizer.state_dict()),
                 "generator": self._generator.get_state(),
                 "trusted": self.trusted,
                 "window": list(self._window),
@@ -512,7 +536,7 @@ class DistilledScorer:
             backup = {k: v.clone() for k, v in self.student.state_dict().items()}
             try:
                 self.student.load_state_dict(state["student"])
-                self._optimizer.load_state_dict(state["optimizer"])
+                self._optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))  # shares no tensor with `state`
             except (RuntimeError, ValueError, KeyError) as err:
                 self.student.load_state_dict(backup)
                 raise ValueError(f"{self.name}.load_state_dict: the saved student does not fit this scorer's "
