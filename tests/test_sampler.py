@@ -189,6 +189,16 @@ class TestConstruction:
             s.load_state_dict(state)
         assert s.lambda_ == 0.9 and s.scores(index).tolist()[:2] == [1.0, 0.0]
 
+    def test_probabilities_when_every_priority_is_zero(self):
+        """eps=0 and no positive: the prioritised half has no mass and is uniform, in probabilities() as in sample()."""
+        s = VLMPrioritizedSampler(8, eps=0.0, beta=0.0, warmup=0, lambda_max=0.5)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=s, batch_size=4_000)
+        s.update_scores(fill(rb, 8), torch.zeros(8))
+        q = s.probabilities()
+        assert q.shape == (8,) and torch.allclose(q, torch.full((8,), 1 / 8, dtype=q.dtype))
+        counts = torch.bincount(rb.sample()["index"], minlength=8)
+        assert counts.min() > 400  # 500 expected per slot; a draw that ignores a slot would show 0
+
     def test_device_is_cpu(self):
         assert VLMPrioritizedSampler(4).device == torch.device("cpu")
 

@@ -404,7 +404,8 @@ class SlotState:
         p, g, is_scored, _ = self.leaves(slice(0, n))
         v = np.where(is_scored, p * g, self.unscored_priority() * g)
         total = v.sum()
-        return (1.0 - lam) / n + (lam * v / total if total > 0 else lam / n)
+        # all priorities 0 (eps=0, nothing positive): the prioritised half is uniform, as in sample()
+        return (1.0 - lam) / n + (lam * v / total if total > 0 else np.full(n, lam / n))
 
     # ------------------------------------------------------------------ reading
     def scores(self, index: np.ndarray) -> np.ndarray:
