@@ -89,6 +89,45 @@ class TestWithoutCluster:
         assert rb.update_scores(torch.tensor([6]), torch.tensor([0.9]), torch.tensor([0])) == 0  # stale: dropped
         assert remote.stats()["stale_drops"] == 1 and np.isnan(rb.scores(torch.tensor([6]))).all()
 
+    @pytest.mark.parametrize("death", ["ActorDiedError", "OutOfMemoryError", "NodeDiedError"])
+    def test_a_batch_lost_with_its_actor_is_retried_however_the_actor_died(self, death):
+        """Ray's memory monitor kills an actor with an OutOfMemoryError, a lost node gives NodeDiedError:
+        neither is a RayActorError, and both must be handled like one (retry once, probe), not fail the pool."""
+        exceptions = pytest.importorskip("ray.exceptions")
+        from collections import deque
+
+        from vlmrb_torchrl.ray_scoring import _Flight, _Worker
+
+        class FakeRay:  # ray.get raises the death, as it does for a call whose actor was killed under it
+            def __init__(self, err):
+                self.exceptions, self.err = exceptions, err
+
+            def get(self, ref):
+                raise self.err
+
+        sampler = VLMPrioritizedSampler(64)
+        _, batches = clip_batches(sampler, make_batches(1, 12))
+        batch = batches[0]
+        pool = object.__new__(RayAsyncScorer)  # the dispatcher's state, without actors or a cluster
+        pool._cond, pool._workers = __import__("threading").Condition(), [_Worker(actor=None)]
+        pool._in_flight, pool._dropped, pool._busy_mark, pool._score_time = len(batch), 0, 0.0, 0.0
+        pool._abandoned, pool.num_workers, pool.max_restarts = False, 1, 1
+        pool._workers[0].batches, pool._workers[0].in_flight = 1, len(batch)
+        retry = deque()
+        err = exceptions.ActorDiedError() if death == "ActorDiedError" else getattr(exceptions, death)("killed")
+        assert pool._finish(FakeRay(err), None, _Flight(0, batch, [(len(batch), 0.0)]), retry)
+        worker = pool._workers[0]
+        assert len(retry) == 1 and worker.paused and worker.alive and pool._dropped == 0
+        assert (worker.batches, worker.in_flight, pool._in_flight) == (0, 0, len(batch))  # the retry still counts
+        worker.probe = "probe"
+        if death == "ActorDiedError":  # a probe's ActorDiedError: dead for good (out of max_restarts)
+            with pytest.raises(RuntimeError, match="every Ray scorer worker died"):
+                pool._probed(FakeRay(err), "probe", 0)
+            assert not worker.alive
+        else:  # a probe caught by the kill itself: the actor may be restarting, ask again later
+            pool._probed(FakeRay(err), "probe", 0)
+            assert worker.alive and worker.paused and worker.probe is None
+
 
 class TestRecipeKeys:
     @pytest.mark.parametrize("overrides, match", [

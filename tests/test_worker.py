@@ -248,6 +248,64 @@ def test_block_applies_back_pressure():
     assert worker.stats()["scored"] == worker.stats()["submitted"] == len(clips)
 
 
+def _blocking_worker(scorer, *, max_pending: int, clip_len: int = 2, steps: int = 40):
+    sampler = VLMPrioritizedSampler(1000)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
+    stream = ClipStream(ClipSpec(clip_len=clip_len), frame_key=None, extra_keys=["obs"])
+    worker = AsyncScorer(VLMScoreTransform(scorer, clip_len=clip_len, in_keys=()), sampler,
+                         max_pending=max_pending, batch_size=4, on_full="block")
+    data = make_batches(1, steps, seed=4).reshape(-1)
+    index = rb.extend(data)
+    return worker, sampler, stream.push(data, index, sampler.generations(index)), index
+
+
+def test_block_never_drops_a_batch_larger_than_max_pending():
+    worker, sampler, clips, index = _blocking_worker(MaxObsScorer(), max_pending=4)
+    assert len(clips) > 4
+    worker.submit(clips)  # accepted whole into the empty queue
+    worker.close()
+    stats = worker.stats()
+    assert stats["dropped"] == 0 and stats["scored"] == stats["submitted"] == len(clips)
+    assert not np.isnan(sampler.scores(index[: len(clips)].numpy())).any()
+
+
+def test_a_submit_waiting_for_room_is_refused_when_the_worker_closes():
+    started, release = threading.Event(), threading.Event()
+
+    class Gated(MaxObsScorer):
+        def score(self, clips):
+            started.set()
+            release.wait(10)
+            return super().score(clips)
+
+    worker, _, clips, _ = _blocking_worker(Gated(), max_pending=4)
+    first, rest = clips.split(4)
+    second, rest = rest.split(4)
+    worker.submit(first)
+    assert started.wait(10)  # 4 clips held by the scorer
+    worker.submit(second)  # 4 waiting: the queue is full
+    outcome = []
+
+    def producer():
+        try:
+            worker.submit(rest)
+            outcome.append("returned")
+        except RuntimeError as err:
+            outcome.append(str(err))
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    time.sleep(0.2)  # the producer is waiting for room
+    closer = threading.Thread(target=worker.close, kwargs={"drain": False})
+    closer.start()
+    thread.join(10)
+    release.set()
+    closer.join(10)
+    assert outcome and "closed while submit() waited" in outcome[0]
+    stats = worker.stats()
+    assert stats["submitted"] == 8 and stats["scored"] == 4 and stats["dropped"] == 4 and worker.backlog == 0
+
+
 def test_close_leaves_no_threads():
     # only this test's threads: earlier tests may leave a deliberately hung scorer's daemon behind
     before = set(threading.enumerate())

@@ -99,7 +99,7 @@ class _Worker:
     busy_s: float = 0.0  # scoring time measured inside the actor
     dropped: int = 0
     alive: bool = True
-    paused: bool = False  # lost a batch: no new ones until a ready() probe answers
+    paused: bool = False  # not started yet, or lost a batch: no new ones until a ready() probe answers
     probe: Any = None  # the outstanding ready() call
     probe_at: float = 0.0  # when to probe a restarting actor again
 
@@ -331,8 +331,11 @@ class RayAsyncScorer(AsyncScorer):
         probes: dict[Any, int] = {}
         retry: deque[_Flight] = deque()
         try:
-            for i, w in enumerate(self._workers):  # learn each actor's first pid (restarts are pid changes)
-                w.probe = w.actor.ready.remote()
+            # learn each actor's first pid (restarts are pid changes); no batch goes to an actor before
+            # it answers: one Ray cannot place (resources held elsewhere, per-node packing) would
+            # otherwise hold its batches forever
+            for i, w in enumerate(self._workers):
+                w.probe, w.paused = w.actor.ready.remote(), True
                 probes[w.probe] = i
             while True:
                 with self._cond:
@@ -361,20 +364,15 @@ class RayAsyncScorer(AsyncScorer):
                         self._probed(ray, ref, probes.pop(ref))
                     elif not self._finish(ray, ref, flights.pop(ref), retry):
                         return
-        except BaseException as err:  # noqa: BLE001 - handed to the caller
-            with self._cond:
-                self._error = err
-                self._in_flight = 0
-                self._pending.clear()
-                self._pending_clips = 0
-                self._cond.notify_all()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller (unless close() abandoned the pool)
+            self._fail(err)
 
     def _probed(self, ray, ref, i: int) -> None:
         """A ready() probe answered: the actor is back (maybe as a new incarnation), restarting, or dead."""
         w = self._workers[i]
         try:
             pid = ray.get(ref)
-        except ray.exceptions.ActorUnavailableError:  # still restarting: ask again later
+        except (ray.exceptions.ActorUnavailableError, *_killed_with_its_task(ray)):  # restarting: ask again later
             with self._cond:
                 w.probe, w.probe_at = None, time.perf_counter() + _RESTART_BACKOFF_S
             return
@@ -406,7 +404,7 @@ class RayAsyncScorer(AsyncScorer):
                 w.in_flight -= n
                 self._account_busy()
             return self._scorer_failed(err, n)
-        except ray.exceptions.RayActorError as err:  # the actor died or restarts (RayTaskError: the scorer raised)
+        except (ray.exceptions.RayActorError, *_killed_with_its_task(ray)) as err:  # the actor died or restarts
             with self._cond:
                 w.batches -= 1
                 w.in_flight -= n
@@ -447,6 +445,14 @@ class RayAsyncScorer(AsyncScorer):
         now = time.perf_counter()
         self._score_time += now - self._busy_mark
         self._busy_mark = now
+
+
+def _killed_with_its_task(ray) -> tuple[type[BaseException], ...]:
+    """Errors of a call whose actor was killed under it that are not ``RayActorError``s: the process
+    killed by Ray's memory monitor (``OutOfMemoryError``, the most common way a VLM actor dies) or its
+    node lost (``NodeDiedError``). Ray restarts such an actor like any other (``max_restarts``)."""
+    return tuple(getattr(ray.exceptions, name) for name in ("OutOfMemoryError", "NodeDiedError")
+                 if hasattr(ray.exceptions, name))
 
 
 def _check_feasible(ray, options: dict[str, Any], num_workers: int) -> None:

@@ -229,14 +229,17 @@ class AsyncScorer:
             if self.on_full == "block":
                 # a batch larger than max_pending is accepted once the queue is empty
                 self._cond.wait_for(
-                    lambda: self._error is not None or self._pending_clips == 0
+                    lambda: self._error is not None or self._closed or self._pending_clips == 0
                     or self._pending_clips + n <= self.max_pending
                 )
                 self._raise_if_failed()
+                if self._closed:  # closed while this call waited: close() has counted what it will score
+                    raise RuntimeError("AsyncScorer was closed while submit() waited for room in the queue.")
             self._pending.append((clips, time.perf_counter()))
             self._pending_clips += n
             self._submitted += n
-            while self._pending_clips > self.max_pending:
+            # drop_oldest keeps the queue at max_pending; block never drops (an oversized batch stays whole)
+            while self.on_full == "drop_oldest" and self._pending_clips > self.max_pending:
                 oldest, t0 = self._pending.popleft()
                 excess = self._pending_clips - self.max_pending
                 if len(oldest) > excess:  # keep the newest part of the oldest batch
