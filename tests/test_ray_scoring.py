@@ -339,7 +339,7 @@ def test_close_stops_everything(ray_cluster):
     stats = pool.stats()
     assert not pool._thread.is_alive()
     assert stats["scored"] + stats["dropped"] == stats["submitted"] and stats["dropped"] > 0
-    assert stats["backlog"] == 0
+    assert stats["backlog"] == 0 and stats["worker0/in_flight"] == stats["worker1/in_flight"] == 0
     for actor in actors:
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.ready.remote(), timeout=30)

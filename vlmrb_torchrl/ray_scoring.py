@@ -76,7 +76,8 @@ class _ScorerWorker:
     def score(self, clips: TensorDictBase, frames: TensorDictBase | None) -> tuple[torch.Tensor, float, int]:
         t0 = time.perf_counter()
         scores = self.transform.score_clips(clips, frames=frames)
-        return scores, time.perf_counter() - t0, os.getpid()
+        # the driver may have no GPU: a scorer's CUDA scores travel as CPU tensors
+        return scores.cpu(), time.perf_counter() - t0, os.getpid()
 
 
 _REMOTE_WORKER = None
@@ -290,7 +291,8 @@ class RayAsyncScorer(AsyncScorer):
             for w in self._workers:
                 with contextlib.suppress(Exception):  # already dead, or Ray already shut down
                     ray.kill(w.actor, no_restart=True)
-                w.alive = False
+                # what it held is counted in dropped by close(): stats() shows nothing in flight
+                w.alive, w.batches, w.in_flight = False, 0, 0
         if lease is not None:
             lease.release()
 
