@@ -53,6 +53,9 @@ class TestWithoutCluster:
         ({"worker_options": {"max_task_retries": 2}}, ValueError, "must not set max_task_retries"),
         ({"worker_options": {"max_restarts": -2}}, ValueError, r"max_restarts'\] must be an int >= -1"),
         ({"scorer_factory": 3}, TypeError, "scorer_factory must be a scorer spec string"),
+        ({"max_pending": 0}, ValueError, "max_pending must be an int >= 1"),
+        ({"on_full": "wait"}, ValueError, "on_full must be one of"),
+        ({"on_error": "ignore"}, ValueError, "on_error must be one of"),
     ])
     def test_bad_arguments_before_ray_starts(self, kwargs, error, match, monkeypatch):
         monkeypatch.setitem(sys.modules, "ray", None)  # nothing may touch Ray before the checks pass

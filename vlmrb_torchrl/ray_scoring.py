@@ -209,6 +209,9 @@ class RayAsyncScorer(AsyncScorer):
     ) -> None:
         if backend != "ray":
             raise ValueError(f"RayAsyncScorer is the backend='ray' pool; got backend={backend!r}.")
+        # everything is checked before Ray starts (or a cluster is joined)
+        self._check_arguments(transform, sampler, max_pending=max_pending, batch_size=batch_size, on_full=on_full,
+                              on_error=on_error, max_consecutive_errors=max_consecutive_errors)
         for name, value in (("num_workers", num_workers), ("batches_per_worker", batches_per_worker)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")

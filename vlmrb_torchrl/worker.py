@@ -144,20 +144,8 @@ class AsyncScorer:
     ) -> None:
         if backend not in _BACKENDS:
             raise ValueError(f"backend must be one of {_BACKENDS}, got backend={backend!r}.")
-        if on_full not in _ON_FULL:
-            raise ValueError(f"on_full must be one of {_ON_FULL}, got on_full={on_full!r}.")
-        if on_error not in _ON_ERROR:
-            raise ValueError(f"on_error must be one of {_ON_ERROR}, got on_error={on_error!r}.")
-        limits = (("max_pending", max_pending), ("batch_size", batch_size))
-        if max_consecutive_errors is not None:
-            limits += (("max_consecutive_errors", max_consecutive_errors),)
-        for name, value in limits:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
-        if not callable(getattr(transform, "score_clips", None)):
-            raise TypeError(f"transform must have score_clips(clips) (a VLMScoreTransform); got {type(transform).__name__}.")
-        if not callable(getattr(sampler, "update_scores", None)):
-            raise TypeError(f"sampler must have update_scores (a VLMPrioritizedSampler); got {type(sampler).__name__}.")
+        self._check_arguments(transform, sampler, max_pending=max_pending, batch_size=batch_size, on_full=on_full,
+                              on_error=on_error, max_consecutive_errors=max_consecutive_errors)
         self.transform = transform
         self.sampler = sampler
         self.backend = backend
@@ -194,6 +182,25 @@ class AsyncScorer:
                 pass
         self._thread = threading.Thread(target=self._run, name="vlmrb-async-scorer", daemon=True)
         self._thread.start()
+
+    @staticmethod
+    def _check_arguments(transform, sampler, *, max_pending, batch_size, on_full, on_error,
+                         max_consecutive_errors) -> None:
+        """The queue's and the write-back's arguments (every backend, before it starts anything)."""
+        if on_full not in _ON_FULL:
+            raise ValueError(f"on_full must be one of {_ON_FULL}, got on_full={on_full!r}.")
+        if on_error not in _ON_ERROR:
+            raise ValueError(f"on_error must be one of {_ON_ERROR}, got on_error={on_error!r}.")
+        limits = (("max_pending", max_pending), ("batch_size", batch_size))
+        if max_consecutive_errors is not None:
+            limits += (("max_consecutive_errors", max_consecutive_errors),)
+        for name, value in limits:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}.")
+        if not callable(getattr(transform, "score_clips", None)):
+            raise TypeError(f"transform must have score_clips(clips) (a VLMScoreTransform); got {type(transform).__name__}.")
+        if not callable(getattr(sampler, "update_scores", None)):
+            raise TypeError(f"sampler must have update_scores (a VLMPrioritizedSampler); got {type(sampler).__name__}.")
 
     def __getstate__(self) -> dict[str, Any]:
         # threads, locks and the child process do not travel: the copy is a new worker with these settings
