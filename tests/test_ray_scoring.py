@@ -123,7 +123,10 @@ class TestWithoutCluster:
         assert len(retry) == 1 and worker.paused and worker.alive and pool._dropped == 0
         assert (worker.batches, worker.in_flight, pool._in_flight) == (0, 0, len(batch))  # the retry still counts
         worker.probe = "probe"
-        if death == "ActorDiedError":  # a probe's ActorDiedError: dead for good (out of max_restarts)
+        if death == "ActorDiedError":  # dead for good (out of max_restarts), or killed during the probe itself:
+            pool._probed(FakeRay(err), "probe", 0)  # probed once more before it is retired
+            assert worker.alive and worker.paused and worker.probe is None
+            worker.probe = "probe"
             with pytest.raises(RuntimeError, match="every Ray scorer worker died"):
                 pool._probed(FakeRay(err), "probe", 0)
             assert not worker.alive

@@ -103,6 +103,7 @@ class _Worker:
     paused: bool = False  # not started yet, or lost a batch: no new ones until a ready() probe answers
     probe: Any = None  # the outstanding ready() call
     probe_at: float = 0.0  # when to probe a restarting actor again
+    probe_deaths: int = 0  # probes in a row that found the actor dead
 
     @property
     def restarts(self) -> int:
@@ -381,14 +382,18 @@ class RayAsyncScorer(AsyncScorer):
             with self._cond:
                 w.probe, w.probe_at = None, time.perf_counter() + _RESTART_BACKOFF_S
             return
-        except ray.exceptions.RayActorError as err:  # dead for good (out of max_restarts)
+        except ray.exceptions.RayActorError as err:
+            # dead for good (out of max_restarts) -- or killed while it answered this very probe, which
+            # Ray reports the same way even when it restarts the actor: retired at the second death in a row
             with self._cond:
-                w.probe, w.alive = None, False
+                w.probe_deaths += 1
+                w.probe, w.probe_at = None, time.perf_counter() + _RESTART_BACKOFF_S
+                w.alive = w.probe_deaths < 2
             self._check_alive(err)
             return
         with self._cond:
             w.pids.add(pid)
-            w.probe, w.paused = None, False
+            w.probe, w.paused, w.probe_deaths = None, False, 0
 
     def _check_alive(self, err: BaseException) -> None:
         if not any(w.alive for w in self._workers):
