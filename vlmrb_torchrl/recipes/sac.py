@@ -73,8 +73,10 @@ def main(cfg: SACConfig) -> dict:
         # --- envs: the agent sees proprio + object state; camera frames for the VLM are rendered only
         # when the scorer reads them, and then only on the steps some clip sends to it
         spec = ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames, assign=cfg.clip_assign)
+        # seed: robosuite draws the scene (Lift: the cube's size) when it builds the model, before any
+        # set_seed; an unseeded build made two runs of one seed differ from the first update on
         env_kwargs = {"max_episode_steps": cfg.max_episode_steps, "camera": cfg.camera, "frame_size": cfg.frame_size,
-                      "reward_shaping": cfg.reward_shaping}
+                      "reward_shaping": cfg.reward_shaping, "seed": cfg.seed}
         render_steps = None
         if start.needs_frames and cfg.render_clip_frames_only:
             from vlmrb_torchrl.envs.robosuite import ClipRenderSteps
