@@ -647,6 +647,18 @@ class TestGenerations:
         assert sampler.stats()["stale_drops"] == 3
         np.testing.assert_allclose(sampler.scores(torch.arange(6)), [0, 0, 0, 1, 1, 1])
 
+    def test_an_extend_larger_than_the_storage_drops_the_overwritten_rows_scores(self):
+        """9 rows into 6 slots: rows 0-2 are overwritten by rows 6-8 within the same extend."""
+        rb, sampler = make_rb(6, lambda_max=1.0, warmup=0)
+        index = fill(rb, 9)
+        assert index.tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2]
+        gen = sampler.generations(index)
+        assert gen.tolist()[:3] == [-1, -1, -1] and (gen[3:] >= 1).all()
+        # the rows' scores arrive: rows 0-2 (gone) said 1, rows 6-8 (stored) said 0
+        assert sampler.update_scores(index, torch.tensor([1.0] * 3 + [0.5] * 3 + [0.0] * 3), gen) == 6
+        assert sampler.stats()["stale_drops"] == 3
+        np.testing.assert_allclose(sampler.scores(torch.arange(6)), [0, 0, 0, 0.5, 0.5, 0.5])
+
     def test_reduce_max(self):
         rb, sampler = make_rb(4)
         index = fill(rb, 4)

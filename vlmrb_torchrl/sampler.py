@@ -610,11 +610,28 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         """Current generation of each slot in ``index`` (what a producer records at insertion).
 
         ``index`` is what ``rb.extend`` returned: slot numbers, or for a storage with
-        ``ndim > 1`` the ``[M, ndim]`` coordinates (one generation per row).
+        ``ndim > 1`` the ``[M, ndim]`` coordinates (one generation per row). A slot listed more
+        than once (an ``extend`` larger than the storage wraps around onto its own rows) holds
+        only its last row: the earlier rows get generation ``-1``, which never matches, so scores
+        of their clips are dropped as stale instead of landing on the row that replaced them.
+
+        Examples:
+            >>> import torch
+            >>> from vlmrb_torchrl import VLMPrioritizedSampler
+            >>> sampler = VLMPrioritizedSampler(4)
+            >>> index = torch.tensor([0, 1, 2, 3, 0, 1])  # 6 rows into 4 slots: rows 0 and 1 overwritten
+            >>> sampler.mark_update(index)
+            >>> sampler.generations(index)
+            tensor([-1, -1,  1,  1,  1,  1])
         """
         index = self._index(index)
         with self._lock:
-            return torch.from_numpy(self._state.generation[index].copy())
+            generation = self._state.generation[index].copy()
+        _, last = np.unique(index[::-1], return_index=True)  # each slot's last row in ``index``
+        overwritten = np.ones(len(index), dtype=bool)
+        overwritten[len(index) - 1 - last] = False
+        generation[overwritten] = -1
+        return torch.from_numpy(generation)
 
     def scores(self, index: int | torch.Tensor) -> torch.Tensor:
         """The raw VLM scores of the slots in ``index``, flattened (float32).
