@@ -23,6 +23,7 @@ from vlmrb_torchrl.recipes.replay import make_replay  # noqa: E402
 from vlmrb_torchrl.recipes.run import (  # noqa: E402
     MANIFEST,
     CheckpointError,
+    Run,
     RunWarning,
     check_checkpoint,
     checkpoint_now,
@@ -30,6 +31,7 @@ from vlmrb_torchrl.recipes.run import (  # noqa: E402
     load_checkpoint,
     prepare_run_dir,
     save_checkpoint,
+    truncate_metrics,
 )
 
 TINY = dict(total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=128, eval_every=256,
@@ -516,3 +518,29 @@ def test_a_down_scorer_with_skip_trains_to_the_end_and_reports_the_errors(tmp_pa
     assert summary["env_steps"] == 512 and summary["scorer_errors"] > 0 and summary["fraction_scored"] == 0.0
     rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
     assert int(rows[-1]["scorer_errors"]) == summary["scorer_errors"]
+
+
+# ---------------------------------------------------------------------------------- metrics on resume
+class TestMetricsOnResume:
+    def test_a_row_cut_mid_write_is_dropped(self, tmp_path):
+        path = tmp_path / "metrics.csv"
+        path.write_text("env_steps,loss\r\n100,0.5\r\n200,0.4\r\n300,0.3\r\n40")  # killed while writing a row
+        truncate_metrics(path, 300)
+        text = path.read_text()
+        assert text.splitlines() == ["env_steps,loss", "100,0.5", "200,0.4", "300,0.3"] and text.endswith("\n")
+        truncate_metrics(path, 200)
+        assert path.read_text().splitlines() == ["env_steps,loss", "100,0.5", "200,0.4"]
+
+    def test_tensorboard_keeps_the_row_logged_at_the_checkpoint(self, tmp_path):
+        event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+        cfg = DQNConfig(output_dir=str(tmp_path), tensorboard=True, progress=False)
+        with Run(cfg, recipe="dqn", total=300) as run:
+            for step in (100, 200):  # a checkpoint at 200, after its row was logged
+                run.log({"env_steps": step, "loss": step / 1000})
+            run.log({"env_steps": 300, "loss": 0.3})  # logged after the checkpoint: gone on resume
+        with Run(cfg, recipe="dqn", total=300, resumed_from=200) as run:
+            run.log({"env_steps": 300, "loss": 0.35})
+        events = event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
+        events.Reload()
+        tag = next(t for t in events.Tags()["scalars"] if t.endswith("loss"))
+        assert [(e.step, round(e.value, 3)) for e in events.Scalars(tag)] == [(100, 0.1), (200, 0.2), (300, 0.35)]

@@ -172,7 +172,9 @@ class Run:
             except ImportError:  # pragma: no cover - tensorboard is part of the recipe extras
                 SummaryWriter = None
             if SummaryWriter is not None:
-                self._tb = SummaryWriter(log_dir=str(self.dir / "tensorboard"), purge_step=resumed_from or None)
+                # purge what was logged after the checkpoint, not the row logged at it (kept in metrics.csv too)
+                self._tb = SummaryWriter(log_dir=str(self.dir / "tensorboard"),
+                                         purge_step=resumed_from + 1 if resumed_from else None)
                 self._tb.add_text("config", "\n".join(f"    {k}: {v}" for k, v in dataclasses.asdict(cfg).items()))
         self._pbar = None
         if cfg.progress:
@@ -474,8 +476,16 @@ def truncate_metrics(path: Path, env_steps: int) -> None:
     if not path.exists():
         return
     lines = path.read_text().splitlines(keepends=True)
-    kept = lines[:1] + [ln for ln in lines[1:] if int(float(ln.split(",", 1)[0])) <= env_steps]
+    # a last line without its newline was cut mid-write (the process killed): the next row would join it
+    kept = lines[:1] + [ln for ln in lines[1:] if ln.endswith("\n") and _row_step(ln) <= env_steps]
     path.write_text("".join(kept))
+
+
+def _row_step(line: str) -> float:
+    try:
+        return float(line.split(",", 1)[0])
+    except ValueError:  # not a row (a damaged line)
+        return math.inf
 
 
 def resume_counters(cfg: Any, checkpoint: Path | None, *, modules: dict[str, Any], rb: Any) -> dict[str, Any]:
