@@ -170,5 +170,14 @@ def test_linear_egreedy_picks_torchrl_s_actions():
         actions.append(torch.stack([module(greedy.clone())["action"] for _ in range(50)]))
     assert torch.equal(actions[0], actions[1])
     assert 0.4 < (actions[0] != 0).float().mean() < 0.6  # ~0.6 * 4/5 of the actions are random non-zero ones
+    # and the equality above is the fast path's, not TorchRL's own forward reached by falling through
+    calls = []
+    original = EGreedyModule.forward
+    EGreedyModule.forward = lambda self, td: calls.append(1) or original(self, td)
+    try:
+        ours(greedy.clone())
+    finally:
+        EGreedyModule.forward = original
+    assert calls == []
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         assert torch.equal(ours(greedy.clone())["action"], greedy["action"])

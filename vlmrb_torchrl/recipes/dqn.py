@@ -22,7 +22,7 @@ from tensordict.nn import TensorDictSequential
 from torch import nn
 from torchrl.data.postprocs import MultiStep
 from torchrl.envs.utils import ExplorationType, exploration_type
-from torchrl.data import Categorical
+from torchrl.data import Categorical, Composite
 from torchrl.modules import MLP, ConvNet, EGreedyModule, QValueActor
 
 from vlmrb_torchrl.modules import OneHotLinear
@@ -98,7 +98,9 @@ class LinearEGreedy(EGreedyModule):
         self.eps.data.copy_(torch.maximum(self.eps_end, self.eps - frames * decrement))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        spec = self.spec
+        spec = self.spec  # EGreedyModule keeps the action spec inside a Composite
+        if isinstance(spec, Composite) and isinstance(self.action_key, str) and self.action_key in spec.keys():
+            spec = spec[self.action_key]
         plain = (isinstance(spec, Categorical) and spec.mask is None and self.action_mask_key is None
                  and isinstance(self.action_key, str) and exploration_type() in (ExplorationType.RANDOM, None))
         if not plain:
