@@ -64,3 +64,22 @@ def test_runs_exactly_the_requested_episodes():
     # 5 episodes in 2 copies: the first copy plays 3 (lengths 1, 2, 3), the second 2 (lengths 1, 2)
     out = evaluate(policy, CyclingEpisodes, episodes=5, seed=0, num_envs=2)
     assert out == pytest.approx({"eval_success": 2 / 5, "eval_return": (1 + 2 + 3 + 1 + 2) / 5})
+
+
+def test_the_schedule_moves_only_for_due_evaluations():
+    """A run's last evaluation (at total_frames, off the schedule) leaves the next one where it was:
+    resumed with a larger total_frames, the run evaluates at 30k, not 40k."""
+    from types import SimpleNamespace
+
+    from vlmrb_torchrl.recipes.evaluate import maybe_evaluate
+
+    logged = []
+    run = SimpleNamespace(log=lambda row: logged.append(dict(row)))
+    cfg = SimpleNamespace(total_frames=25_000, eval_every=10_000, eval_episodes=2, eval_envs=1, seed=0)
+    counters = {"env_steps": 0, "next_eval": 10_000}
+    for steps in (5_000, 10_000, 15_000, 20_000, 25_000):
+        counters["env_steps"] = steps
+        maybe_evaluate(run, {"env_steps": steps}, cfg=cfg, counters=counters, policy=policy,
+                       make_env=CyclingEpisodes, max_steps=10)
+    assert [row["env_steps"] for row in logged] == [10_000, 20_000, 25_000]
+    assert counters["next_eval"] == 30_000

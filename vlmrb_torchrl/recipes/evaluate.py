@@ -88,9 +88,11 @@ def maybe_evaluate(run, row: dict[str, Any], *, cfg: Any, counters: dict[str, An
 
     Evaluation episodes are seeded with ``seed + 10_000 + env_steps``: the same in a resumed run.
     """
-    if counters["env_steps"] < counters["next_eval"] and counters["env_steps"] < cfg.total_frames:
+    due = counters["env_steps"] >= counters["next_eval"]
+    if not due and counters["env_steps"] < cfg.total_frames:
         return False
-    counters["next_eval"] += cfg.eval_every
+    if due:  # the run's last evaluation, logged off the schedule, leaves it alone (a longer resumed run keeps it)
+        counters["next_eval"] += cfg.eval_every
     row.update(evaluate(policy, make_env, episodes=cfg.eval_episodes, seed=cfg.seed + 10_000 + counters["env_steps"],
                         max_steps=max_steps, num_envs=min(cfg.eval_envs, cfg.eval_episodes)))
     run.log(row)
