@@ -83,3 +83,27 @@ def test_the_schedule_moves_only_for_due_evaluations():
                        make_env=CyclingEpisodes, max_steps=10)
     assert [row["env_steps"] for row in logged] == [10_000, 20_000, 25_000]
     assert counters["next_eval"] == 30_000
+
+
+class PolicyOnAnotherDevice:
+    """Stands in for the learner's GPU module (parameters on another device: ``meta`` here, there is no GPU)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def parameters(self):
+        yield torch.empty(1, device="meta")
+
+    def __call__(self, td):
+        self.seen.append(td.device)
+        return TensorDict(action=torch.zeros(td.shape, dtype=torch.long), batch_size=td.shape)
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_a_policy_on_another_device_gets_its_inputs_there(num_envs):
+    """device=cuda: evaluation feeds the learner's GPU policy CPU env data; it must move them."""
+    policy = PolicyOnAnotherDevice()
+    result = evaluate(policy, CyclingEpisodes, episodes=3, seed=0, num_envs=num_envs)
+    assert policy.seen and set(policy.seen) == {torch.device("meta")}
+    # one env: its episodes 0-2 last 1, 2, 3 steps; three envs: each plays its episode 0 (1 step); 1 per step
+    assert result["eval_return"] == pytest.approx(2.0 if num_envs == 1 else 1.0)

@@ -7,7 +7,37 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["evaluate", "maybe_evaluate"]
+__all__ = ["evaluate", "maybe_evaluate", "on_env_device"]
+
+
+def on_env_device(policy, env_device: torch.device | str | None = "cpu"):
+    """``policy`` for env data on ``env_device``: a policy whose parameters live on another device (the
+    learner's GPU) gets its inputs moved there and its outputs moved back; others are returned as is.
+
+    The recipes' collectors copy the policy to the envs' device themselves; evaluations and
+    galleries call the learner's own policy, on ``device=cuda`` a GPU module fed CPU env data.
+
+    Examples:
+        >>> from torch import nn
+        >>> net = nn.Linear(2, 2)
+        >>> on_env_device(net) is net  # parameters already on the envs' device (the CPU)
+        True
+    """
+    device = _parameter_device(policy)
+    env_device = torch.device("cpu" if env_device is None else env_device)  # a device-less env holds CPU data
+    if device is None or device == env_device:
+        return policy
+
+    def moved(td):
+        return policy(td.to(device)).to(env_device)
+
+    return moved
+
+
+def _parameter_device(policy) -> torch.device | None:
+    parameters = getattr(policy, "parameters", None)
+    first = next(iter(parameters()), None) if callable(parameters) else None
+    return None if first is None else first.device
 
 
 @torch.no_grad()
@@ -31,6 +61,7 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
     from vlmrb_torchrl.recipes.envs import make_batched_env
 
     env = make_batched_env(make_env, num_envs)
+    policy = on_env_device(policy, env.device)
     env.set_seed(seed)
     quota = torch.full((num_envs,), episodes // num_envs, dtype=torch.long)
     quota[: episodes % num_envs] += 1
@@ -68,6 +99,7 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
 def _evaluate_serial(policy, make_env, *, episodes: int, seed: int, max_steps: int) -> dict[str, float]:
     env = make_env()
     env.set_seed(seed)
+    policy = on_env_device(policy, env.device)
     successes, returns = [], []
     for _ in range(episodes):
         rollout = env.rollout(max_steps, policy, break_when_any_done=True)

@@ -8,6 +8,7 @@ import torch
 
 from vlmrb_torchrl.clip_scoring import make_clip_scoring
 from vlmrb_torchrl.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.recipes.evaluate import on_env_device
 from vlmrb_torchrl.recipes.replay import FRAME_KEY, needs_frames
 
 __all__ = ["clip_gallery"]
@@ -31,7 +32,7 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
     batches = []
     offset = 0
     for episode in range(episodes):
-        rollout = env.rollout(max_steps, policy, break_when_any_done=True)
+        rollout = env.rollout(max_steps, on_env_device(policy, env.device), break_when_any_done=True)
         rollout["collector", "traj_ids"] = torch.full(rollout.shape, episode, dtype=torch.long)
         index = torch.arange(offset, offset + rollout.numel())
         offset += rollout.numel()
