@@ -201,19 +201,27 @@ def test_drop_oldest_counts_dropped_clips():
     assert stats["scored"] <= 10 + 5  # at most max_pending waiting + one batch in flight
 
 
-def test_block_applies_back_pressure():
-    started, release = threading.Event(), threading.Event()
+class GatedScorer(MaxObsScorer):
+    """Holds every call until ``release`` is set; ``started`` says a call is under way."""
 
-    class Gated(MaxObsScorer):
-        def score(self, clips):
-            started.set()
-            release.wait(10)
-            return super().score(clips)
+    def __init__(self):
+        super().__init__()
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def score(self, clips):
+        self.started.set()
+        self.release.wait(10)
+        return super().score(clips)
+
+
+def test_block_applies_back_pressure():
+    gated = GatedScorer()
+    started, release = gated.started, gated.release
 
     sampler = VLMPrioritizedSampler(1000)
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
     stream = ClipStream(ClipSpec(clip_len=2), frame_key=None, extra_keys=["obs"])
-    worker = AsyncScorer(VLMScoreTransform(Gated(), clip_len=2, in_keys=()), sampler,
+    worker = AsyncScorer(VLMScoreTransform(gated, clip_len=2, in_keys=()), sampler,
                          max_pending=4, batch_size=4, on_full="block")
     data = make_batches(1, 40, seed=3).reshape(-1)
     index = rb.extend(data)
@@ -270,15 +278,10 @@ def test_block_never_drops_a_batch_larger_than_max_pending():
 
 
 def test_a_submit_waiting_for_room_is_refused_when_the_worker_closes():
-    started, release = threading.Event(), threading.Event()
+    gated = GatedScorer()
+    started, release = gated.started, gated.release
 
-    class Gated(MaxObsScorer):
-        def score(self, clips):
-            started.set()
-            release.wait(10)
-            return super().score(clips)
-
-    worker, _, clips, _ = _blocking_worker(Gated(), max_pending=4)
+    worker, _, clips, _ = _blocking_worker(gated, max_pending=4)
     first, rest = clips.split(4)
     second, rest = rest.split(4)
     worker.submit(first)
