@@ -201,22 +201,9 @@ def test_drop_oldest_counts_dropped_clips():
     assert stats["scored"] <= 10 + 5  # at most max_pending waiting + one batch in flight
 
 
-class GatedScorer(MaxObsScorer):
-    """Holds every call until ``release`` is set; ``started`` says a call is under way."""
-
-    def __init__(self):
-        super().__init__()
-        self.started, self.release = threading.Event(), threading.Event()
-
-    def score(self, clips):
-        self.started.set()
-        self.release.wait(10)
-        return super().score(clips)
-
-
 def test_block_applies_back_pressure():
-    gated = GatedScorer()
-    started, release = gated.started, gated.release
+    started, release = threading.Event(), threading.Event()
+    gated = GatedScorer(release, started)  # holds each call until release is set
 
     sampler = VLMPrioritizedSampler(1000)
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=sampler)
@@ -278,8 +265,8 @@ def test_block_never_drops_a_batch_larger_than_max_pending():
 
 
 def test_a_submit_waiting_for_room_is_refused_when_the_worker_closes():
-    gated = GatedScorer()
-    started, release = gated.started, gated.release
+    started, release = threading.Event(), threading.Event()
+    gated = GatedScorer(release, started)  # holds each call until release is set
 
     worker, _, clips, _ = _blocking_worker(gated, max_pending=4)
     first, rest = clips.split(4)
