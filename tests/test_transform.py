@@ -353,6 +353,27 @@ class TestMakeClipScoring:
             make_clip_scoring(FramesSeen(max_frames=8), ClipSpec(clip_len=16, frames=8))
             make_clip_scoring(FramesSeen(max_frames=2), ClipSpec(clip_len=16, frames=8), grid=True)
 
+    @pytest.mark.parametrize("frames, grid, max_frames, warns", [
+        (1, False, None, True), (None, True, None, True), (None, False, 1, True),
+        (2, False, None, False), (None, False, None, False)])
+    def test_change_checks_that_see_one_frame_warn(self, frames, grid, max_frames, warns):
+        """'progress'/'rise' compare frames: with one frame per clip (grid, frames=1, max_frames=1) they score 0."""
+        import warnings
+
+        from vlmrb_torchrl import make_clip_scoring
+        from vlmrb_torchrl.scorers.prompts import PromptCheck
+
+        scorer = FramesSeen(max_frames=max_frames)
+        scorer.prompt_set = [PromptCheck("the agent holds the key", ["the key is on the floor"], "progress"),
+                             PromptCheck("the agent is on the goal", ["the agent is far from the goal"], "max")]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            make_clip_scoring(scorer, ClipSpec(clip_len=16, frames=frames), grid=grid)
+        messages = [str(w.message) for w in caught if "score a change between frames" in str(w.message)]
+        assert bool(messages) == warns
+        if warns:
+            assert "'the agent holds the key'" in messages[0] and "on the goal" not in messages[0]
+
     def test_scorer_subsampling_rule_is_the_clip_spec_rule(self):
         from vlmrb_torchrl.scorers._frames import subsample
 

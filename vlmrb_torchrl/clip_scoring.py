@@ -118,6 +118,18 @@ def make_clip_scoring(
     )
     max_frames = getattr(scorer, "max_frames", None)
     shown = 1 if grid else transform.clip_spec.num_frames
+    seen = min(shown, max_frames) if isinstance(max_frames, int) else shown
+    changes = [c.positive for c in getattr(scorer, "prompt_set", None) or ()
+               if getattr(c, "aggregation", None) in ("progress", "rise")]
+    if needs_frames and seen < 2 and changes:
+        warnings.warn(
+            f"{type(scorer).__name__} sees one frame per clip (" + ("grid=True tiles the clip into one image"
+            if grid else f"ClipSpec.frames={clip_spec.frames}, max_frames={max_frames}") + "), but its checks "
+            f"{changes} score a change between frames ('progress'/'rise'): they score 0 on every clip. "
+            "Show at least 2 frames, or use 'max' checks.",
+            UserWarning,
+            stacklevel=2,
+        )
     if needs_frames and isinstance(max_frames, int) and max_frames < shown:
         warnings.warn(
             f"{type(scorer).__name__}.max_frames={max_frames} is below the {shown} frames per clip the "
