@@ -198,6 +198,26 @@ def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path 
             for seed in seeds for arm in arms]
 
 
+def code_state() -> str:
+    """The commit the runs execute (``git rev-parse HEAD`` of this checkout), ``+dirty`` with uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def record_commit(job: Job, commit: str) -> None:
+    """Appends the code state a run (or one of its chunks) ran under to ``<result_dir>/commits.txt``:
+    a study's runs must share one code state, and a resumed chunk must not silently run other code."""
+    job.result_dir.mkdir(parents=True, exist_ok=True)
+    with open(job.result_dir / "commits.txt", "a") as out:
+        out.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {job.status()} {commit}\n")
+
+
 def sync_results(job: Job) -> None:
     """Copies the run's small files to the committed results folder."""
     job.result_dir.mkdir(parents=True, exist_ok=True)
@@ -227,13 +247,15 @@ def run_jobs(jobs: list[Job], *, parallel: int, poll_s: float = 20.0) -> int:
     running: list[tuple[Job, subprocess.Popen, object]] = []
     failed = 0
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    commit = code_state()
     while todo or running:
         while todo and len(running) < parallel:
             job = todo.pop(0)
             job.run_dir.mkdir(parents=True, exist_ok=True)
             log = open(job.run_dir / "stdout.log", "a")
             cmd = job.command()
-            _say(f"start {job.name} ({job.status()}): {' '.join(cmd[2:])}")
+            record_commit(job, commit)
+            _say(f"start {job.name} ({job.status()}) at {commit}: {' '.join(cmd[2:])}")
             running.append((job, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
         time.sleep(poll_s)
         still = []
