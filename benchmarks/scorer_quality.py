@@ -17,6 +17,9 @@ Lift: ``"grasping"``, ``"lifted"``, ``"success"``) and the oracle reads that fla
 A per-type row compares the clips showing that event (positives) with the clips showing *no*
 event at all (negatives); clips showing only other events are left out of it, so a scorer that
 detects every kind of progress is not charged with false positives for detecting the others.
+On MiniGrid a last row, "goal only", scores the goal clips against *every* other clip, key
+pickups and door openings included: the VLM-RB paper's labels (``oracle:minigrid_goal``), the
+row to read for a goal-only scorer such as ``builtin:minigrid_goal``.
 
 Metrics. A clip is predicted positive when ``score > threshold`` (the sampler's binarisation
 rule); the threshold is ``--threshold``, else the scorer's own ``threshold`` attribute if it
@@ -84,6 +87,8 @@ EVENT_TYPES = {
 ROBOSUITE_PREFIX = "robosuite/"
 POLICIES = ("random", "scripted", "mixed", "subgoal")
 FRAME_KEY = "pixels"  # the recipes' frame key (recipes.replay.FRAME_KEY)
+#: MiniGrid's goal flag, and the row that scores it against every other clip (``oracle:minigrid_goal``'s labels)
+GOAL, GOAL_ONLY = "goal_reached", "goal_only"
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -207,6 +212,8 @@ def quality_report(scores: np.ndarray, labels: dict[str, np.ndarray], threshold:
         if row["positives"] == 0:  # an event these episodes never showed: nothing to measure
             row.update(precision=math.nan, recall=math.nan, f1=math.nan, auroc=math.nan, f1_all_positive=math.nan)
         report[name] = row
+    if GOAL in labels:  # the VLM-RB paper's labels (oracle:minigrid_goal): key and door clips are negatives too
+        report[GOAL_ONLY] = binary_metrics(scores, labels[GOAL], threshold)
     return report
 
 
@@ -402,7 +409,7 @@ def format_table(report: dict[str, dict]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, m in report.items():
-        name = "all progress" if key == PROGRESS else EVENT_TYPES.get(key, key)
+        name = {PROGRESS: "all progress", GOAL_ONLY: "goal only (vs every other clip)"}.get(key, EVENT_TYPES.get(key, key))
         lines.append(
             f"| {name} | {m['clips']} | {m['positives']} | {m['negatives']} | {m['tp']} | {m['fp']} | "
             f"{m['fn']} | {_fmt(m['precision'])} | {_fmt(m['recall'])} | {_fmt(m['f1'])} | {_fmt(m['auroc'])} | "

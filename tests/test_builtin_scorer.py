@@ -186,6 +186,24 @@ def test_builtin_spec_is_the_prompt_set(check_scorers, builtin_scorer):
     assert scorer.provenance["backend"] == "clip"
 
 
+def test_goal_only_spec_scores_the_goal_check_alone(check_scorers, builtin_scorer):
+    """builtin:minigrid_goal: the same model, the goal check alone (the VLM-RB paper's labels): a clip around
+    the key pickup scores high with builtin:minigrid and low with the goal-only set; the goal clip high with both."""
+    goal_only = make_scorer("builtin:minigrid_goal")
+    frames, _, events = _episode(6, 90_002)
+    starts = [max(0, events[name] - 3) for name in ("key_picked_up", "goal_reached")]
+    clips = _clips_at(frames, starts, 5)
+    key_clip, goal_clip = goal_only.score(clips).tolist()
+    assert key_clip < 0.5 < goal_clip
+    assert builtin_scorer.score(clips).tolist()[0] > 0.5
+    torch.testing.assert_close(goal_only.score(clips), check_scorers[2].score(clips), atol=1e-5, rtol=0)
+
+
+def _clips_at(frames, starts, length):
+    clips = torch.stack([torch.stack(frames[t : t + length]) for t in starts])
+    return TensorDict(pixels=clips, mask=torch.ones(clips.shape[:2], dtype=torch.bool), batch_size=clips.shape[:2])
+
+
 def test_rise_sees_an_event_undone_within_the_clip():
     """A key picked up and put back within one clip (the frame after the pickup, then the frame
     before it again: what dropping it in place renders): ``progress`` (last - first) misses it,

@@ -42,6 +42,32 @@ class TestOneHotLinear:
         nested = positions.reshape(4, 16, K)
         torch.testing.assert_close(layer(nested.int()), layer(positions.long()).reshape(4, 16, 32))
 
+    def test_padded_rows_equal_linear_on_their_one_hot_vectors(self):
+        """Rows of different lengths, padded with -1 (MiniGrid's view='full'): the ragged path's output and
+        gradients equal nn.Linear's on the one-hot vectors, empty rows included; only seen columns get gradient."""
+        gen = torch.Generator().manual_seed(1)
+        linear = nn.Linear(D, 32, dtype=torch.float64)
+        layer = OneHotLinear.from_linear(linear)
+        positions = torch.full((64, K), -1, dtype=torch.int16)
+        for row, n in enumerate(torch.randint(0, K + 1, (64,), generator=gen).tolist()):
+            positions[row, :n] = torch.randperm(D, generator=gen)[:n]
+        positions[5] = -1  # a row without ones: the bias alone
+        dense = torch.zeros(64, D, dtype=torch.float64)
+        for row in range(64):
+            dense[row, positions[row][positions[row] >= 0].long()] = 1.0
+        upstream = torch.randn(64, 32, generator=gen, dtype=torch.float64)
+        (layer(positions) * upstream).sum().backward()
+        (linear(dense) * upstream).sum().backward()
+        torch.testing.assert_close(layer(positions), linear(dense))
+        torch.testing.assert_close(layer(positions)[5], linear.bias)
+        torch.testing.assert_close(layer.weight.grad, linear.weight.grad.t())
+        torch.testing.assert_close(layer.bias.grad, linear.bias.grad)
+        unseen = torch.ones(D, dtype=torch.bool)
+        unseen[positions[positions >= 0].long()] = False
+        assert unseen.any() and (layer.weight.grad[unseen] == 0).all()
+        with torch.no_grad():  # the no-autograd path (acting, targets)
+            torch.testing.assert_close(layer(positions), linear(dense))
+
     def test_a_seeded_build_draws_nn_linear_s_weights(self):
         torch.manual_seed(3)
         linear = nn.Linear(D, 16)
@@ -66,6 +92,11 @@ class TestQNetwork:
         assert isinstance(sparse[0], OneHotLinear) and isinstance(dense[0], nn.Linear)
         positions = random_positions(8, generator=torch.Generator().manual_seed(1))
         torch.testing.assert_close(sparse(positions), dense(one_hot(positions)), rtol=0, atol=1e-5)
+
+    def test_padded_index_observations_size_the_layer_from_the_spec(self):
+        # MiniGrid's view='full' with indices: Bounded(-1, D - 1), padded with -1
+        net = make_q_network(Bounded(-1, D - 1, shape=(K,), dtype=torch.int16), N_ACTIONS, 64)
+        assert isinstance(net[0], OneHotLinear) and net[0].in_features == D
 
 
 def replay_sample(batch: int, *, weights: bool, generator: torch.Generator) -> TensorDict:

@@ -475,6 +475,114 @@ class TestIndexObservation:
             make_minigrid_env(DOORKEY, observation="dense")
 
 
+# ---------------------------------------------------------------------- fully observed state
+def reference_full_state(menv) -> np.ndarray:
+    """The full view's one-hot written as a plain loop over MiniGrid's own grid.encode()."""
+    objects = [k for k, _ in sorted(OBJECT_TO_IDX.items(), key=lambda kv: kv[1]) if k != "empty"]
+    colors = [k for k, _ in sorted(COLOR_TO_IDX.items(), key=lambda kv: kv[1]) if k != "grey"]
+    states = [k for k, _ in sorted(STATE_TO_IDX.items(), key=lambda kv: kv[1]) if k != "open"]
+    name = {**{v: k for k, v in OBJECT_TO_IDX.items()}}
+    cname = {v: k for k, v in COLOR_TO_IDX.items()}
+    sname = {v: k for k, v in STATE_TO_IDX.items()}
+    per_cell = len(objects) + len(colors) + len(states)
+    w, h = menv.width, menv.height
+    vec = np.zeros(w * h * per_cell + w * h + 4 + len(objects) + len(colors), dtype=np.float32)
+    grid = menv.grid.encode()  # [w, h, 3]
+    for y in range(h):
+        for x in range(w):
+            obj, col, state = grid[x, y]
+            if name[obj] == "empty":
+                continue  # an empty cell is all zeros (its colour code is filler)
+            base = (y * w + x) * per_cell
+            vec[base + objects.index(name[obj])] = 1
+            if cname[col] != "grey":
+                vec[base + len(objects) + colors.index(cname[col])] = 1
+            if sname[state] != "open":
+                vec[base + len(objects) + len(colors) + states.index(sname[state])] = 1
+    offset = w * h * per_cell
+    vec[offset + int(menv.agent_pos[1]) * w + int(menv.agent_pos[0])] = 1
+    vec[offset + w * h + int(menv.agent_dir)] = 1
+    if menv.carrying is not None:
+        obj, col, _ = menv.carrying.encode()
+        vec[offset + w * h + 4 + objects.index(name[obj])] = 1
+        if cname[col] != "grey":
+            vec[offset + w * h + 4 + len(objects) + colors.index(cname[col])] = 1
+    return vec
+
+
+class TestFullView:
+    @pytest.mark.parametrize("env_id", ["MiniGrid-DoorKey-5x5-v0", "MiniGrid-DoorKey-12x12-v0", "MiniGrid-LavaGapS5-v0"])
+    def test_matches_the_reference_encoding_and_indices(self, env_id):
+        onehot = make_minigrid_env(env_id, seed=3, render=False, view="full")
+        indices = make_minigrid_env(env_id, seed=3, render=False, view="full", observation="indices")
+        menv = onehot.unwrapped
+        cells = menv.width * menv.height
+        dim = cells * 17 + cells + 4 + 15
+        spec = indices.observation_spec["observation"]
+        assert onehot.observation_spec["observation"].shape == (dim,)
+        assert spec.shape == (3 * cells + 4,) and spec.dtype == torch.int16
+        assert int(spec.space.low.min()) == -1 and int(spec.space.high.max()) == dim - 1
+        a, b = onehot.reset(), indices.reset()
+        gen = torch.Generator().manual_seed(0)
+        carried = False
+        for _ in range(400):  # random walk through resets (pickups, door toggles): the encodings agree
+            x, idx = a["observation"], b["observation"].long()
+            ones = idx[idx >= 0]
+            assert (idx[len(ones):] == -1).all() and ones.unique().numel() == ones.numel()
+            assert torch.equal(torch.zeros(dim).scatter_(0, ones, 1.0), x)
+            assert torch.equal(x, torch.from_numpy(reference_full_state(menv)))
+            carried |= menv.carrying is not None
+            action = int(torch.randint(6, (), generator=gen))
+            a, b = onehot.step(step_input(a, action)), indices.step(step_input(b, action))
+            if a["next", "done"]:
+                a, b = onehot.reset(), indices.reset()
+            else:
+                a, b = step_mdp(a), step_mdp(b)
+        assert carried or "Lava" in env_id  # the carried-object channels were exercised
+
+    def test_empty_cells_cost_nothing_and_the_agent_moves(self):
+        env = make_minigrid_env("MiniGrid-Empty-5x5-v0", seed=0, render=False, view="full", observation="indices")
+        obs = env.reset()["observation"]
+        # 16 border walls (one channel each), the goal (object + green), the agent's cell and direction
+        assert int((obs >= 0).sum()) == 16 + 2 + 2
+        moved = env.step(step_input(env.reset(), FORWARD))["next", "observation"]
+        assert not torch.equal(moved, obs)
+
+    def test_carried_key(self):
+        env = make_minigrid_env(DOORKEY, seed=0, render=False, view="full")
+        env.reset()
+        menv = env.unwrapped
+        from minigrid.core.world_object import Key
+
+        menv.carrying = Key("yellow")
+        vec = env._obs({})
+        w = menv.width * menv.height
+        carry = w * 17 + w + 4
+        assert vec[carry + 4] == 1  # key: the 5th object channel (unseen, wall, floor, door, key, ...)
+        assert vec[carry + 10 + 4] == 1  # yellow: the 5th colour channel (red, green, blue, purple, yellow)
+
+    def test_batched_env_and_unknown_view(self):
+        kwargs = {"render": False, "view": "full", "observation": "indices"}
+        batched = BatchedMiniGridEnv(3, "MiniGrid-DoorKey-6x6-v0", seed=0, **kwargs)
+        serial = SerialEnv(3, partial(make_minigrid_env, "MiniGrid-DoorKey-6x6-v0", **kwargs))
+        serial.set_seed(0)
+        actions = torch.randint(5, (3, 50), generator=torch.Generator().manual_seed(0))
+        ours = batched.rollout(50, _Scripted(actions), break_when_any_done=False)
+        theirs = serial.rollout(50, _Scripted(actions), break_when_any_done=False)
+        assert torch.equal(ours["next", "observation"], theirs["next", "observation"])
+        check_env_specs(batched)
+        with pytest.raises(ValueError, match=r"view must be one of \('partial', 'full'\)"):
+            make_minigrid_env(DOORKEY, view="global")
+
+
+def test_doorkey_12x12_is_registered():
+    env = make_minigrid_env("MiniGrid-DoorKey-12x12-v0", seed=0, render=True)
+    td = env.reset()
+    assert env.unwrapped.max_steps == 10 * 12 * 12 and td["pixels"].shape == (60, 60, 3)
+    assert "MiniGrid-DoorKey-12x12-v0" in gymnasium.registry
+    assert minigrid_module.register_extra_envs() == []  # idempotent
+
+
 class TestBatchedMiniGridEnv:
     @pytest.mark.parametrize(("render", "observation"), [(False, "onehot"), (True, "indices")])
     def test_same_data_as_serial_env_step_for_step(self, render, observation):

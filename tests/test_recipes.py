@@ -45,6 +45,8 @@ class TestConfig:
         ("torch_threads=0", "torch_threads=0 is invalid: expected an integer >= 1"),
         ("scorer_kwargs={p: 0.3}", "scorer_kwargs='{p: 0.3}' is invalid: expected a JSON object"),
         ("scorer_kwargs=[0.3]", "scorer_kwargs='\\[0.3\\]' is invalid: expected a JSON object, got list"),
+        ("view=global", r"view='global' is invalid: expected one of \['partial', 'full'\]"),
+        ("eval_max_episode_steps=0", "eval_max_episode_steps=0 is invalid: expected None or an integer >= 1"),
     ])
     def test_bad_values(self, override, match):
         with pytest.raises(ConfigError, match=match):
@@ -54,6 +56,12 @@ class TestConfig:
         with pytest.raises(ConfigError, match="vlm_eps=0.0 is invalid: expected a number > 0 when vlm_beta > 0"):
             apply_overrides(DQNConfig(), ["vlm_eps=0", "vlm_beta=0.4", "lambda_max=1"]).validate()
         apply_overrides(DQNConfig(), ["vlm_eps=0", "vlm_beta=0.4", "lambda_max=0.5"]).validate()  # uniform share
+
+    def test_full_view_is_for_minigrid(self):
+        with pytest.raises(ConfigError, match="view='full' is invalid: expected 'partial' or 'full' \\('full' is for MiniGrid"):
+            apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "view=full"]).validate()
+        apply_overrides(DQNConfig(), ["env=MiniGrid-DoorKey-12x12-v0", "view=full",
+                                      "scorer=oracle:minigrid_goal"]).validate()
 
     def test_action_subsets_are_for_minigrid(self):
         with pytest.raises(ConfigError, match="actions='left,right' is invalid: expected 'auto' or 'all'"):
@@ -201,6 +209,21 @@ def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
 
         slots = TensorDict.load_memmap(run_dir / "checkpoints" / "step_512" / "replay" / "sampler" / "slots")
         assert slots["scored"][:512].all() and not slots["scored"][512:].any()
+
+
+def test_full_view_run_with_goal_labels_and_capped_evaluation(tmp_path):
+    """view=full (padded index observations), oracle:minigrid_goal, evaluation episodes capped at 5 steps."""
+    cfg = apply_overrides(DQNConfig(), {**TINY, "env": "MiniGrid-DoorKey-6x6-v0", "view": "full", "replay": "vlm",
+                                        "scorer": "oracle:minigrid_goal", "gallery_clips": 0, "tensorboard": False,
+                                        "eval_max_episode_steps": 5, "output_dir": str(tmp_path)})
+    summary = dqn_main(cfg)
+    rows = read_metrics(tmp_path)
+    assert [int(r["env_steps"]) for r in rows] == [256, 512] and summary["updates"] > 0
+    # 5 steps cannot solve DoorKey-6x6 (the key, the door and the goal are further apart): every episode failed
+    assert all(float(r["eval_success"]) == 0.0 for r in rows)
+    state = torch.load(tmp_path / "checkpoints" / "step_512" / "state.pt", weights_only=False)
+    first = next(t for k, t in state["loss"].items() if k.endswith("weight"))
+    assert first.shape == (36 * 17 + 36 + 4 + 15, 32)  # the full view's one-hot size, OneHotLinear's layout
 
 
 @pytest.mark.parametrize("replay", ["uniform", "vlm"])

@@ -389,6 +389,17 @@ class TestMakeScorer:
         assert scorer.events_key == ("next", "progress_event")
         assert make_scorer("oracle:minigrid", events_key=("next", "success")).events_key == ("next", "success")
 
+    def test_oracle_minigrid_goal_reads_only_the_goal_flag(self):
+        scorer = make_scorer("oracle:minigrid_goal")
+        assert scorer.events_key == ("next", "goal_reached")
+        events = {name: torch.zeros(3, 4, 1, dtype=torch.bool) for name in ("progress_event", "goal_reached")}
+        events["progress_event"][0, 1] = events["progress_event"][1, 2] = True  # a key pickup, then the goal
+        events["goal_reached"][1, 2] = True
+        clips = TensorDict({**{("next", k): v for k, v in events.items()}, "mask": torch.ones(3, 4, dtype=torch.bool)},
+                           batch_size=[3, 4])
+        assert scorer.score(clips).tolist() == [0.0, 1.0, 0.0]
+        assert make_scorer("oracle:minigrid").score(clips).tolist() == [1.0, 1.0, 0.0]
+
     def test_unknown_oracle(self):
         with pytest.raises(ValueError, match=r"Unknown oracle scorer 'oracle:atari'. Valid forms: 'oracle:minigrid'"):
             make_scorer("oracle:atari")

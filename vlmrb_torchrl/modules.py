@@ -39,6 +39,36 @@ class _OneHotLinearFunction(torch.autograd.Function):
         return None, one_hot.t() @ grad
 
 
+class _PaddedOneHotLinearFunction(torch.autograd.Function):
+    """``embedding_bag(sum)`` over ragged rows (the positions of each sample's ones, given flat with
+    ``offsets``); the weight's gradient computed on the columns that occur in the batch only.
+
+    A fully observed grid has thousands of one-hot inputs of which a batch touches a few hundred:
+    the dense ``one_hot.T @ grad`` of :class:`_OneHotLinearFunction` would multiply mostly zeros.
+    """
+
+    @staticmethod
+    def forward(ctx, values: torch.Tensor, offsets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(values, offsets)
+        ctx.in_features = weight.shape[0]
+        return F.embedding_bag(values, weight, offsets, mode="sum")
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        values, offsets = ctx.saved_tensors
+        if not ctx.needs_input_grad[2]:
+            return None, None, None
+        rows = grad.shape[0]
+        counts = torch.diff(offsets, append=offsets.new_tensor([values.numel()]))
+        row_of = torch.repeat_interleave(torch.arange(rows, device=grad.device), counts)
+        columns, column_of = torch.unique(values, return_inverse=True)
+        one_hot = torch.zeros(rows, columns.numel(), dtype=grad.dtype, device=grad.device)
+        one_hot[row_of, column_of] = 1.0
+        weight_grad = torch.zeros(ctx.in_features, grad.shape[1], dtype=grad.dtype, device=grad.device)
+        weight_grad.index_copy_(0, columns, one_hot.t() @ grad)
+        return None, None, weight_grad
+
+
 class OneHotLinear(nn.Module):
     """``nn.Linear(in_features, out_features)`` applied to a multi-hot vector given by its active positions.
 
@@ -66,6 +96,9 @@ class OneHotLinear(nn.Module):
         >>> indices = torch.tensor([[0, 4], [1, 5]])
         >>> one_hot = torch.zeros(2, 6).scatter_(1, indices, 1.0)
         >>> torch.allclose(layer(indices), linear(one_hot))
+        True
+        >>> padded = torch.tensor([[0, 4], [1, -1]])  # the second row has a single one
+        >>> torch.allclose(layer(padded)[1], linear(torch.eye(6)[1]))
         True
     """
 
@@ -103,7 +136,16 @@ class OneHotLinear(nn.Module):
         batch = indices.shape[:-1]
         flat = indices.reshape(-1, indices.shape[-1])
         flat = flat.long() if flat.dtype not in (torch.int32, torch.int64) else flat
-        if torch.is_grad_enabled() and self.weight.requires_grad:
+        padding = flat < 0
+        if bool(padding.any()):
+            present = ~padding
+            counts = present.sum(1)
+            values, offsets = flat[present], counts.cumsum(0) - counts
+            if torch.is_grad_enabled() and self.weight.requires_grad:
+                out = _PaddedOneHotLinearFunction.apply(values, offsets, self.weight)
+            else:
+                out = F.embedding_bag(values, self.weight, offsets, mode="sum")
+        elif torch.is_grad_enabled() and self.weight.requires_grad:
             out = _OneHotLinearFunction.apply(flat, self.weight)
         else:  # acting, targets: no autograd node to build
             out = F.embedding_bag(flat, self.weight, mode="sum")

@@ -22,7 +22,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "make_minigrid_env", "MINIGRID_EVENT_KEYS", "DOORKEY_ACTIONS",
-           "OBSERVATION_ENCODINGS"]
+           "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "register_extra_envs"]
 
 _has_minigrid = (
     importlib.util.find_spec("minigrid") is not None
@@ -46,6 +46,9 @@ MINIGRID_EVENT_KEYS = (
 _FLAG_KEYS = (*MINIGRID_EVENT_KEYS, "terminated", "truncated", "done")
 #: The encodings of ``"observation"`` (``MiniGridEnv(observation=...)``).
 OBSERVATION_ENCODINGS = ("onehot", "indices")
+#: What ``"observation"`` shows (``MiniGridEnv(view=...)``): MiniGrid's egocentric partial view, or
+#: the fully observed state (the whole grid, the agent's position and direction, what it carries).
+OBSERVATION_VIEWS = ("partial", "full")
 
 #: The actions DoorKey needs. Dropping ``drop`` and ``done`` (no-ops there) lifts a random
 #: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes
@@ -60,7 +63,40 @@ def _import_minigrid():
     import minigrid  # noqa: F401  (registers the MiniGrid-* ids)
     from minigrid.core import constants
 
+    register_extra_envs()
     return gymnasium, constants
+
+
+#: Ids this package registers with gymnasium on top of minigrid's own: DoorKey-12x12, a grid size
+#: the VLM-RB paper evaluates that minigrid does not register (it has 5, 6, 8 and 16), with the
+#: standard DoorKey dynamics (``max_steps = 10 * size**2``).
+EXTRA_ENV_IDS = {"MiniGrid-DoorKey-12x12-v0": ("minigrid.envs:DoorKeyEnv", {"size": 12})}
+
+
+def register_extra_envs() -> list[str]:
+    """Registers :data:`EXTRA_ENV_IDS` with gymnasium (idempotent); returns the ids registered by this call.
+
+    Called whenever this module builds an env, so the ids work wherever MiniGrid ids are accepted
+    (the recipes, :class:`BatchedMiniGridEnv`, the scorer benchmarks and the scorer training); call
+    it yourself before ``gymnasium.make`` on them in your own code.
+
+    Examples:
+        >>> import gymnasium
+        >>> _ = register_extra_envs()
+        >>> env = gymnasium.make("MiniGrid-DoorKey-12x12-v0")
+        >>> env.unwrapped.width, env.unwrapped.max_steps
+        (12, 1440)
+    """
+    if not _has_minigrid:
+        raise ImportError(MISSING_MINIGRID)
+    import gymnasium
+
+    added = []
+    for env_id, (entry_point, kwargs) in EXTRA_ENV_IDS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry_point, kwargs=kwargs)
+            added.append(env_id)
+    return added
 
 
 class _OneHotEncoder:
@@ -93,6 +129,88 @@ class _OneHotEncoder:
         out = np.zeros(self.dim, dtype=np.float32)
         out[self._offsets + image.reshape(self.n_cells, 3)] = 1.0
         out[self._dir_offset + direction] = 1.0
+        return out
+
+
+class _FullStateEncoder:
+    """One-hot of the fully observed state: every cell of the grid, the agent's position, direction and
+    carried object.
+
+    Each cell has an object channel group (MiniGrid's ``OBJECT_TO_IDX``), a colour group
+    (``COLOR_TO_IDX``) and a state group (``STATE_TO_IDX``), like the partial view, but *reference-coded*:
+    one value of each group has no channel and encodes as all zeros — ``empty`` for the object, ``grey``
+    for the colour (MiniGrid gives empty cells colour 0, a filler this encoding treats as grey) and
+    ``open`` for the state. A first linear layer represents exactly the same functions either way (the
+    reference value's weight moves into the bias), but an empty cell costs no active input and a
+    wall only one, so a DoorKey-16x16 state has ~85 ones instead of the 772 of a full one-hot: the
+    cost of a :class:`~vlmrb_torchrl.modules.OneHotLinear` layer follows the ones. Then the agent's
+    cell (one-hot over the grid), its direction (4) and the carried object's type and colour
+    (reference-coded: carrying nothing is all zeros).
+
+    Cells are in ``grid.grid`` order (row-major: ``y * width + x``).
+    """
+
+    def __init__(self, width: int, height: int, constants) -> None:
+        objects, colors, states = constants.OBJECT_TO_IDX, constants.COLOR_TO_IDX, constants.STATE_TO_IDX
+        self.n_cells = width * height
+
+        def channels(table: dict[str, int], reference: str) -> np.ndarray:
+            # table value -> channel within the group, -1 for the reference value
+            out = np.full(max(table.values()) + 1, -1, dtype=np.int64)
+            for i, value in enumerate(v for name, v in sorted(table.items(), key=lambda kv: kv[1]) if name != reference):
+                out[value] = i
+            return out
+
+        self._obj_ch, self._col_ch, self._state_ch = (channels(objects, "empty"), channels(colors, "grey"),
+                                                      channels(states, "open"))
+        n_obj, n_col, n_state = len(objects) - 1, len(colors) - 1, len(states) - 1
+        self.n_channels = n_obj + n_col + n_state
+        # per-channel-group offset inside a cell's block
+        self._group = np.array([0, n_obj, n_obj + n_col], dtype=np.int64)
+        self._pos_offset = self.n_cells * self.n_channels
+        self._dir_offset = self._pos_offset + self.n_cells
+        self._carry_obj_offset = self._dir_offset + 4
+        self._carry_col_offset = self._carry_obj_offset + n_obj
+        self.dim = self._carry_col_offset + n_col
+        # at most 3 ones a cell, then position, direction and the carried object's type and colour
+        self.max_active = self.n_cells * 3 + 4
+        self._cell_base = (np.arange(self.n_cells, dtype=np.int64) * self.n_channels)[:, None] + self._group
+        self._wall = objects["wall"], colors["grey"], states["open"]
+        self._empty = objects["empty"], colors["grey"], states["open"]
+
+    def _positions(self, menv) -> np.ndarray:
+        """Sorted positions of the ones (int64)."""
+        empty, wall = self._empty, self._wall
+        codes = np.array(
+            [empty if o is None else (wall if o.type == "wall" else o.encode()) for o in menv.grid.grid], dtype=np.int64
+        )
+        channel = np.stack([self._obj_ch[codes[:, 0]], self._col_ch[codes[:, 1]], self._state_ch[codes[:, 2]]], 1)
+        ones = (self._cell_base + channel)[channel >= 0]
+        ax, ay = int(menv.agent_pos[0]), int(menv.agent_pos[1])
+        extra = [self._pos_offset + ay * menv.width + ax, self._dir_offset + int(menv.agent_dir)]
+        carrying = menv.carrying
+        if carrying is not None:
+            obj, col, _ = carrying.encode()
+            if self._obj_ch[obj] >= 0:
+                extra.append(self._carry_obj_offset + int(self._obj_ch[obj]))
+            if self._col_ch[col] >= 0:
+                extra.append(self._carry_col_offset + int(self._col_ch[col]))
+        return np.concatenate([ones, np.asarray(extra, dtype=np.int64)])
+
+    @property
+    def index_dtype(self):
+        return np.int16 if self.dim <= np.iinfo(np.int16).max else np.int32
+
+    def indices(self, menv) -> np.ndarray:
+        """The positions of the ones, then ``-1`` padding up to :attr:`max_active` (int16; int32 on huge grids)."""
+        out = np.full(self.max_active, -1, dtype=self.index_dtype)
+        ones = self._positions(menv)
+        out[: len(ones)] = ones
+        return out
+
+    def __call__(self, menv) -> np.ndarray:
+        out = np.zeros(self.dim, dtype=np.float32)
+        out[self._positions(menv)] = 1.0
         return out
 
 
@@ -248,7 +366,7 @@ class MiniGridEnv(EnvBase):
 
     The agent observes MiniGrid's partial egocentric ``V x V`` symbolic view (``V`` = the env's
     ``agent_view_size``, 7 by default), one-hot encoded per cell, plus a one-hot of the agent's
-    direction. A low-resolution RGB frame of the *full* grid (what a VLM scorer sees) is
+    direction — or, with ``view="full"``, the fully observed state. A low-resolution RGB frame of the *full* grid (what a VLM scorer sees) is
     rendered every step when ``render=True``. The env steps the raw MiniGrid env directly (no
     gymnasium wrapper stack), so it works with any ``MiniGrid-*`` or ``BabyAI-*`` id.
 
@@ -280,6 +398,15 @@ class MiniGridEnv(EnvBase):
             vector's ones, 148 for a 7x7 view — the same information in 15x fewer bytes, read by
             :class:`~vlmrb_torchrl.modules.OneHotLinear`; the spec is ``Bounded(0, D - 1)`` with
             ``D`` the one-hot size). Defaults to ``"onehot"``.
+        view (str, optional): what the observation shows: ``"partial"`` (MiniGrid's egocentric
+            ``V x V`` view, below) or ``"full"``, the fully observed state: every cell of the grid,
+            the agent's cell and direction, and what it carries, one-hot with one *reference*
+            value per channel group encoded as zeros (an empty cell is all zeros, a wall one
+            channel; the same functions for a linear first layer, and far fewer ones). Its size
+            is ``W * H * 17 + W * H + 4 + 15`` (DoorKey-16x16: 4627); with ``"indices"`` the
+            positions of the ones are padded with ``-1`` to ``3 * W * H + 4`` entries (a state has
+            as many ones as it has non-empty cells and walls, plus ~4), and the spec is
+            ``Bounded(-1, D - 1)``. Defaults to ``"partial"``.
 
     Entries written (all with ``batch_size=[]``; under ``"next"`` after a step):
 
@@ -329,6 +456,13 @@ class MiniGridEnv(EnvBase):
         >>> td = env.rand_step(td)
         >>> td["next", "progress_event"]
         tensor([False])
+
+        The fully observed state, as the positions of its ones (padded with -1):
+
+        >>> full = MiniGridEnv("MiniGrid-DoorKey-16x16-v0", seed=0, render=False, view="full", observation="indices")
+        >>> obs = full.reset()["observation"]
+        >>> obs.shape, full.observation_spec["observation"].space.high.max().item() + 1, bool((obs >= 0).sum() < 100)
+        (torch.Size([772]), 4627, True)
     """
 
     def __init__(
@@ -344,10 +478,13 @@ class MiniGridEnv(EnvBase):
         fast_obs: bool = True,
         actions: Sequence[str] | None = None,
         observation: str = "onehot",
+        view: str = "partial",
     ) -> None:
         gymnasium, constants = _import_minigrid()
         if observation not in OBSERVATION_ENCODINGS:
             raise ValueError(f"MiniGridEnv.observation must be one of {OBSERVATION_ENCODINGS}, got {observation!r}.")
+        if view not in OBSERVATION_VIEWS:
+            raise ValueError(f"MiniGridEnv.view must be one of {OBSERVATION_VIEWS}, got {view!r}.")
         if not isinstance(frame_size, int) or frame_size < 1:
             raise ValueError(f"MiniGridEnv.frame_size must be an int >= 1, got frame_size={frame_size!r}.")
         if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps < 1):
@@ -361,6 +498,7 @@ class MiniGridEnv(EnvBase):
         self.frame_size = frame_size
         self.max_episode_steps = max_episode_steps
         self.observation = observation
+        self.view = view
         self._env_kwargs = dict(env_kwargs or {})
         try:
             self._gym_env = gymnasium.make(env_id, **self._env_kwargs)
@@ -384,16 +522,22 @@ class MiniGridEnv(EnvBase):
             )
         self._action_names = names
         self._action_values = [int(menv.actions[a]) for a in names]
-        # MiniGrid's step()/reset() call self.gen_obs(): swap in the identical, faster version
+        # MiniGrid's step()/reset() call self.gen_obs(): swap in the identical, faster version; the
+        # full view reads the grid itself, so MiniGrid's partial view is not computed at all
         self.fast_obs = bool(fast_obs) and _uses_stock_view(menv)
-        if self.fast_obs:
-            menv.gen_obs = _FastPartialView(menv)
-        self._encoder = _OneHotEncoder(
-            menv.agent_view_size,
-            len(constants.OBJECT_TO_IDX),
-            len(constants.COLOR_TO_IDX),
-            len(constants.STATE_TO_IDX),
-        )
+        if view == "full":
+            self._encoder = _FullStateEncoder(menv.width, menv.height, constants)
+            if _uses_stock_view(menv):
+                menv.gen_obs = lambda: {"direction": menv.agent_dir, "mission": menv.mission}
+        else:
+            if self.fast_obs:
+                menv.gen_obs = _FastPartialView(menv)
+            self._encoder = _OneHotEncoder(
+                menv.agent_view_size,
+                len(constants.OBJECT_TO_IDX),
+                len(constants.COLOR_TO_IDX),
+                len(constants.STATE_TO_IDX),
+            )
         self.tile_size = max(4, frame_size // max(menv.width, menv.height))
         self._renderer = _FullGridRenderer(self.tile_size) if render else None
         self._pending_seed: int | None = None
@@ -410,7 +554,11 @@ class MiniGridEnv(EnvBase):
     # ------------------------------------------------------------------ specs
     def _make_specs(self, menv) -> None:
         flag = Categorical(n=2, shape=(1,), dtype=torch.bool, device=self.device)
-        if self.observation == "indices":
+        if self.observation == "indices" and self.view == "full":
+            dtype = torch.int16 if self._encoder.index_dtype == np.int16 else torch.int32
+            view = Bounded(-1, self._encoder.dim - 1, shape=(self._encoder.max_active,), dtype=dtype,
+                           device=self.device)
+        elif self.observation == "indices":
             view = Bounded(0, self._encoder.dim - 1, shape=(self._encoder.n_active,), dtype=torch.int16,
                            device=self.device)
         else:
@@ -453,6 +601,8 @@ class MiniGridEnv(EnvBase):
         self._pending_seed = None if seed is None else int(seed)
 
     def _obs(self, obs: dict) -> np.ndarray:
+        if self.view == "full":
+            return self._encoder.indices(self._menv) if self.observation == "indices" else self._encoder(self._menv)
         if self.observation == "indices":
             return self._encoder.indices(obs["image"], int(obs["direction"]))
         return self._encoder(obs["image"], int(obs["direction"]))
@@ -646,6 +796,7 @@ def make_minigrid_env(
     fast_obs: bool = True,
     actions: Sequence[str] | None = None,
     observation: str = "onehot",
+    view: str = "partial",
 ) -> MiniGridEnv:
     """Builds a :class:`MiniGridEnv`: symbolic one-hot observations, frames, progress events.
 
@@ -672,6 +823,8 @@ def make_minigrid_env(
             :data:`DOORKEY_ACTIONS`). Defaults to ``None`` (all).
         observation (str, optional): ``"onehot"`` (float vector) or ``"indices"`` (the
             positions of its ones, int16). Defaults to ``"onehot"``.
+        view (str, optional): ``"partial"`` (the egocentric view) or ``"full"`` (the whole
+            grid, the agent's cell and direction, the carried object). Defaults to ``"partial"``.
 
     Returns:
         MiniGridEnv: see its docstring for the entries written.
@@ -699,4 +852,5 @@ def make_minigrid_env(
         fast_obs=fast_obs,
         actions=actions,
         observation=observation,
+        view=view,
     )

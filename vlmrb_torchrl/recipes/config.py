@@ -222,6 +222,10 @@ class DQNConfig(RecipeConfig):
         "indices", "MiniGrid observation encoding: indices (the positions of the one-hot view's ones, int16, read by "
                    "a OneHotLinear first layer) | onehot (the float one-hot vector, an nn.Linear first layer); the "
                    "same network either way, indices is faster and stores 13x less")
+    view: Literal["partial", "full"] = _field(
+        "partial", "what the MiniGrid agent observes: partial (MiniGrid's egocentric 7x7 view) | full (the whole grid, "
+                   "the agent's cell, direction and carried object: the fully observed state the VLM-RB paper's DoorKey "
+                   "agents see; learns DoorKey-12x12/16x16, where the partial view's memoryless MLP does not)")
     # replay
     scorer: str = _field("builtin:minigrid", "scorer spec for vlm modes: builtin:minigrid (the small CLIP shipped "
                                              "with the package, scoring rendered frames), oracle:minigrid (privileged "
@@ -236,6 +240,10 @@ class DQNConfig(RecipeConfig):
     max_grad_norm: float = _field(10.0, "gradient-norm clip")
     # evaluation
     eval_eps: float = _field(0.01, "epsilon during evaluation (greedy policies loop in partially observed MiniGrid)")
+    eval_max_episode_steps: int | None = _field(
+        None, "evaluation episodes end (as failures, unless solved) after this many steps (None = the training "
+              "limit: max_episode_steps or the env's own, e.g. 2,560 on DoorKey-16x16, so a policy that never "
+              "solves plays eval_episodes x that many steps per evaluation)")
 
     _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "target_update", "n_steps")
     _UNIT_NUMBERS = ("eps_start", "eps_end", "eps_fraction", *RecipeConfig._UNIT_NUMBERS, "eval_eps")
@@ -243,10 +251,15 @@ class DQNConfig(RecipeConfig):
 
     def _checks(self) -> list[tuple[str, bool, str]]:
         minigrid = self.env.startswith(("MiniGrid-", "BabyAI-"))
-        minigrid_scorer = self.scorer.split(":", 1)[0] in ("builtin", "oracle") and self.scorer.endswith(":minigrid")
+        minigrid_scorer = self.scorer.split(":", 1)[0] in ("builtin", "oracle") and \
+            self.scorer.split(":", 1)[-1] in ("minigrid", "minigrid_goal")
         return [*super()._checks(), ("actions", minigrid or self.actions in ("auto", "all"),
                                      "'auto' or 'all' (action subsets are for MiniGrid ids)"),
                 ("observation", self.observation in ("indices", "onehot"), "'indices' or 'onehot'"),
+                ("view", self.view in ("partial", "full") and (minigrid or self.view == "partial"),
+                 "'partial' or 'full' ('full' is for MiniGrid ids)"),
+                ("eval_max_episode_steps", self.eval_max_episode_steps is None or self.eval_max_episode_steps >= 1,
+                 "None or an integer >= 1"),
                 ("scorer", minigrid or not minigrid_scorer or self.replay not in ("vlm", "vlm_td"),
                  "a scorer for this env (builtin:minigrid and oracle:minigrid read MiniGrid frames and flags; for "
                  "Atari pass scorer=hf:<dir>, clip:<dir>, openai:<url>#<model> or python:<module>:<callable>)")]

@@ -152,9 +152,11 @@ def main(cfg: DQNConfig) -> dict:
         if actions is not None:
             env_kwargs["actions"] = actions
         if is_minigrid(cfg.env):
-            env_kwargs["observation"] = cfg.observation
+            env_kwargs.update(observation=cfg.observation, view=cfg.view)
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, **env_kwargs)
-        eval_env_fn = env_factory(cfg.env, train=False, render=False, **env_kwargs)
+        eval_limit = min((n for n in (cfg.max_episode_steps, cfg.eval_max_episode_steps) if n is not None), default=None)
+        eval_env_fn = env_factory(cfg.env, train=False, render=False,
+                                  **{**env_kwargs, **({} if eval_limit is None else {"max_episode_steps": eval_limit})})
         probe = eval_env_fn()
         obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec

@@ -14,6 +14,9 @@ set: the best of three checks on the clip's frames,
   is far from the goal" (``max``). Clips end with the frame after their last step
   (``ClipSpec.final_frame``), so a clip whose last step reaches the goal shows it.
 
+``builtin:minigrid_goal`` is the same model with the goal check alone (:data:`MINIGRID_GOAL_PROMPT_SET`):
+the VLM-RB paper's labels, where only reaching the goal is progress (``oracle:minigrid_goal``).
+
 ``builtin:lift`` is the same kind of model trained by ``vlmrb build-scorer lift`` on robosuite
 Lift frames as the SAC recipe renders them (``agentview``, 64 px), captioned from the simulator's
 state (gripper open / closed, near / far from the cube, grasping it or not, cube lifted or on the
@@ -38,11 +41,11 @@ from typing import Any
 from vlmrb_torchrl.scorers.base import register_scorer
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
-__all__ = ["BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_PROMPT_SET", "MINIGRID_PROMPT_SET", "builtin_model_dir",
-           "make_builtin_scorer"]
+__all__ = ["BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_PROMPT_SET", "MINIGRID_GOAL_PROMPT_SET", "MINIGRID_PROMPT_SET",
+           "builtin_model_dir", "make_builtin_scorer"]
 
 #: Built-in models by name: the package-data directory under ``vlmrb_torchrl/scorers/models``.
-BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "lift": "lift"}
+BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "minigrid", "lift": "lift"}
 
 #: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
 #: canonical ones of the training captions (``vlmrb_torchrl.scorer_training.captions``).
@@ -51,6 +54,11 @@ MINIGRID_PROMPT_SET: tuple[PromptCheck, ...] = (
     PromptCheck("the door is unlocked", ("the door is locked",), "progress"),
     PromptCheck("the agent is on the goal", ("the agent is next to the goal", "the agent is far from the goal"), "max"),
 )
+
+#: ``builtin:minigrid_goal``: the same model asked only the VLM-RB paper's question, "a clear instance of
+#: goal satisfaction": the goal check of :data:`MINIGRID_PROMPT_SET` alone, the labels of
+#: ``oracle:minigrid_goal`` (key pickups and door openings score 0).
+MINIGRID_GOAL_PROMPT_SET: tuple[PromptCheck, ...] = (MINIGRID_PROMPT_SET[2],)
 
 #: The checks ``builtin:lift`` scores with (score = max over checks): the canonical wordings of
 #: ``vlmrb_torchrl.scorer_training.lift``. ``max`` over frames: the oracle labels a clip by whether
@@ -61,7 +69,8 @@ LIFT_PROMPT_SET: tuple[PromptCheck, ...] = (
 )
 
 #: Each built-in model's default prompt set.
-BUILTIN_PROMPT_SETS: dict[str, tuple[PromptCheck, ...]] = {"minigrid": MINIGRID_PROMPT_SET, "lift": LIFT_PROMPT_SET}
+BUILTIN_PROMPT_SETS: dict[str, tuple[PromptCheck, ...]] = {
+    "minigrid": MINIGRID_PROMPT_SET, "minigrid_goal": MINIGRID_GOAL_PROMPT_SET, "lift": LIFT_PROMPT_SET}
 
 
 def builtin_model_dir(name: str = "minigrid") -> Path:
@@ -101,7 +110,8 @@ def make_builtin_scorer(
     """The ready scorer of a built-in model: an ``HFContrastiveScorer`` with its prompt set.
 
     Args:
-        name (str, optional): the built-in model, ``"minigrid"`` or ``"lift"``. Defaults to ``"minigrid"``.
+        name (str, optional): ``"minigrid"``, ``"minigrid_goal"`` (the MiniGrid model with the goal-only
+            prompt set, :data:`MINIGRID_GOAL_PROMPT_SET`) or ``"lift"``. Defaults to ``"minigrid"``.
 
     Keyword Args:
         prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to the
@@ -119,8 +129,8 @@ def make_builtin_scorer(
         >>> scorer = make_builtin_scorer()
         >>> scorer.provenance["backend"], len(scorer.prompt_set)
         ('clip', 3)
-        >>> len(make_builtin_scorer("lift").prompt_set)
-        2
+        >>> len(make_builtin_scorer("lift").prompt_set), len(make_builtin_scorer("minigrid_goal").prompt_set)
+        (2, 1)
     """
     from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
 
@@ -144,4 +154,4 @@ def _make_builtin(rest: str, **kwargs: Any):
     return make_builtin_scorer(rest or "minigrid", **kwargs)
 
 
-register_scorer("builtin", _make_builtin, form="builtin:minigrid or builtin:lift", overwrite=True)
+register_scorer("builtin", _make_builtin, form="builtin:minigrid, builtin:minigrid_goal or builtin:lift", overwrite=True)

@@ -16,6 +16,9 @@ __all__ = ["OracleScorer", "ORACLE_EVENT_KEYS"]
 
 #: Event keys of the environments shipped with vlmrb_torchrl, by ``"oracle:<name>"`` spec.
 ORACLE_EVENT_KEYS: dict[str, NestedKey] = {"minigrid": ("next", "progress_event")}
+# the VLM-RB paper's labels: its prompt asks for "a clear instance of goal satisfaction", so only clips in
+# which the agent reaches the goal are positive (key pickups and door openings are not)
+ORACLE_EVENT_KEYS["minigrid_goal"] = ("next", "goal_reached")
 ORACLE_EVENT_KEYS["robosuite"] = ("next", "progress_event")  # envs.robosuite: grasping | lifted | success
 
 DEFAULT_ORACLE_PROMPT = "privileged oracle: does any step of the clip have a progress event?"
@@ -108,4 +111,5 @@ def _make_oracle(rest: str, **kwargs: Any) -> OracleScorer:
     return OracleScorer(**kwargs)
 
 
-register_scorer("oracle", _make_oracle, form="oracle:minigrid", overwrite=True)
+register_scorer("oracle", _make_oracle, form="oracle:minigrid, oracle:minigrid_goal or oracle:robosuite",
+                overwrite=True)
