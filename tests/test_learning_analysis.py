@@ -254,12 +254,16 @@ def test_render_table(study: Path) -> None:
     assert "| arm | seeds | reach 80% | frames to 80% per seed | median frames to 80% |" in table
     assert rows["uniform"].startswith("| uniform | 3 | 2/3 | 80k, 40k, — | 60k | ≥ 73.3k | 1.00× | 1.00× | — |")
     assert rows["vlm_oracle"].startswith("| vlm_oracle | 2 | 2/2 | 30k, 50k | 40k | 40k | 0.67× | 0.55× | 0.20 |")
-    assert "| 0.50 ± 6.35 | 0.66 | 0.95 ± 0.64 | 1/2 | 9.8 | 0.30 | 0.60 | 2.00× | — |" in rows["vlm_oracle"]
+    assert "| 0.50 ± 6.35 | 0.66 | 1.00 | 0.95 ± 0.64 | 1/2 | 9.8 | 0.30 | 0.60 | 2.00× | — |" in rows["vlm_oracle"]
+    # p (MW): the exact Mann-Whitney p of the censored frames (30k, 50k vs 80k, 40k, 100k): ranks {1, 3} of 5,
+    # 4 of the 10 ways to pick two ranks are as far from the mean rank sum 6
+    assert s.arms["vlm_oracle"].mw_vs_baseline == pytest.approx(0.4)
+    assert rows["vlm_oracle"].startswith("| vlm_oracle | 2 | 2/2 | 30k, 50k | 40k | 40k | 0.67× | 0.55× | 0.20 | 0.40 |")
     # p AUC / p final: Welch's test of the per-seed values against the baseline's
     runs = analyze.load_study(study, "toy")
     aucs = {arm: [analyze.auc(r, s.horizon) for r in runs[arm]] for arm in ("uniform", "vlm_oracle")}
     assert s.arms["vlm_oracle"].p_auc_vs_baseline == analyze.welch_p(aucs["vlm_oracle"], aucs["uniform"])
-    assert f"| {s.arms['vlm_oracle'].p_auc_vs_baseline:.2f} | 0.50 ± 6.35 |" in rows["vlm_oracle"]
+    assert f"| {s.arms['vlm_oracle'].p_auc_vs_baseline:.2f} | 1.00 | 0.50 ± 6.35 |" in rows["vlm_oracle"]
     assert rows["vlm_old"].startswith("| vlm_old | 2 (1 done) | 2/2 |")
     assert rows["vlm_old"].endswith("| 0.30 | — | — | — |")
     # arms selects and orders the rows.
@@ -316,7 +320,7 @@ def test_metric_other_than_success(tmp_path: Path, capsys: pytest.CaptureFixture
     assert s.arms["uniform"].auc[0] == pytest.approx(5.0) and s.arms["vlm_td_oracle"].final[0] == 20.0
     assert s.arms["vlm_td_oracle"].peak[0] == 20.0
     table = analyze.render_table(s)
-    assert "| reach 8 | frames to 8 per seed |" in table and "| final return | p final | peak return |" in table
+    assert "| reach 8 | frames to 8 per seed |" in table and "| final return | p final | p final (MW) | peak return |" in table
     assert "time-averaged return" in table
     out = tmp_path / "out"
     assert analyze.main(["--study", "toy", "--results", str(tmp_path), "--out", str(out),
