@@ -115,16 +115,6 @@ class TestConfig:
         out = subprocess.run([script, "train", "nope"], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and "unknown recipe 'nope'" in out.stderr
 
-    def test_common_keeps_the_moved_names_as_deprecated_aliases(self):
-        from vlmrb_torchrl.recipes import common, envs, evaluate
-
-        with pytest.warns(DeprecationWarning, match="moved to vlmrb_torchrl.recipes.evaluate"):
-            assert common.evaluate is evaluate.evaluate
-        with pytest.warns(DeprecationWarning):
-            assert common.minigrid_actions is envs.minigrid_actions
-        with pytest.raises(AttributeError, match="moved"):
-            common.store  # noqa: B018 - now Replay.store
-
     def test_help_names_the_default_run_directory(self, capsys, tmp_path, monkeypatch):
         from vlmrb_torchrl.recipes.run import Run
 

@@ -228,7 +228,7 @@ class DistilledScorer:
     """
 
     #: it learns while it scores: the recipes save its state with every checkpoint
-    #: (:func:`~vlmrb_torchrl.recipes.run.checkpointed_modules`)
+    #: (:func:`~vlmrb_torchrl.recipes.checkpoint.checkpointed_modules`)
     stateful = True
 
     def __init__(
