@@ -244,8 +244,8 @@ def test_a_distilled_scorer_is_checkpointed_with_the_run(tmp_path):
                                         "tensorboard": False, "output_dir": str(tmp_path)})
     dqn_main(cfg)
     rows = read_metrics(tmp_path)
-    assert all(0.0 < float(r["distill_teacher_share"]) <= 1.0 for r in rows)
-    assert {float(r["distill_trusted"]) for r in rows} <= {0.0, 1.0}
+    assert all(0.0 < float(r["scorer_teacher_share"]) <= 1.0 for r in rows)  # the scorer's stats(), prefixed
+    assert {float(r["scorer_trusted"]) for r in rows} <= {0.0, 1.0}
     state = torch.load(tmp_path / "checkpoints" / "step_256" / "state.pt", weights_only=False)
     assert state["scorer"]["counters"]["teacher_calls"] > 0 and state["scorer"]["student"]
     with pytest.raises(ConfigError, match="distill=True is invalid.*scorer_backend=thread"):

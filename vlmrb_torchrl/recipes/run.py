@@ -26,8 +26,7 @@ __all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "see
 METRIC_COLUMNS = [
     "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda", "lambda_effective",
     "fraction_scored", "positive_fraction", "sampled_positive_fraction", "max_oversampling_ratio", "stale_drops", "scorer_clips_per_s",
-    "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "scorer_unparsed", "scorer_token_only",
-    "distill_teacher_share", "distill_agreement_f1", "distill_trusted", "env_steps_per_s", "time_s",
+    "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "env_steps_per_s", "time_s",
 ]
 #: SAC's metrics: the entropy temperature and policy entropy instead of epsilon.
 SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon"]
@@ -124,8 +123,10 @@ class Run:
     """A run directory: resolved config, ``metrics.csv``, TensorBoard events, progress bar.
 
     ``log(metrics)`` appends one CSV row (missing columns are left empty) and the same
-    scalars to TensorBoard under ``<group>/<name>``. A context manager: leaving it closes the
-    files.
+    scalars to TensorBoard under ``<group>/<name>``. The CSV's columns are ``columns`` plus the
+    ``scorer_<name>`` entries of the first row that are not among them (the scorer's own
+    ``stats()``, whatever its backend), placed before the timing columns; the header is written
+    with that row. A context manager: leaving it closes the files.
 
     The directory is ``cfg.output_dir``, or ``runs/<recipe>__<env>__<replay>__seed<seed>__<time>``
     (``/`` in the env id becomes ``-``) when that is ``None``; ``cfg.output_dir`` is set to it.
@@ -137,7 +138,7 @@ class Run:
         >>> with Run(cfg, recipe="dqn", total=100) as run:
         ...     run.log({"env_steps": 100, "loss": 0.5})
         >>> (run.dir / "metrics.csv").read_text().splitlines()[1]
-        '100,,,,0.5,,,,,,,,,,,,,,,,,,,,'
+        '100,,,,0.5,,,,,,,,,,,,,,,'
     """
 
     def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
@@ -152,14 +153,14 @@ class Run:
         (self.dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
         self.csv_path = self.dir / "metrics.csv"
         new_file = not self.csv_path.exists() or resumed_from == 0
-        fieldnames = columns or METRIC_COLUMNS
+        self._columns = list(columns or METRIC_COLUMNS)
+        header = None
         if not new_file:  # a resumed run keeps its file's columns (it may predate newer ones)
             with open(self.csv_path, newline="") as f:
-                fieldnames = next(csv.reader(f), None) or fieldnames
-        self._csv_file = open(self.csv_path, "w" if new_file else "a", newline="")
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=fieldnames, extrasaction="ignore")
-        if new_file:
-            self._csv.writeheader()
+                header = next(csv.reader(f), None)
+        self._csv_file = open(self.csv_path, "w" if new_file or not header else "a", newline="")
+        self._csv = None if new_file or not header else csv.DictWriter(self._csv_file, fieldnames=header,
+                                                                        extrasaction="ignore")
         self._tb = None
         if cfg.tensorboard:
             try:
@@ -178,8 +179,17 @@ class Run:
             self._pbar = tqdm(total=total, initial=resumed_from, unit="frames", dynamic_ncols=True,
                               desc=f"{recipe} {cfg.env} {cfg.replay}")
 
+    def _start_csv(self, first_row: dict[str, Any]) -> None:
+        extra = [k for k in first_row if k.startswith("scorer_") and k not in self._columns]
+        at = self._columns.index("env_steps_per_s") if "env_steps_per_s" in self._columns else len(self._columns)
+        fieldnames = self._columns[:at] + extra + self._columns[at:]
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=fieldnames, extrasaction="ignore")
+        self._csv.writeheader()
+
     def log(self, metrics: dict[str, Any]) -> None:
         row = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in metrics.items() if v is not None}
+        if self._csv is None:
+            self._start_csv(metrics)
         self._csv.writerow(row)
         self._csv_file.flush()
         if self._tb is not None:
@@ -201,6 +211,8 @@ class Run:
         return summary
 
     def close(self) -> None:
+        if self._csv is None and not self._csv_file.closed:  # nothing logged: the header alone
+            self._start_csv({})
         self._csv_file.close()
         if self._tb is not None:
             self._tb.close()
