@@ -119,7 +119,7 @@ def overlap(args) -> None:
                 worker.drain()
                 clips = worker.stats()["scored"]
             seconds = time.perf_counter() - t0
-            embedded = scorer.embedding_stats()["frames_embedded"]
+            embedded = scorer.stats()["frames_embedded"]
             rows.append((cache, clips, seconds, embedded / (num_envs * steps)))
             print(f"  embedding_cache={cache}: {clips / seconds:.1f} clips/s", file=sys.stderr, flush=True)
     print()

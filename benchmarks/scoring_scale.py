@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
+from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform, make_async_scorer
 
 CLIP_LEN, ENVS, STEPS, CAPACITY = 8, 4, 16, 100_000
 
@@ -72,7 +72,7 @@ def run(workers: str, delay: float, seconds: float, seed: int) -> dict:
     if workers == "thread":
         pool = AsyncScorer(transform, sampler, **options)
     else:
-        pool = AsyncScorer(transform, sampler, backend="ray", num_workers=int(workers), **options)
+        pool = make_async_scorer(transform, sampler, backend="ray", num_workers=int(workers), **options)
         import ray
 
         ray.get([w.actor.ready.remote() for w in pool._workers], timeout=300)  # actors up before the clock starts

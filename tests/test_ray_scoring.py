@@ -19,7 +19,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage
 
 from test_worker import MaxObsScorer, expected_start_scores, make_batches
-from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
+from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform, make_async_scorer
 from vlmrb_torchrl.ray_scoring import RayAsyncScorer, RemoteSampler, VLMRemoteReplayBuffer
 
 CLIP_LEN = 5
@@ -60,18 +60,24 @@ class TestWithoutCluster:
     def test_bad_arguments_before_ray_starts(self, kwargs, error, match, monkeypatch):
         monkeypatch.setitem(sys.modules, "ray", None)  # nothing may touch Ray before the checks pass
         with pytest.raises(error, match=match):
-            AsyncScorer(make_transform(), VLMPrioritizedSampler(8), backend="ray", **kwargs)
+            make_async_scorer(make_transform(), VLMPrioritizedSampler(8), backend="ray", **kwargs)
 
     def test_missing_ray_names_the_extra(self, monkeypatch):
         monkeypatch.setitem(sys.modules, "ray", None)
         with pytest.raises(ImportError, match=r"pip install 'vlmrb-torchrl\[ray\]'"):
-            AsyncScorer(make_transform(), VLMPrioritizedSampler(8), backend="ray", num_workers=2)
+            make_async_scorer(make_transform(), VLMPrioritizedSampler(8), backend="ray", num_workers=2)
 
-    def test_other_backends_are_unchanged(self):
-        with AsyncScorer(make_transform(), VLMPrioritizedSampler(8)) as worker:
+    def test_each_class_runs_its_own_backends(self, monkeypatch):
+        monkeypatch.setitem(sys.modules, "ray", None)
+        with make_async_scorer(make_transform(), VLMPrioritizedSampler(8)) as worker:
             assert type(worker) is AsyncScorer
+        with pytest.raises(ValueError, match=r"AsyncScorer runs backend 'thread' or 'process', got backend='ray'; "
+                                             r"backend='ray' is built by make_async_scorer"):
+            AsyncScorer(make_transform(), VLMPrioritizedSampler(8), backend="ray")  # no class swap behind the call
         with pytest.raises(ValueError, match="RayAsyncScorer is the backend='ray' pool"):
             RayAsyncScorer(make_transform(), VLMPrioritizedSampler(8), backend="thread")
+        with pytest.raises(ValueError, match=r"backend must be one of \('thread', 'process', 'ray'\), got backend='gpu'"):
+            make_async_scorer(make_transform(), VLMPrioritizedSampler(8), backend="gpu")
 
     def test_remote_buffer_methods_and_remote_sampler_in_process(self):
         """The buffer class exposes the sampler's score API; RemoteSampler forwards to it (here in-process)."""
@@ -80,7 +86,7 @@ class TestWithoutCluster:
         index, generation = rb.extend_with_generations(data)
         assert index.tolist() == list(range(6)) and generation.tolist() == [1] * 6
         remote = RemoteSampler(rb)  # no .client(): used as is
-        with AsyncScorer(make_transform(), remote) as worker:
+        with make_async_scorer(make_transform(), remote) as worker:
             stream = ClipStream(ClipSpec(clip_len=CLIP_LEN), frame_key=None, extra_keys=["obs"])
             batch = data.set(("collector", "traj_ids"), torch.zeros(6, dtype=torch.long)).set(
                 ("next", "done"), torch.arange(6) == 5)
@@ -181,7 +187,7 @@ def ray_cluster():
 def thread_scores(data_seed=0, **kwargs):
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
     flat, batches = clip_batches(sampler, make_batches(num_envs=4, steps=60, seed=data_seed))
-    with AsyncScorer(make_transform(), sampler, **kwargs) as worker:
+    with make_async_scorer(make_transform(), sampler, **kwargs) as worker:
         for b in batches:
             worker.submit(b)
         assert worker.drain(timeout=60)
@@ -193,7 +199,7 @@ def test_ray_scores_equal_thread_scores(ray_cluster):
     flat, thread_sampler = thread_scores(batch_size=7)
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
     _, batches = clip_batches(sampler, make_batches(num_envs=4, steps=60))
-    pool = AsyncScorer(make_transform(delay=0.01), sampler, backend="ray", num_workers=2, batch_size=7)
+    pool = make_async_scorer(make_transform(delay=0.01), sampler, backend="ray", num_workers=2, batch_size=7)
     assert isinstance(pool, RayAsyncScorer)
     with pool:
         for b in batches:
@@ -218,7 +224,7 @@ def test_stale_generations_are_dropped(ray_cluster):
     n = len(flat)
     rewritten = torch.arange(0, n, 3)
     sampler.mark_update(rewritten)  # recycled after their clips were cut: their scores are stale
-    with AsyncScorer(make_transform(), sampler, backend="ray", num_workers=2, batch_size=4,
+    with make_async_scorer(make_transform(), sampler, backend="ray", num_workers=2, batch_size=4,
                      scorer_factory=lambda: MaxObsScorer()) as pool:
         for b in batches:
             pool.submit(b)
@@ -238,7 +244,7 @@ def test_killed_worker_is_restarted_and_nothing_is_corrupted(ray_cluster):
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
     flat, batches = clip_batches(sampler, make_batches(num_envs=4, steps=60))
     n = len(flat)
-    with AsyncScorer(make_transform(delay=0.05), sampler, backend="ray", num_workers=2, batch_size=8,
+    with make_async_scorer(make_transform(delay=0.05), sampler, backend="ray", num_workers=2, batch_size=8,
                      worker_options={"max_restarts": 1}) as pool:
         for b in batches:
             pool.submit(b)
@@ -268,7 +274,7 @@ def test_every_worker_dead_raises_instead_of_hanging(ray_cluster):
     ray = ray_cluster
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
     _, batches = clip_batches(sampler, make_batches(num_envs=4, steps=60))
-    pool = AsyncScorer(make_transform(delay=0.05), sampler, backend="ray", num_workers=2, batch_size=8,
+    pool = make_async_scorer(make_transform(delay=0.05), sampler, backend="ray", num_workers=2, batch_size=8,
                        worker_options={"max_restarts": 0})
     for b in batches:
         pool.submit(b)
@@ -286,7 +292,7 @@ def test_every_worker_dead_raises_instead_of_hanging(ray_cluster):
 def test_a_scorer_error_is_raised_in_the_caller(ray_cluster):
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
     _, batches = clip_batches(sampler, make_batches(num_envs=4, steps=10))
-    pool = AsyncScorer(VLMScoreTransform(MaxObsScorer(fail_after=0), clip_len=CLIP_LEN, in_keys=()), sampler,
+    pool = make_async_scorer(VLMScoreTransform(MaxObsScorer(fail_after=0), clip_len=CLIP_LEN, in_keys=()), sampler,
                        backend="ray", num_workers=1)
     for b in batches:
         pool.submit(b)
@@ -305,7 +311,7 @@ def test_on_error_skip_keeps_the_pool_going_and_a_copy_keeps_its_settings(ray_cl
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
     flat, batches = clip_batches(sampler, make_batches(num_envs=4, steps=10))
     # the actor's scorer fails on every call after its first: skipped, counted, the pool goes on
-    pool = AsyncScorer(VLMScoreTransform(MaxObsScorer(fail_after=1), clip_len=CLIP_LEN, in_keys=()), sampler,
+    pool = make_async_scorer(VLMScoreTransform(MaxObsScorer(fail_after=1), clip_len=CLIP_LEN, in_keys=()), sampler,
                        backend="ray", num_workers=1, batch_size=8, on_error="skip", max_consecutive_errors=None)
     try:
         for b in batches:
@@ -331,7 +337,7 @@ def test_close_stops_everything(ray_cluster):
     ray = ray_cluster
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
     _, batches = clip_batches(sampler, make_batches(num_envs=4, steps=60))
-    pool = AsyncScorer(make_transform(delay=0.2), sampler, backend="ray", num_workers=2, batch_size=8)
+    pool = make_async_scorer(make_transform(delay=0.2), sampler, backend="ray", num_workers=2, batch_size=8)
     actors = [w.actor for w in pool._workers]
     for b in batches:
         pool.submit(b)
@@ -357,7 +363,7 @@ def test_close_stops_everything(ray_cluster):
 @pytest.mark.slow
 def test_infeasible_worker_options_are_refused(ray_cluster):
     with pytest.raises(ValueError, match=r"num_gpus=1 for num_workers=2 asks for 2 GPU but the Ray cluster has 0"):
-        AsyncScorer(make_transform(), VLMPrioritizedSampler(8), backend="ray", num_workers=2,
+        make_async_scorer(make_transform(), VLMPrioritizedSampler(8), backend="ray", num_workers=2,
                     worker_options={"num_gpus": 1})
 
 
@@ -379,7 +385,7 @@ def test_collector_actors_share_a_remote_buffer_scored_by_the_pool(ray_cluster):
 
     try:
         results = ray.get([collect.remote(client, seed) for seed in (1, 2)], timeout=120)
-        with AsyncScorer(make_transform(), RemoteSampler(rb), backend="ray", num_workers=2, batch_size=8) as pool:
+        with make_async_scorer(make_transform(), RemoteSampler(rb), backend="ray", num_workers=2, batch_size=8) as pool:
             for _, _, batches in results:
                 for b in batches:
                     pool.submit(b)
@@ -423,7 +429,7 @@ def test_dqn_recipe_scores_on_ray_workers(ray_cluster, tmp_path):
 _OWN_CLUSTER = """
 import ray, torch
 from test_worker import MaxObsScorer
-from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
+from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform, make_async_scorer
 from tensordict import TensorDict
 ray.cloudpickle.register_pickle_by_value(__import__("test_worker"))
 sampler = VLMPrioritizedSampler(10, threshold=None)
@@ -432,7 +438,7 @@ stream = ClipStream(ClipSpec(clip_len=3), frame_key=None, extra_keys=["obs"])
 batch = TensorDict({"obs": torch.arange(10), ("collector", "traj_ids"): torch.zeros(10, dtype=torch.long),
                     ("next", "done"): torch.arange(10) == 9}, batch_size=[10])
 assert not ray.is_initialized()
-with AsyncScorer(VLMScoreTransform(MaxObsScorer(), clip_len=3, in_keys=()), sampler, backend="ray",
+with make_async_scorer(VLMScoreTransform(MaxObsScorer(), clip_len=3, in_keys=()), sampler, backend="ray",
                  ray_address="") as pool:
     assert ray.is_initialized()
     pool.submit(stream.push(batch, torch.arange(10), sampler.generations(torch.arange(10))))

@@ -123,16 +123,6 @@ class TestConfig:
         out = subprocess.run([script, "train", "nope"], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and "unknown recipe 'nope'" in out.stderr
 
-    def test_common_keeps_the_moved_names_as_deprecated_aliases(self):
-        from vlmrb_torchrl.recipes import common, envs, evaluate
-
-        with pytest.warns(DeprecationWarning, match="moved to vlmrb_torchrl.recipes.evaluate"):
-            assert common.evaluate is evaluate.evaluate
-        with pytest.warns(DeprecationWarning):
-            assert common.minigrid_actions is envs.minigrid_actions
-        with pytest.raises(AttributeError, match="moved"):
-            common.store  # noqa: B018 - now Replay.store
-
     def test_help_names_the_default_run_directory(self, capsys, tmp_path, monkeypatch):
         from vlmrb_torchrl.recipes.run import Run
 
@@ -277,8 +267,8 @@ def test_a_distilled_scorer_is_checkpointed_with_the_run(tmp_path):
                                         "tensorboard": False, "output_dir": str(tmp_path)})
     dqn_main(cfg)
     rows = read_metrics(tmp_path)
-    assert all(0.0 < float(r["distill_teacher_share"]) <= 1.0 for r in rows)
-    assert {float(r["distill_trusted"]) for r in rows} <= {0.0, 1.0}
+    assert all(0.0 < float(r["scorer_teacher_share"]) <= 1.0 for r in rows)  # the scorer's stats(), prefixed
+    assert {float(r["scorer_trusted"]) for r in rows} <= {0.0, 1.0}
     state = torch.load(tmp_path / "checkpoints" / "step_256" / "state.pt", weights_only=False)
     assert state["scorer"]["counters"]["teacher_calls"] > 0 and state["scorer"]["student"]
     with pytest.raises(ConfigError, match="distill=True is invalid.*scorer_backend=thread"):

@@ -20,19 +20,18 @@ from vlmrb_torchrl.cli import _train_parser, build_config  # noqa: E402
 from vlmrb_torchrl.cli import main as cli_main  # noqa: E402
 from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig, apply_overrides  # noqa: E402
 from vlmrb_torchrl.recipes.replay import make_replay  # noqa: E402
-from vlmrb_torchrl.recipes.run import (  # noqa: E402
+from vlmrb_torchrl.recipes.checkpoint import (  # noqa: E402
     MANIFEST,
     CheckpointError,
-    Run,
     RunWarning,
     check_checkpoint,
     checkpoint_now,
     latest_checkpoint,
     load_checkpoint,
-    prepare_run_dir,
     save_checkpoint,
     truncate_metrics,
 )
+from vlmrb_torchrl.recipes.run import Run, prepare_run_dir  # noqa: E402
 
 TINY = dict(total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=128, eval_every=256,
             eval_episodes=2, buffer_size=2_000, checkpoint_every=512, clip_len=4, batch_size=16,

@@ -9,6 +9,7 @@ from vlmrb_torchrl.buffer import VLMReplayBuffer, make_vlm_replay_buffer
 from vlmrb_torchrl.clip_scoring import ClipScoring, make_clip_scoring
 from vlmrb_torchrl.clips import ClipBatch, ClipSpec, ClipStream
 from vlmrb_torchrl.sampler import VLMPrioritizedSampler
+from vlmrb_torchrl.scoring_backends import make_async_scorer
 from vlmrb_torchrl.transform import VLMScoreTransform
 from vlmrb_torchrl.worker import AsyncScorer
 
@@ -23,6 +24,7 @@ __all__ = [
     "VLMPrioritizedSampler",
     "VLMReplayBuffer",
     "VLMScoreTransform",
+    "make_async_scorer",
     "make_clip_scoring",
     "make_vlm_replay_buffer",
 ]

@@ -14,6 +14,7 @@ from vlmrb_torchrl.clip_scoring import make_clip_scoring
 from vlmrb_torchrl.clips import ClipSpec, ClipStream
 from vlmrb_torchrl.sampler import VLMPrioritizedSampler
 from vlmrb_torchrl.transform import VLMScoreTransform
+from vlmrb_torchrl.scoring_backends import make_async_scorer
 from vlmrb_torchrl.worker import AsyncScorer
 
 __all__ = ["VLMReplayBuffer", "make_vlm_replay_buffer"]
@@ -207,7 +208,8 @@ def make_vlm_replay_buffer(
         frame_size, grid: passed to :class:`VLMScoreTransform`. The stream and the
             transform come from :func:`~vlmrb_torchrl.make_clip_scoring`.
         backend, max_pending, scorer_batch_size, on_full, on_scorer_error,
-            max_consecutive_scorer_errors: passed to :class:`AsyncScorer` (as ``batch_size``,
+            max_consecutive_scorer_errors: passed to
+            :func:`~vlmrb_torchrl.scoring_backends.make_async_scorer` (as ``batch_size``,
             ``on_error`` and ``max_consecutive_errors`` for the last three).
         scorer_options (dict, optional): more :class:`AsyncScorer` arguments, e.g. for
             ``backend="ray"``: ``num_workers``, ``worker_options``, ``scorer_factory``, ``ray_address``.
@@ -244,9 +246,9 @@ def make_vlm_replay_buffer(
     clip_stream, transform = make_clip_scoring(
         scorer, clip_spec, frame_key=frame_key, traj_key=traj_key, frame_size=frame_size, grid=grid,
     )
-    async_scorer = AsyncScorer(transform, sampler, backend=backend, max_pending=max_pending,
-                               batch_size=scorer_batch_size, on_full=on_full, on_error=on_scorer_error,
-                               max_consecutive_errors=max_consecutive_scorer_errors, **(scorer_options or {}))
+    async_scorer = make_async_scorer(transform, sampler, backend=backend, max_pending=max_pending,
+                                     batch_size=scorer_batch_size, on_full=on_full, on_error=on_scorer_error,
+                                     max_consecutive_errors=max_consecutive_scorer_errors, **(scorer_options or {}))
     frame_keys = [frame_key, unravel_key(("next", frame_key))]
     return VLMReplayBuffer(
         clip_stream=clip_stream, scoring_transform=transform, async_scorer=async_scorer,

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"vlmrb train {name}: {err}", file=sys.stderr)
         return 2
-    from vlmrb_torchrl.recipes.run import CheckpointError
+    from vlmrb_torchrl.recipes.checkpoint import CheckpointError
 
     try:
         summary = _recipe_main(name)(cfg)

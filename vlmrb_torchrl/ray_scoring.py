@@ -1,10 +1,10 @@
-"""Scale-out on Ray: a pool of scorer actors behind ``AsyncScorer(backend="ray")``, and a VLM-RB
+"""Scale-out on Ray: a pool of scorer actors (``make_async_scorer(..., backend="ray")``), and a VLM-RB
 replay buffer that Ray actors share (TorchRL's ``RayReplayBuffer``).
 
 Ray is an optional extra (``pip install 'vlmrb-torchrl[ray]'``): this module imports it only when
 a pool or a remote buffer is built, so importing it (and the rest of the package) never does.
 
-- :class:`RayAsyncScorer` is what ``AsyncScorer(transform, sampler, backend="ray", ...)`` returns:
+- :class:`RayAsyncScorer` is what ``make_async_scorer(transform, sampler, backend="ray", ...)`` builds:
   the thread backend's bounded queue, ``on_full`` back-pressure and generation-checked
   write-back, with the scoring itself done by ``num_workers`` Ray actors, each holding its own
   scorer and several batches in flight at once.
@@ -121,7 +121,7 @@ class _Flight:
 class RayAsyncScorer(AsyncScorer):
     """:class:`~vlmrb_torchrl.AsyncScorer` whose scoring runs on a pool of Ray actors.
 
-    Built by ``AsyncScorer(transform, sampler, backend="ray", ...)`` (or directly). The queue is
+    Built directly or by ``make_async_scorer(transform, sampler, backend="ray", ...)``. The queue is
     the thread backend's: ``submit`` returns at once, at most ``max_pending`` clips wait and
     ``on_full`` says what happens beyond; ``drain``, ``backlog`` and the context manager behave
     the same. A dispatcher thread hands batches of up to ``batch_size`` clips to ``num_workers``
@@ -171,7 +171,7 @@ class RayAsyncScorer(AsyncScorer):
         >>> import tempfile, torch
         >>> import ray  # doctest: +SKIP
         >>> from tensordict import TensorDict
-        >>> from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
+        >>> from vlmrb_torchrl import ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
         >>> from vlmrb_torchrl.scorers import CallableScorer
         >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
         ...              _temp_dir=tempfile.mkdtemp(prefix="ray"))  # doctest: +SKIP
@@ -181,8 +181,8 @@ class RayAsyncScorer(AsyncScorer):
         >>> stream = ClipStream(ClipSpec(clip_len=3), frame_key=None, extra_keys=["obs"])
         >>> batch = TensorDict({"obs": torch.arange(10.0), ("collector", "traj_ids"): torch.zeros(10, dtype=torch.long),
         ...                     ("next", "done"): torch.arange(10) == 9}, batch_size=[10])
-        >>> with AsyncScorer(VLMScoreTransform(scorer, clip_len=3, in_keys=()), sampler,
-        ...                  backend="ray", num_workers=2) as pool:  # doctest: +SKIP
+        >>> with RayAsyncScorer(VLMScoreTransform(scorer, clip_len=3, in_keys=()), sampler,
+        ...                     num_workers=2) as pool:  # doctest: +SKIP
         ...     pool.submit(stream.push(batch, torch.arange(10), sampler.generations(torch.arange(10))))
         ...     pool.drain(timeout=60)
         True
@@ -190,6 +190,8 @@ class RayAsyncScorer(AsyncScorer):
         [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.9, 0.9]
         >>> ray.shutdown()  # doctest: +SKIP
     """
+
+    BACKENDS = ("ray",)
 
     def __init__(
         self,
@@ -208,7 +210,7 @@ class RayAsyncScorer(AsyncScorer):
         on_error: Literal["raise", "skip"] = "raise",
         max_consecutive_errors: int | None = 10,
     ) -> None:
-        if backend != "ray":
+        if backend not in self.BACKENDS:
             raise ValueError(f"RayAsyncScorer is the backend='ray' pool; got backend={backend!r}.")
         # everything is checked before Ray starts (or a cluster is joined)
         self._check_arguments(transform, sampler, max_pending=max_pending, batch_size=batch_size, on_full=on_full,

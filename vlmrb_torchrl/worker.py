@@ -15,10 +15,10 @@ import torch
 from tensordict import TensorDictBase
 
 from vlmrb_torchrl.clips import ClipBatch
+from vlmrb_torchrl.scoring_backends import scoring_backends
 
 __all__ = ["AsyncScorer"]
 
-_BACKENDS = ("thread", "process", "ray")
 _ON_FULL = ("drop_oldest", "block")
 _ON_ERROR = ("raise", "skip")
 # Seconds an AsyncScorer left open at interpreter exit gets before its child process is terminated.
@@ -87,9 +87,10 @@ class AsyncScorer:
     Keyword Args:
         backend (str): ``"thread"`` (default) or ``"process"`` (the transform is pickled to
             a spawned child process; use it when the scorer holds the GIL, e.g. heavy Python
-            pre-processing).
-            ``"ray"`` returns a :class:`~vlmrb_torchrl.ray_scoring.RayAsyncScorer`: a pool of
-            Ray actors (``num_workers=``, ``worker_options=``, ...; see there).
+            pre-processing). A pool of Ray actors is
+            :class:`~vlmrb_torchrl.ray_scoring.RayAsyncScorer`, a subclass;
+            :func:`~vlmrb_torchrl.scoring_backends.make_async_scorer` builds the class of any
+            backend name (``"thread"``, ``"process"``, ``"ray"``, registered ones).
         max_pending (int): clips allowed to wait. Defaults to 4096.
         batch_size (int): clips per scorer call. Defaults to 32.
         on_full (str): ``"drop_oldest"`` (default) or ``"block"``.
@@ -123,27 +124,26 @@ class AsyncScorer:
         (1.0, [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.9, 0.9])
     """
 
-    def __new__(cls, *args, backend: str = "thread", **kwargs):
-        if backend == "ray" and cls is AsyncScorer:  # the Ray pool lives in its own module: ray is an optional extra
-            from vlmrb_torchrl.ray_scoring import RayAsyncScorer
-
-            cls = RayAsyncScorer
-        return super().__new__(cls)
+    #: the backend names this class runs (a subclass runs its own)
+    BACKENDS: tuple[str, ...] = ("thread", "process")
 
     def __init__(
         self,
         transform,
         sampler,
         *,
-        backend: Literal["thread", "process", "ray"] = "thread",
+        backend: Literal["thread", "process"] = "thread",
         max_pending: int = 4096,
         batch_size: int = 32,
         on_full: Literal["drop_oldest", "block"] = "drop_oldest",
         on_error: Literal["raise", "skip"] = "raise",
         max_consecutive_errors: int | None = 10,
     ) -> None:
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got backend={backend!r}.")
+        if backend not in self.BACKENDS:
+            hint = (f"; backend={backend!r} is built by make_async_scorer(transform, sampler, backend={backend!r}) "
+                    "(vlmrb_torchrl.scoring_backends)" if backend in scoring_backends() else "")
+            raise ValueError(f"{type(self).__name__} runs backend {' or '.join(map(repr, self.BACKENDS))}, got "
+                             f"backend={backend!r}{hint}.")
         self._check_arguments(transform, sampler, max_pending=max_pending, batch_size=batch_size, on_full=on_full,
                               on_error=on_error, max_consecutive_errors=max_consecutive_errors)
         self.transform = transform

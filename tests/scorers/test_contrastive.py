@@ -194,7 +194,7 @@ class TestPromptSet:
             calls = count_vision_frames(scorer)
             scorer.score(clips)
             assert sum(calls) == real and len(calls) == -(-real // 8)
-            assert scorer.embedding_stats()["frames_embedded"] == real
+            assert scorer.stats()["frames_embedded"] == real
 
     def test_provenance_names_the_whole_set(self, tiny_model_dir):
         directory = str(tiny_model_dir("clip"))
@@ -268,10 +268,10 @@ class TestEmbeddingReuse:
             out = stream.push(batch, torch.arange(batch.numel()))
             scores[cache] = torch.cat([transform.score_clips(part.clips, frames=part.frames)
                                        for part in _splits(out, 5)])
-            stats = scorer.embedding_stats()
-            assert stats["cache_size"] <= cache
+            stats = scorer.stats()
+            assert stats["embedding_cache_size"] <= cache
             if cache == 4096:  # every distinct frame once: 23 + 9 steps and 2 outcome frames
-                assert stats["frames_embedded"] == 34 and stats["cache_hits"] > 0
+                assert stats["frames_embedded"] == 34 and stats["embedding_cache_hits"] > 0
         torch.testing.assert_close(scores[4096], scores[0], atol=1e-6, rtol=0)
         torch.testing.assert_close(scores[7], scores[0], atol=1e-6, rtol=0)
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from vlmrb_torchrl.scorers import OpenAIScorer, OpenAIScorerError, make_scorer, prompt_hash
-from vlmrb_torchrl.scorers.openai import answer_counts, answer_probability, encode_png
+from vlmrb_torchrl.scorers.openai import answer_probability, encode_png
 from vlmrb_torchrl.scorers.prompts import default_prompt
 
 from ._shared import ScorerContract, make_clips
@@ -262,15 +262,16 @@ class TestOpenAIScorer:
         finally:
             other.close()
 
-    def test_answer_counts_through_wrappers(self, server):
-        from vlmrb_torchrl.scorers import NoisyScorer
+    def test_stats_reach_through_wrappers(self, server):
+        from vlmrb_torchrl.scorers import CachedScorer, NoisyScorer, scorer_stats
 
         server.reply = "no_answer"
         scorer = OpenAIScorer(server.url, "tiny-vlm")
+        wrapped = CachedScorer(NoisyScorer(scorer))
         with pytest.warns(RuntimeWarning):
-            NoisyScorer(scorer).score(make_clips(2, 1))
-        assert answer_counts(NoisyScorer(scorer)) == {"unparsed": 2, "token_only": 0}
-        assert answer_counts(scorer) == {"unparsed": 2, "token_only": 0}
+            wrapped.score(make_clips(2, 1))
+        assert scorer_stats(wrapped) == {"requests": 2.0, "retries": 0.0, "unparsed": 2.0, "token_only": 0.0,
+                                         "score_cache_hits": 0.0, "score_cache_misses": 2.0, "score_cache_size": 2.0}
 
     def test_least_outstanding_choice(self):
         scorer = OpenAIScorer(["http://a/v1", "http://b/v1", "http://c/v1"], "m")

@@ -32,7 +32,8 @@ from vlmrb_torchrl.recipes.envs import env_factory, is_minigrid, make_collector,
 from vlmrb_torchrl.recipes.gallery import clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
-from vlmrb_torchrl.recipes.run import Run, checkpointed_modules, prepare_run_dir, resume_counters, start_run
+from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
+from vlmrb_torchrl.recipes.run import Run, prepare_run_dir, start_run
 
 
 #: What the learner reads of a stored transition (the replay stores only these: sampling copies every stored

@@ -14,7 +14,8 @@ from tensordict import TensorDictBase
 
 from vlmrb_torchrl.recipes.evaluate import maybe_evaluate
 from vlmrb_torchrl.recipes.replay import Replay
-from vlmrb_torchrl.recipes.run import Run, maybe_checkpoint
+from vlmrb_torchrl.recipes.checkpoint import maybe_checkpoint
+from vlmrb_torchrl.recipes.run import Run
 
 __all__ = ["Training", "fmt"]
 

@@ -24,6 +24,7 @@ from tensordict.utils import NestedKey, unravel_key
 from torchrl.data import LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
 
 from vlmrb_torchrl.clip_scoring import reads_frames
+from vlmrb_torchrl.scorers.base import scorer_stats
 
 __all__ = ["FRAME_KEY", "VLM_MODES", "Replay", "UniformReplay", "PrioritizedReplay", "VLMReplay", "make_replay",
            "make_scorer_from_config", "uses_scorer", "needs_frames"]
@@ -180,17 +181,6 @@ class PrioritizedReplay(UniformReplay):
         self.buffer.update_tensordict_priority(sample)
 
 
-def _distill_stats(scorer: Any) -> dict[str, float]:
-    """A :class:`~vlmrb_torchrl.scorers.DistilledScorer`'s routing for the run's metrics (empty otherwise):
-    the share of clips its teacher scored so far, the student's F1 vs the teacher on recent audits, and
-    whether the student is trusted (1) or the teacher scores everything (0)."""
-    stats = scorer.stats() if getattr(scorer, "stateful", False) and callable(getattr(scorer, "stats", None)) else {}
-    if "teacher_share" not in stats:
-        return {}
-    return {"distill_teacher_share": float(stats["teacher_share"]), "distill_agreement_f1": float(stats["agreement_f1"]),
-            "distill_trusted": float(stats["trusted"])}
-
-
 class VLMReplay(Replay):
     """VLM-RB: a :class:`~vlmrb_torchrl.VLMReplayBuffer` scoring clips of the stored data.
 
@@ -260,14 +250,15 @@ class VLMReplay(Replay):
 
         ``sampled_positive_fraction`` is the share of positives among the transitions sampled
         since the last logged row (``counters["drawn_logged"]``, set by :meth:`logged` and
-        checkpointed with the counters, so resumed runs log the same intervals).
+        checkpointed with the counters, so resumed runs log the same intervals). The scorer's own
+        :func:`~vlmrb_torchrl.scorers.scorer_stats` (requests, retries, cache hits, a distilled
+        scorer's routing, ...) come as ``scorer_<name>``; the worker's columns win a name clash.
         """
-        from vlmrb_torchrl.scorers.openai import answer_counts  # lazy: the scorers stay optional
-
         stats = self.buffer.vlm_stats()
         drawn_before, positive_before = counters.get("drawn_logged", (0, 0))
         drawn = stats["drawn"] - drawn_before
-        return {"lambda": stats["lambda"], "lambda_effective": stats["lambda_effective"],
+        return {**{f"scorer_{k}": v for k, v in scorer_stats(self.buffer.scorer).items()},
+                "lambda": stats["lambda"], "lambda_effective": stats["lambda_effective"],
                 "max_oversampling_ratio": stats["max_oversampling_ratio"], "fraction_scored": stats["fraction_scored"],
                 "positive_fraction": stats["positive_fraction"],
                 "sampled_positive_fraction": (stats["drawn_positive"] - positive_before) / drawn if drawn
@@ -276,10 +267,7 @@ class VLMReplay(Replay):
                 "scorer_clips_per_s": stats["scorer/clips_per_s"], "scorer_backlog": stats["scorer/backlog"],
                 "scorer_dropped": stats["scorer/dropped"], "scorer_errors": stats["scorer/errors"],
                 "scorer_consecutive_errors": stats["scorer/consecutive_errors"], "drawn": stats["drawn"],
-                "drawn_positive": stats["drawn_positive"],
-                # answers not read from logprobs (OpenAIScorer; 0 for scorers that read logits)
-                **{f"scorer_{k}": v for k, v in answer_counts(self.buffer.scorer).items()},
-                **_distill_stats(self.buffer.scorer)}
+                "drawn_positive": stats["drawn_positive"]}
 
     def logged(self, row: dict[str, Any], counters: dict[str, Any]) -> None:
         counters["drawn_logged"] = (row["drawn"], row["drawn_positive"])

@@ -1,38 +1,32 @@
-"""The run: seeds and torch threads, the run directory (config, metrics, TensorBoard, progress),
-checkpoints and resume."""
+"""The run: seeds and torch threads, the run directory (config, metrics, TensorBoard, progress)
+and the metric columns. Checkpoints and resume are :mod:`vlmrb_torchrl.recipes.checkpoint`."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import json
 import math
 import random
 import shutil
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from vlmrb_torchrl.recipes.checkpoint import check_resume_config, latest_checkpoint
 from vlmrb_torchrl.recipes.replay import make_scorer_from_config, needs_frames, uses_scorer
 
-__all__ = [
-    "METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "seed_everything", "resolve_device", "Run",
-    "save_checkpoint", "load_checkpoint", "latest_checkpoint", "truncate_metrics", "resume_counters",
-    "checkpoint_now", "maybe_checkpoint", "CheckpointError", "RunWarning", "MANIFEST", "check_checkpoint",
-    "checkpointed_modules", "checkpoints_newest_first", "check_resume_config", "prepare_run_dir", "RESUME_MAY_CHANGE", "RUN_FILES",
-]
+__all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "seed_everything", "resolve_device", "Run",
+           "prepare_run_dir", "RUN_FILES"]
 
 METRIC_COLUMNS = [
     "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda", "lambda_effective",
     "fraction_scored", "positive_fraction", "sampled_positive_fraction", "max_oversampling_ratio", "stale_drops", "scorer_clips_per_s",
-    "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "scorer_unparsed", "scorer_token_only",
-    "distill_teacher_share", "distill_agreement_f1", "distill_trusted", "env_steps_per_s", "time_s",
+    "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "env_steps_per_s", "time_s",
 ]
 #: SAC's metrics: the entropy temperature and policy entropy instead of epsilon.
 SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon"]
@@ -129,8 +123,10 @@ class Run:
     """A run directory: resolved config, ``metrics.csv``, TensorBoard events, progress bar.
 
     ``log(metrics)`` appends one CSV row (missing columns are left empty) and the same
-    scalars to TensorBoard under ``<group>/<name>``. A context manager: leaving it closes the
-    files.
+    scalars to TensorBoard under ``<group>/<name>``. The CSV's columns are ``columns`` plus the
+    ``scorer_<name>`` entries of the first row that are not among them (the scorer's own
+    ``stats()``, whatever its backend), placed before the timing columns; the header is written
+    with that row. A context manager: leaving it closes the files.
 
     The directory is ``cfg.output_dir``, or ``runs/<recipe>__<env>__<replay>__seed<seed>__<time>``
     (``/`` in the env id becomes ``-``) when that is ``None``; ``cfg.output_dir`` is set to it.
@@ -142,7 +138,7 @@ class Run:
         >>> with Run(cfg, recipe="dqn", total=100) as run:
         ...     run.log({"env_steps": 100, "loss": 0.5})
         >>> (run.dir / "metrics.csv").read_text().splitlines()[1]
-        '100,,,,0.5,,,,,,,,,,,,,,,,,,,,'
+        '100,,,,0.5,,,,,,,,,,,,,,,'
     """
 
     def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
@@ -157,14 +153,14 @@ class Run:
         (self.dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
         self.csv_path = self.dir / "metrics.csv"
         new_file = not self.csv_path.exists() or resumed_from == 0
-        fieldnames = columns or METRIC_COLUMNS
+        self._columns = list(columns or METRIC_COLUMNS)
+        header = None
         if not new_file:  # a resumed run keeps its file's columns (it may predate newer ones)
             with open(self.csv_path, newline="") as f:
-                fieldnames = next(csv.reader(f), None) or fieldnames
-        self._csv_file = open(self.csv_path, "w" if new_file else "a", newline="")
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=fieldnames, extrasaction="ignore")
-        if new_file:
-            self._csv.writeheader()
+                header = next(csv.reader(f), None)
+        self._csv_file = open(self.csv_path, "w" if new_file or not header else "a", newline="")
+        self._csv = None if new_file or not header else csv.DictWriter(self._csv_file, fieldnames=header,
+                                                                        extrasaction="ignore")
         self._tb = None
         if cfg.tensorboard:
             try:
@@ -183,8 +179,17 @@ class Run:
             self._pbar = tqdm(total=total, initial=resumed_from, unit="frames", dynamic_ncols=True,
                               desc=f"{recipe} {cfg.env} {cfg.replay}")
 
+    def _start_csv(self, first_row: dict[str, Any]) -> None:
+        extra = [k for k in first_row if k.startswith("scorer_") and k not in self._columns]
+        at = self._columns.index("env_steps_per_s") if "env_steps_per_s" in self._columns else len(self._columns)
+        fieldnames = self._columns[:at] + extra + self._columns[at:]
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=fieldnames, extrasaction="ignore")
+        self._csv.writeheader()
+
     def log(self, metrics: dict[str, Any]) -> None:
         row = {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in metrics.items() if v is not None}
+        if self._csv is None:
+            self._start_csv(metrics)
         self._csv.writerow(row)
         self._csv_file.flush()
         if self._tb is not None:
@@ -206,6 +211,8 @@ class Run:
         return summary
 
     def close(self) -> None:
+        if self._csv is None and not self._csv_file.closed:  # nothing logged: the header alone
+            self._start_csv({})
         self._csv_file.close()
         if self._tb is not None:
             self._tb.close()
@@ -232,372 +239,9 @@ def _tb_tag(key: str) -> str:
     return f"train/{key}"
 
 
-# ---------------------------------------------------------------------------------- checkpoints
-#: Written last into every checkpoint (then the directory is renamed into place): each file's size and SHA-256.
-MANIFEST = "MANIFEST.json"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be written or used; the message names the file and what to do."""
-
-
-class RunWarning(UserWarning):
-    """Something a run did differently from the normal path: a skipped checkpoint, clips saved unscored, ..."""
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _manifest(path: Path) -> dict[str, Any]:
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST)
-    return {"format": 1, "files": {p.relative_to(path).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
-                                   for p in files}}
-
-
-def check_checkpoint(path: Path) -> tuple[bool, str]:
-    """Whether the checkpoint directory ``path`` can be loaded, and a note: why not, or that it cannot be verified.
-
-    A checkpoint is usable when its ``DONE`` marker exists and every file its ``MANIFEST.json`` lists has the
-    recorded size and SHA-256. Checkpoints written before manifests existed are usable but unverified.
-
-    Examples:
-        >>> import tempfile
-        >>> path = Path(tempfile.mkdtemp())
-        >>> check_checkpoint(path)
-        (False, 'incomplete: no DONE file (its write did not finish)')
-        >>> _ = (path / "DONE").write_text("{}")
-        >>> check_checkpoint(path)[1]
-        'no MANIFEST.json (written before checkpoints were verified): cannot be verified'
-        >>> _ = (path / MANIFEST).write_text(json.dumps(_manifest(path)))
-        >>> check_checkpoint(path)
-        (True, '')
-        >>> _ = (path / "DONE").write_text("{} ")
-        >>> check_checkpoint(path)
-        (False, 'DONE has 3 bytes, 2 were written')
-    """
-    path = Path(path)
-    if not (path / "DONE").exists():
-        return False, "incomplete: no DONE file (its write did not finish)"
-    if not (path / MANIFEST).exists():
-        return True, f"no {MANIFEST} (written before checkpoints were verified): cannot be verified"
-    try:
-        files = json.loads((path / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return False, f"{MANIFEST} is unreadable ({err})"
-    for name, meta in files.items():
-        file = path / name
-        if not file.is_file():
-            return False, f"{name} is missing"
-        size = file.stat().st_size
-        if size != meta["size"]:
-            return False, f"{name} has {size} bytes, {meta['size']} were written"
-        if _sha256(file) != meta["sha256"]:
-            return False, f"{name} changed since it was written (SHA-256 mismatch)"
-    return True, ""
-
-
-def checkpointed_modules(modules: dict[str, Any], scorer: Any = None) -> dict[str, Any]:
-    """``modules`` plus the scorer under ``"scorer"`` when it learns while it scores (``scorer.stateful``,
-    e.g. a :class:`~vlmrb_torchrl.scorers.DistilledScorer`'s student): saved with every checkpoint and
-    restored on resume like the learner's networks. Other scorers are frozen and not saved.
-
-    Examples:
-        >>> from torch import nn
-        >>> from vlmrb_torchrl.scorers import CallableScorer
-        >>> sorted(checkpointed_modules({"loss": nn.Linear(1, 1)}, CallableScorer(lambda clips: clips["obs"])))
-        ['loss']
-    """
-    if scorer is not None and getattr(scorer, "stateful", False):
-        return {**modules, "scorer": scorer}
-    return dict(modules)
-
-
-def save_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, counters: dict[str, Any]) -> None:
-    """Model/optimizer states, counters, RNG states and the replay buffer (``rb.dumps``: storage + sampler).
-
-    The checkpoint is written into ``.<name>.partial`` next to ``path``, with ``DONE`` and then
-    :data:`MANIFEST` (sizes and SHA-256 of every file) last, and renamed to ``path``: a crash or a full
-    disk mid-write never leaves a directory that looks complete. An ``OSError`` (full disk, read-only
-    directory) removes the partial write and raises :class:`CheckpointError`.
-    """
-    path = Path(path)
-    tmp = path.parent / f".{path.name}.partial"
-    try:
-        if tmp.exists():  # a write killed earlier
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        state = {name: obj.state_dict() for name, obj in modules.items()}
-        state["counters"] = counters
-        state["rng"] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-        torch.save(state, tmp / "state.pt")
-        rb.dumps(tmp / "replay")
-        (tmp / "DONE").write_text(json.dumps(counters))
-        _write_json_atomic(tmp / MANIFEST, _manifest(tmp))  # last: sizes and checksums of all the above
-        if path.exists():  # the same step written again: replace it
-            old = path.parent / f".{path.name}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            path.rename(old)
-            tmp.rename(path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(path)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, OSError):
-            raise CheckpointError(f"could not write checkpoint {path}: {err}. Nothing of it was kept; earlier "
-                                  f"checkpoints in {path.parent} are untouched (free space or fix permissions, "
-                                  "then resume= the run directory).") from err
-        raise
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.rename(path)
-
-
-def _check_loaded_replay(rb: Any, path: Path) -> None:
-    """Refuses a loaded replay buffer whose sampler state is not finite or does not match the storage."""
-    n = len(rb)
-    sampler = rb.sampler
-    where = path / "replay" / "sampler"
-    if callable(getattr(sampler, "stats", None)) and callable(getattr(sampler, "scores", None)):  # VLM-RB's sampler
-        stats = sampler.stats()
-        if stats["num_filled"] != n:
-            raise CheckpointError(f"{where}: the sampler records {stats['num_filled']} filled slots but the "
-                                  f"storage ({path / 'replay' / 'storage'}) holds {n} transitions.")
-        if n:
-            scores = sampler.scores(torch.arange(n))
-            if torch.isinf(scores).any() or (stats["fraction_scored"] > 0 and not math.isfinite(stats["mean_score"])):
-                raise CheckpointError(f"{where}: non-finite VLM scores.")
-            probs = sampler.probabilities(n)
-            if not bool(torch.isfinite(probs).all()) or bool((probs < 0).any()) or abs(float(probs.sum()) - 1) > 1e-3:
-                raise CheckpointError(f"{where}: the sampling probabilities are not finite (NaN or infinite "
-                                      "scores or TD priorities).")
-    else:
-        tree = getattr(sampler, "_sum_tree", None)  # TorchRL's PrioritizedSampler
-        if tree is not None and n:
-            total = float(tree.query(0, n))
-            if not math.isfinite(total) or total <= 0:
-                raise CheckpointError(f"{where}: the priorities are not finite (sum {total}).")
-
-
-def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any) -> dict[str, Any]:
-    """Loads a :func:`save_checkpoint` directory into ``modules`` and ``rb`` (``rb.loads``), restores
-    the RNG states and returns the counters.
-
-    An unreadable file raises :class:`CheckpointError` naming it; so does a sampler state that is not
-    finite or does not match the storage.
-    """
-    path = Path(path)
-    try:
-        state = torch.load(path / "state.pt", weights_only=False, map_location="cpu")
-        counters, rng = state["counters"], state["rng"]
-    except Exception as err:
-        raise CheckpointError(f"{path / 'state.pt'} cannot be read: {type(err).__name__}: {err}") from err
-    for file in sorted((path / "replay").rglob("*.json")):  # name the file a truncated JSON is in
-        try:
-            json.loads(file.read_text())
-        except (OSError, ValueError) as err:
-            raise CheckpointError(f"{file} cannot be read: {err}") from err
-    for name, obj in modules.items():
-        try:
-            obj.load_state_dict(state[name])
-        except Exception as err:
-            raise CheckpointError(f"{path / 'state.pt'}: {name!r} does not fit this run's {name} "
-                                  f"({type(err).__name__}: {err}).") from err
-    try:
-        rb.loads(path / "replay")
-    except Exception as err:
-        raise CheckpointError(f"{path / 'replay'} cannot be loaded: {type(err).__name__}: {err}") from err
-    _check_loaded_replay(rb, path)
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
-    return counters
-
-
-def _step(path: Path) -> int:
-    try:
-        return int(path.name.split("_", 1)[1])
-    except (IndexError, ValueError):
-        return -1
-
-
-def checkpoints_newest_first(resume: str | Path) -> list[Path]:
-    """``resume`` itself when it is a checkpoint, else its run's ``checkpoints/step_<N>`` directories, newest first."""
-    path = Path(resume)
-    if (path / "DONE").exists() or (path / "state.pt").exists():
-        return [path]
-    return sorted((p for p in (path / "checkpoints").glob("step_*") if p.is_dir() and _step(p) >= 0),
-                  key=_step, reverse=True)
-
-
-def latest_checkpoint(resume: str) -> Path:
-    """``resume`` itself when it is a checkpoint, else the run directory's newest intact checkpoint.
-
-    Checkpoints are checked with :func:`check_checkpoint`; those skipped are named, with the reason,
-    in a :class:`RunWarning`. Raises :class:`~vlmrb_torchrl.recipes.config.ConfigError` when
-    ``resume`` does not exist and :class:`CheckpointError` when no checkpoint is usable.
-    """
-    from vlmrb_torchrl.recipes.config import ConfigError
-
-    path = Path(resume)
-    if not path.exists():
-        raise ConfigError(f"resume={str(resume)!r}: no such file or directory.")
-    candidates = checkpoints_newest_first(path)
-    explicit = candidates == [path]
-    skipped = []
-    for candidate in candidates:
-        ok, note = check_checkpoint(candidate)
-        if ok:
-            if skipped:
-                warnings.warn(_skipped_message(skipped) + f"; resuming from {candidate}.", RunWarning, stacklevel=2)
-            if note:
-                warnings.warn(f"checkpoint {candidate}: {note}.", RunWarning, stacklevel=2)
-            return candidate
-        if explicit:
-            raise CheckpointError(f"resume={str(resume)!r}: checkpoint {candidate} is damaged: {note}. Resume from "
-                                  "its run directory to use the newest intact checkpoint instead.")
-        skipped.append((candidate, note))
-    if skipped:
-        raise CheckpointError(f"resume={str(resume)!r}: no intact checkpoint; " + _skipped_message(skipped) + ".")
-    raise CheckpointError(f"resume={str(resume)!r}: no checkpoint found (looked for {path}/checkpoints/step_*).")
-
-
-def _skipped_message(skipped: list[tuple[Path, str]]) -> str:
-    return "skipped " + "; ".join(f"{p} ({note})" for p, note in skipped)
-
-
-def truncate_metrics(path: Path, env_steps: int) -> None:
-    """Drops the metric rows logged after the checkpoint a run resumes from."""
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    # a last line without its newline was cut mid-write (the process killed): the next row would join it
-    kept = lines[:1] + [ln for ln in lines[1:] if ln.endswith("\n") and _row_step(ln) <= env_steps]
-    path.write_text("".join(kept))
-
-
-def _row_step(line: str) -> float:
-    try:
-        return float(line.split(",", 1)[0])
-    except ValueError:  # not a row (a damaged line)
-        return math.inf
-
-
-def resume_counters(cfg: Any, checkpoint: Path | None, *, modules: dict[str, Any], rb: Any) -> dict[str, Any]:
-    """Fresh counters, or those of ``checkpoint`` after loading its modules and replay (``rb``) into place.
-
-    Counters always hold ``scorer_drain_timeouts`` (checkpoints whose scorer drain timed out),
-    ``scorer_unscored_at_checkpoint`` (clips still queued when the last checkpoint was written: saved
-    unscored) and ``scorer_unscored_lost`` (such clips of the checkpoint a run resumed from, never scored:
-    the scorer's queue is not part of a checkpoint).
-    """
-    counters = {"env_steps": 0, "episodes": 0, "updates": 0, "next_eval": cfg.eval_every,
-                "next_checkpoint": cfg.checkpoint_every}
-    if checkpoint is not None:
-        counters = load_checkpoint(checkpoint, modules=modules, rb=rb)
-        if cfg.output_dir is None:  # continue in the run directory the checkpoint belongs to
-            cfg.output_dir = str(checkpoint.parent.parent)
-        truncate_metrics(Path(cfg.output_dir) / "metrics.csv", counters["env_steps"])
-    for key in _UNSCORED_COUNTERS:
-        counters.setdefault(key, 0)
-    if counters["scorer_unscored_at_checkpoint"]:
-        counters["scorer_unscored_lost"] += counters["scorer_unscored_at_checkpoint"]
-        warnings.warn(f"{checkpoint}: {counters['scorer_unscored_at_checkpoint']} clips were still queued for "
-                      "scoring when it was written; their transitions keep the unscored priority (the queue is "
-                      "not part of a checkpoint).", RunWarning, stacklevel=2)
-    return counters
-
-
-_UNSCORED_COUNTERS = ("scorer_drain_timeouts", "scorer_unscored_at_checkpoint", "scorer_unscored_lost")
-
-
-def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: dict[str, Any]) -> Path:
-    """Saves ``checkpoints/step_<env_steps>`` after ``replay.before_checkpoint()`` (in VLM modes: every
-    score of the data before it is in, waiting at most the replay's drain timeout) and returns its path.
-
-    Clips the scorer has not scored by then are saved unscored: counted in
-    ``counters["scorer_unscored_at_checkpoint"]`` (``scorer_drain_timeouts`` counts such checkpoints)
-    and reported in a :class:`RunWarning`. A ``KeyboardInterrupt`` while waiting stops the wait: the
-    checkpoint is written as it is, then the interrupt goes on.
-    """
-    interrupted = False
-    try:
-        left = replay.before_checkpoint()
-    except KeyboardInterrupt:
-        interrupted, left = True, replay.backlog()
-    counters.setdefault("scorer_drain_timeouts", 0)
-    counters["scorer_unscored_at_checkpoint"] = left
-    path = run.dir / "checkpoints" / f"step_{counters['env_steps']}"
-    if left:
-        counters["scorer_drain_timeouts"] += 1
-        timeout = getattr(replay, "drain_timeout", None)
-        why = "interrupted" if interrupted else f"not done within scorer_drain_timeout={timeout} s"
-        warnings.warn(f"{path}: the scorer was {why}; {left} queued clips are saved unscored (their transitions "
-                      "keep the unscored priority; a run resumed from this checkpoint never scores them).",
-                      RunWarning, stacklevel=2)
-    save_checkpoint(path, modules=modules, rb=replay.buffer, counters=dict(counters))
-    if interrupted:
-        raise KeyboardInterrupt
-    return path
-
-
-def maybe_checkpoint(run: Run, replay: Any, *, cfg: Any, counters: dict[str, Any], stop_at: int,
-                     modules: dict[str, Any]) -> Path | None:
-    """Checkpoints when one is due (every ``checkpoint_every`` frames) or the run stops here
-    (``stop_at``); returns the checkpoint's path, ``None`` when none was due.
-
-    The loop leaves its collector after every checkpoint and, unless the run stops, re-creates it,
-    so that env seeds restart from ``(seed, env_steps)`` exactly as in a run resumed from that
-    checkpoint.
-    """
-    at_stop = counters["env_steps"] >= stop_at
-    due = counters["env_steps"] >= counters["next_checkpoint"]
-    if not (due or at_stop):
-        return None
-    if due:
-        counters["next_checkpoint"] += cfg.checkpoint_every
-    return checkpoint_now(run, replay, modules=modules, counters=counters)
-
-
 # ---------------------------------------------------------------------------------- run directory checks
-#: Keys that may differ between a run and the run it resumes: how long it runs, where and how it logs,
-#: evaluates and checkpoints, the device and threads. Every other key must match the checkpoint's run.
-RESUME_MAY_CHANGE = ("total_frames", "stop_at", "resume", "output_dir", "overwrite", "device", "torch_threads",
-                     "async_scoring", "scorer_drain_timeout", "on_scorer_error", "max_consecutive_scorer_errors",
-                     "scorer_backend", "scorer_workers", "scorer_gpus", "ray_address",
-                     "eval_every", "eval_episodes", "eval_envs", "eval_eps",
-                     "checkpoint_every", "gallery_clips", "tensorboard", "progress")
 #: What a run writes into its directory (``overwrite=true`` deletes these, nothing else).
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "checkpoints", "tensorboard", "gallery")
-
-
-def check_resume_config(cfg: Any, checkpoint: Path) -> None:
-    """Refuses to resume ``checkpoint`` with a config that differs from its run's ``config.json`` in a key
-    outside :data:`RESUME_MAY_CHANGE`; the error lists each such key (saved vs given).
-
-    Keys the saved config does not have (added since) are not compared.
-    """
-    from vlmrb_torchrl.recipes.config import ConfigError
-
-    saved_path = checkpoint.parent.parent / "config.json"
-    try:
-        saved = json.loads(saved_path.read_text())
-    except (OSError, ValueError) as err:
-        warnings.warn(f"{saved_path} cannot be read ({err}): the config cannot be checked against the run "
-                      f"{checkpoint} belongs to.", RunWarning, stacklevel=2)
-        return
-    given = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    conflicts = [f"{key}: {saved[key]!r} (run) vs {value!r} (now)" for key, value in given.items()
-                 if key not in RESUME_MAY_CHANGE and key in saved and saved[key] != value]
-    if conflicts:
-        raise ConfigError(f"resume={cfg.resume!r}: the config differs from the run's ({saved_path}) in "
-                          + "; ".join(conflicts) + f". On resume only these keys may change: "
-                          f"{', '.join(RESUME_MAY_CHANGE)}. Start a new run (another output_dir) to change the others.")
 
 
 def prepare_run_dir(cfg: Any, *, recipe: str) -> Path | None:

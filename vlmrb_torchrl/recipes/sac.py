@@ -31,8 +31,8 @@ from vlmrb_torchrl.recipes.envs import env_factory, make_collector
 from vlmrb_torchrl.recipes.gallery import clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
-from vlmrb_torchrl.recipes.run import (SAC_METRIC_COLUMNS, Run, checkpointed_modules, prepare_run_dir, resume_counters,
-                                       start_run)
+from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
+from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, prepare_run_dir, start_run
 
 
 def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:

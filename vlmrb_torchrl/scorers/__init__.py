@@ -23,6 +23,7 @@ from vlmrb_torchrl.scorers.base import (
     prompt_hash,
     register_scorer,
     registered_scorer_forms,
+    scorer_stats,
     validate_scores,
 )
 from vlmrb_torchrl.scorers.oracle import ORACLE_EVENT_KEYS, OracleScorer
@@ -69,6 +70,7 @@ __all__ = [
     "prompt_hash",
     "validate_scores",
     "check_clips",
+    "scorer_stats",
     "answer_token_ids",
     "default_prompt",
     "contrastive_prompts",

@@ -28,6 +28,7 @@ __all__ = [
     "prompt_hash",
     "validate_scores",
     "check_clips",
+    "scorer_stats",
 ]
 
 
@@ -52,6 +53,12 @@ class Scorer(Protocol):
     :meth:`score` returns a float32 tensor of shape ``[B]`` with values in ``[0, 1]``. It must
     be safe to call from a worker thread (the ``AsyncScorer`` calls it off the main thread).
     Any class with these members is a scorer; subclassing is not needed.
+
+    A scorer may also have ``stats() -> dict[str, float]``: its own counters (requests, retries,
+    cache hits, ...). It is optional (not part of the ``isinstance`` check); read it with
+    :func:`scorer_stats`, which gives ``{}`` for scorers without one. A wrapper returns its
+    inner scorer's stats merged with its own, so the outermost scorer reports everything; the
+    recipes log them as ``scorer_<name>`` columns without knowing the backend.
 
     Examples:
         >>> import torch
@@ -175,6 +182,28 @@ def validate_scores(scores: Any, batch: int | TensorDictBase, *, scorer: Any = "
             f"max={scores.max().item():.4g}); map them to [0, 1] (e.g. a sigmoid or a threshold)."
         )
     return scores
+
+
+def scorer_stats(scorer: Any) -> dict[str, float]:
+    """The optional ``stats()`` of ``scorer`` as ``{name: float}``; ``{}`` when it has none.
+
+    Non-numeric values are left out and booleans become 0.0/1.0, so every value can go to a
+    metrics row as is.
+
+    Examples:
+        >>> from vlmrb_torchrl.scorers import CachedScorer, OracleScorer
+        >>> scorer_stats(OracleScorer())
+        {}
+        >>> scorer_stats(CachedScorer(OracleScorer()))
+        {'score_cache_hits': 0.0, 'score_cache_misses': 0.0, 'score_cache_size': 0.0}
+    """
+    stats = getattr(scorer, "stats", None)
+    if not callable(stats):
+        return {}
+    out = stats()
+    if not isinstance(out, dict):
+        raise TypeError(f"{_scorer_name(scorer)}.stats() must return a dict of str -> float, got {type(out).__name__}.")
+    return {str(k): float(v) for k, v in out.items() if isinstance(v, (int, float))}
 
 
 def _callable_name(fn: Callable) -> str:

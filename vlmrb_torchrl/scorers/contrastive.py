@@ -79,7 +79,7 @@ class HFContrastiveScorer:
     already seen is not embedded again, whichever clip, trajectory or replay slot it comes
     from. Scores are those of embedding every clip from scratch (up to float rounding across
     batch compositions, ~1e-7); ``embedding_cache=0`` turns the reuse off.
-    :meth:`embedding_stats` counts frames embedded and cache hits.
+    :meth:`stats` counts frames embedded and cache hits.
 
     Text embeddings are computed once at construction; frames are embedded in micro-batches of
     ``batch_size`` frames under :func:`torch.inference_mode`. Calls are serialised by a lock.
@@ -329,15 +329,15 @@ class HFContrastiveScorer:
             out.append(torch.stack(per_check).max())
         return validate_scores(torch.stack(out) if out else torch.zeros(0), batch, scorer=self)
 
-    def embedding_stats(self) -> dict[str, int]:
-        """``frames_embedded`` (by the vision tower), ``cache_hits`` (frames reused),
-        ``cache_size`` and ``cache_max`` (``embedding_cache``), since construction."""
+    def stats(self) -> dict[str, int]:
+        """``frames_embedded`` (by the vision tower), ``embedding_cache_hits`` (frames reused),
+        ``embedding_cache_size`` and ``embedding_cache_max`` (``embedding_cache``), since construction."""
         with self._lock:
             return {
                 "frames_embedded": self._frames_embedded,
-                "cache_hits": self._cache_hits,
-                "cache_size": len(self._cache),
-                "cache_max": self.embedding_cache,
+                "embedding_cache_hits": self._cache_hits,
+                "embedding_cache_size": len(self._cache),
+                "embedding_cache_max": self.embedding_cache,
             }
 
     def __reduce__(self):

@@ -49,7 +49,7 @@ from torch import nn
 
 from vlmrb_torchrl._frames import evenly_spaced
 from vlmrb_torchrl._keys import is_nested_key
-from vlmrb_torchrl.scorers.base import Scorer, check_clips, make_scorer, register_scorer, validate_scores
+from vlmrb_torchrl.scorers.base import Scorer, check_clips, make_scorer, register_scorer, scorer_stats, validate_scores
 
 __all__ = ["ClipStudent", "DistilledScorer"]
 
@@ -228,7 +228,7 @@ class DistilledScorer:
     """
 
     #: it learns while it scores: the recipes save its state with every checkpoint
-    #: (:func:`~vlmrb_torchrl.recipes.run.checkpointed_modules`)
+    #: (:func:`~vlmrb_torchrl.recipes.checkpoint.checkpointed_modules`)
     stateful = True
 
     def __init__(
@@ -478,9 +478,10 @@ class DistilledScorer:
         window's agreement (``agreement_precision``, ``agreement_recall``, ``agreement_f1``,
         ``agreement_audits``) and, over every random audit made while the student was trusted
         (``trusted_audit_tp``, ``_fp``, ``_fn``, ``_tn``), ``trusted_audit_f1``: the student's F1 vs
-        the teacher on the clips it scores alone, for the whole run (NaN before any positive)."""
+        the teacher on the clips it scores alone, for the whole run (NaN before any positive).
+        The teacher's own stats (:func:`~vlmrb_torchrl.scorers.scorer_stats`) come first."""
         with self._lock:
-            out: dict[str, Any] = dict(self.counters)
+            out: dict[str, Any] = {**scorer_stats(self.teacher), **self.counters}
             out["trusted"] = self.trusted
         total = out["teacher_calls"] + out["student_calls"]
         out["teacher_share"] = out["teacher_calls"] / total if total else math.nan

@@ -41,7 +41,7 @@ from vlmrb_torchrl.scorers._hashing import prompt_hash
 from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 from vlmrb_torchrl.scorers.prompts import default_prompt, format_prompt
 
-__all__ = ["OpenAIScorer", "OpenAIScorerError", "encode_png", "answer_probability", "answer_counts", "INPUT_MODES"]
+__all__ = ["OpenAIScorer", "OpenAIScorerError", "encode_png", "answer_probability", "INPUT_MODES"]
 
 #: How a clip is sent: one ``image_url`` per frame, one tiled ``image_url``, or one ``video_url``
 #: holding the frames (vLLM's ``data:video/jpeg;base64,<frame>,<frame>,...`` form).
@@ -538,24 +538,6 @@ class OpenAIScorer:
             f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, input_mode={self.input_mode!r}, "
             f"max_frames={self.max_frames}, max_concurrency={self.max_concurrency})"
         )
-
-
-def answer_counts(scorer: Any) -> dict[str, int]:
-    """How many answers a scorer could not read from logprobs: ``unparsed`` (neither answer among
-    the alternatives) and ``token_only`` (no alternatives; ``allow_token_only=True``), from the
-    :meth:`OpenAIScorer.stats` of ``scorer`` or of the scorer it wraps (``.scorer``, as the
-    wrappers keep it); zeros for scorers that read logits themselves. For run metrics.
-
-    Examples:
-        >>> from vlmrb_torchrl.scorers import CallableScorer, NoisyScorer
-        >>> answer_counts(NoisyScorer(CallableScorer(lambda clips: clips["x"].float().mean(1), in_keys=["x"])))
-        {'unparsed': 0, 'token_only': 0}
-    """
-    seen = 0
-    while scorer is not None and not isinstance(scorer, OpenAIScorer) and seen < 16:
-        scorer, seen = getattr(scorer, "scorer", None), seen + 1
-    stats = scorer.stats() if isinstance(scorer, OpenAIScorer) else {}
-    return {"unparsed": int(stats.get("unparsed", 0)), "token_only": int(stats.get("token_only", 0))}
 
 
 def _error_detail(err: urllib.error.HTTPError) -> str:

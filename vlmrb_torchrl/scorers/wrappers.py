@@ -13,7 +13,7 @@ from collections import OrderedDict
 import torch
 from tensordict import TensorDictBase
 
-from vlmrb_torchrl.scorers.base import Scorer, check_clips, prompt_hash, validate_scores
+from vlmrb_torchrl.scorers.base import Scorer, check_clips, prompt_hash, scorer_stats, validate_scores
 
 __all__ = ["CachedScorer", "NoisyScorer", "ThresholdScorer"]
 
@@ -26,9 +26,18 @@ def _check_scorer(owner: str, scorer: object) -> None:
 
 
 class _ScorerWrapper:
-    """Base of the wrappers: they read what the wrapped scorer reads, with its prompt."""
+    """Base of the wrappers: they read what the wrapped scorer reads, with its prompt, and report
+    its stats merged with their own (:meth:`own_stats`)."""
 
     scorer: Scorer
+
+    def stats(self) -> dict[str, float]:
+        """The wrapped scorer's :func:`~vlmrb_torchrl.scorers.scorer_stats` merged with this wrapper's own."""
+        return {**scorer_stats(self.scorer), **self.own_stats()}
+
+    def own_stats(self) -> dict[str, float]:
+        """This wrapper's counters (none by default)."""
+        return {}
 
     @property
     def prompt(self) -> str:
@@ -262,6 +271,12 @@ class CachedScorer(_ScorerWrapper):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def own_stats(self) -> dict[str, float]:
+        """``score_cache_hits``, ``score_cache_misses`` (clips) and ``score_cache_size`` (entries)."""
+        with self._lock:
+            return {"score_cache_hits": self.hits, "score_cache_misses": self.misses,
+                    "score_cache_size": len(self._table)}
 
     def clear(self) -> None:
         """Empties the table and resets the counters."""
