@@ -111,5 +111,4 @@ def _make_oracle(rest: str, **kwargs: Any) -> OracleScorer:
     return OracleScorer(**kwargs)
 
 
-register_scorer("oracle", _make_oracle, form="oracle:minigrid, oracle:minigrid_goal or oracle:robosuite",
-                overwrite=True)
+register_scorer("oracle", _make_oracle, form="oracle:minigrid", overwrite=True)  # the others: ORACLE_EVENT_KEYS
