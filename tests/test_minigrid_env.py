@@ -561,6 +561,26 @@ class TestFullView:
         assert vec[carry + 4] == 1  # key: the 5th object channel (unseen, wall, floor, door, key, ...)
         assert vec[carry + 10 + 4] == 1  # yellow: the 5th colour channel (red, green, blue, purple, yellow)
 
+    def test_both_is_the_partial_view_then_the_full_state(self):
+        kwargs = {"seed": 4, "render": False}
+        both = make_minigrid_env("MiniGrid-DoorKey-8x8-v0", view="both", observation="indices", **kwargs)
+        parts = [make_minigrid_env("MiniGrid-DoorKey-8x8-v0", view=v, observation="indices", **kwargs)
+                 for v in ("partial", "full")]
+        dense = make_minigrid_env("MiniGrid-DoorKey-8x8-v0", view="both", **kwargs)
+        partial_dim = 984
+        tds = [env.reset() for env in (both, *parts, dense)]
+        for step in range(60):
+            b, p, f, d = (td["observation"] for td in tds)
+            assert torch.equal(b[:148], p)  # the egocentric view's positions first
+            full_ones = f[f >= 0].long() + partial_dim
+            assert torch.equal(b[148 : 148 + full_ones.numel()].long(), full_ones)
+            assert (b[148 + full_ones.numel():] == -1).all()
+            assert torch.equal(torch.zeros(d.shape[0]).scatter_(0, b[b >= 0].long(), 1.0), d)
+            action = (FORWARD, LEFT, PICKUP, TOGGLE, RIGHT)[step % 5]
+            tds = [env.step(step_input(td, action)) for env, td in zip((both, *parts, dense), tds)]
+            tds = [step_mdp(td) for td in tds]
+        assert dense.observation_spec["observation"].shape == (partial_dim + 64 * 17 + 64 + 4 + 15,)
+
     def test_batched_env_and_unknown_view(self):
         kwargs = {"render": False, "view": "full", "observation": "indices"}
         batched = BatchedMiniGridEnv(3, "MiniGrid-DoorKey-6x6-v0", seed=0, **kwargs)
@@ -571,7 +591,7 @@ class TestFullView:
         theirs = serial.rollout(50, _Scripted(actions), break_when_any_done=False)
         assert torch.equal(ours["next", "observation"], theirs["next", "observation"])
         check_env_specs(batched)
-        with pytest.raises(ValueError, match=r"view must be one of \('partial', 'full'\)"):
+        with pytest.raises(ValueError, match=r"view must be one of \('partial', 'full', 'both'\)"):
             make_minigrid_env(DOORKEY, view="global")
 
 

@@ -45,7 +45,7 @@ class TestConfig:
         ("torch_threads=0", "torch_threads=0 is invalid: expected an integer >= 1"),
         ("scorer_kwargs={p: 0.3}", "scorer_kwargs='{p: 0.3}' is invalid: expected a JSON object"),
         ("scorer_kwargs=[0.3]", "scorer_kwargs='\\[0.3\\]' is invalid: expected a JSON object, got list"),
-        ("view=global", r"view='global' is invalid: expected one of \['partial', 'full'\]"),
+        ("view=global", r"view='global' is invalid: expected one of \['partial', 'full', 'both'\]"),
         ("eval_max_episode_steps=0", "eval_max_episode_steps=0 is invalid: expected None or an integer >= 1"),
     ])
     def test_bad_values(self, override, match):
@@ -58,7 +58,7 @@ class TestConfig:
         apply_overrides(DQNConfig(), ["vlm_eps=0", "vlm_beta=0.4", "lambda_max=0.5"]).validate()  # uniform share
 
     def test_full_view_is_for_minigrid(self):
-        with pytest.raises(ConfigError, match="view='full' is invalid: expected 'partial' or 'full' \\('full' is for MiniGrid"):
+        with pytest.raises(ConfigError, match="view='full' is invalid: expected 'partial', 'full' or 'both' \\(full and both are for MiniGrid"):
             apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "view=full"]).validate()
         apply_overrides(DQNConfig(), ["env=MiniGrid-DoorKey-12x12-v0", "view=full",
                                       "scorer=oracle:minigrid_goal"]).validate()

@@ -222,7 +222,7 @@ class DQNConfig(RecipeConfig):
         "indices", "MiniGrid observation encoding: indices (the positions of the one-hot view's ones, int16, read by "
                    "a OneHotLinear first layer) | onehot (the float one-hot vector, an nn.Linear first layer); the "
                    "same network either way, indices is faster and stores 13x less")
-    view: Literal["partial", "full"] = _field(
+    view: Literal["partial", "full", "both"] = _field(
         "partial", "what the MiniGrid agent observes: partial (MiniGrid's egocentric 7x7 view) | full (the whole grid, "
                    "the agent's cell, direction and carried object: the fully observed state the VLM-RB paper's DoorKey "
                    "agents see; learns DoorKey-12x12/16x16, where the partial view's memoryless MLP does not)")
@@ -256,8 +256,8 @@ class DQNConfig(RecipeConfig):
         return [*super()._checks(), ("actions", minigrid or self.actions in ("auto", "all"),
                                      "'auto' or 'all' (action subsets are for MiniGrid ids)"),
                 ("observation", self.observation in ("indices", "onehot"), "'indices' or 'onehot'"),
-                ("view", self.view in ("partial", "full") and (minigrid or self.view == "partial"),
-                 "'partial' or 'full' ('full' is for MiniGrid ids)"),
+                ("view", self.view in ("partial", "full", "both") and (minigrid or self.view == "partial"),
+                 "'partial', 'full' or 'both' (full and both are for MiniGrid ids)"),
                 ("eval_max_episode_steps", self.eval_max_episode_steps is None or self.eval_max_episode_steps >= 1,
                  "None or an integer >= 1"),
                 ("scorer", minigrid or not minigrid_scorer or self.replay not in ("vlm", "vlm_td"),
