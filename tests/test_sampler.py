@@ -104,7 +104,6 @@ class TestConstruction:
             ({"threshold": 2.0}, ValueError, "threshold"),
             ({"unscored_priority": "median"}, ValueError, "unscored_priority must be 'mean', 'max'"),
             ({"unscored_priority": -1.0}, ValueError, "unscored_priority"),
-            ({"default_priority": "median"}, ValueError, "default_priority must be 'mean', 'max'"),
             ({"td_boost": 1}, TypeError, "td_boost must be a bool"),
             ({"reduction": "avg"}, ValueError, "reduction"),
             ({"tree_backend": "cuda"}, ValueError, "tree_backend"),
@@ -212,25 +211,23 @@ class TestConstruction:
 
 
 class TestRenamedNames:
-    """``default_priority`` was both the constructor's unscored-slot mode and TorchRL's TD default."""
+    """``default_priority`` was both the constructor's unscored-slot mode and TorchRL's TD default;
+    the old spellings are gone (pre-1.0), checkpoints keep the old key."""
 
-    def test_default_priority_argument_is_a_deprecated_alias(self):
-        with pytest.warns(DeprecationWarning, match="use unscored_priority"):
-            s = VLMPrioritizedSampler(8, default_priority="max")
-        assert s.unscored_priority_mode == "max"
-        assert repr(s).count("unscored_priority='max'") == 1
-
-    def test_both_names_is_an_error(self):
-        with pytest.raises(TypeError, match="deprecated alias"):
-            VLMPrioritizedSampler(8, unscored_priority="max", default_priority="max")
-
-    def test_default_priority_mode_is_a_deprecated_alias(self):
+    def test_the_old_spellings_are_gone(self):
+        with pytest.raises(TypeError, match="default_priority"):
+            VLMPrioritizedSampler(8, default_priority="max")
         s = VLMPrioritizedSampler(8, unscored_priority=0.3)
-        with pytest.warns(DeprecationWarning, match="unscored_priority_mode"):
-            assert s.default_priority_mode == 0.3
-        with pytest.warns(DeprecationWarning, match="unscored_priority_mode"):
-            s.default_priority_mode = "max"
-        assert s.unscored_priority_mode == "max"
+        assert not hasattr(s, "default_priority_mode") and s.unscored_priority_mode == 0.3
+        assert repr(s).count("unscored_priority=0.3") == 1
+
+    def test_a_checkpoint_keeps_reading_the_old_key(self):
+        s = VLMPrioritizedSampler(8, unscored_priority="max")
+        state = s.state_dict()
+        assert state["config"]["default_priority"] == "max"  # schema 1's name of unscored_priority
+        other = VLMPrioritizedSampler(8)
+        other.load_state_dict(state)
+        assert other.unscored_priority_mode == "max"
 
     def test_each_name_means_one_thing(self):
         rb, s = make_rb(8, unscored_priority="mean", warmup=0)

@@ -227,11 +227,10 @@ def test_frame_pool_scores_equal_inline(frames):
 
 
 class TestTorchRLTransform:
-    def test_clip_spec_and_deprecated_spec(self):
+    def test_clip_spec(self):
         t = VLMScoreTransform(RecordingScorer(), clip_len=8, frames=3)
         assert t.clip_spec == ClipSpec(clip_len=8, frames=3)
-        with pytest.warns(DeprecationWarning, match="use .clip_spec"):
-            assert t.spec is t.clip_spec
+        assert not hasattr(t, "spec")  # the old alias (a ClipSpec, not a TorchRL spec) is gone
 
     def test_observation_spec_gets_the_score(self):
         from torchrl.data import Composite, Unbounded

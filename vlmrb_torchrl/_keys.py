@@ -1,11 +1,20 @@
-"""What counts as a hand-written entry key: the one check behind every ``*_key`` argument.
+"""Entry keys: the clip layout's entry names and what counts as a hand-written key.
 
-A leaf module (it imports nothing from the package), shared by the clip stream and the scorers.
+A leaf module (it imports nothing from the package), shared by the clip stream, the transform
+and the scorers, so no module reaches into another's private names for them.
 """
 
 from __future__ import annotations
 
-__all__ = ["is_nested_key"]
+__all__ = ["MASK_KEY", "CLIP_INDEX_KEY", "FRAME_ROW_KEY", "is_nested_key"]
+
+# The clip layout (see vlmrb_torchrl.ClipBatch, which re-exports them as class attributes):
+#: bool ``[B, T]``: False on a clip's padded steps (and on its outcome frame).
+MASK_KEY = "mask"
+#: int ``[B, T]``: the step's row in the batch it was cut from (-1 for padding and the outcome frame).
+CLIP_INDEX_KEY = ("clip", "index")
+#: int ``[B, T]``: the step's row in a clip batch's frame pool (``pool_frames=True``).
+FRAME_ROW_KEY = ("clip", "frame_row")
 
 
 def is_nested_key(key: object) -> bool:

@@ -26,17 +26,13 @@ from tensordict.utils import NestedKey, unravel_key
 from torch import Tensor
 
 from vlmrb_torchrl._frames import evenly_spaced
-from vlmrb_torchrl._keys import is_nested_key
+from vlmrb_torchrl._keys import CLIP_INDEX_KEY, FRAME_ROW_KEY, MASK_KEY, is_nested_key
 
 __all__ = ["ClipBatch", "ClipSpec", "ClipStream"]
 
 _ASSIGN_MODES = ("start", "cover_max")
 # How a sampler folds several clip scores landing on one transition.
 _REDUCE_OF_ASSIGN = {"start": "replace", "cover_max": "max"}
-# The clip layout (see ClipBatch): every producer and consumer of clips reads these names here.
-_MASK_KEY = "mask"
-_INDEX_KEY = ("clip", "index")
-_FRAME_ROW_KEY = ("clip", "frame_row")
 # Output entries ClipStream writes itself; a frame or extra key must not shadow them.
 _RESERVED_ROOTS = ("mask", "clip")
 
@@ -253,11 +249,11 @@ class ClipBatch(_ClipBatchFields):
     __slots__ = ()
 
     #: ``[B, L]`` bool entry of :attr:`clips`: ``True`` on real steps, ``False`` on padding.
-    MASK_KEY = _MASK_KEY
+    MASK_KEY = MASK_KEY
     #: ``[B, L]`` int64 entry of :attr:`clips`: storage index of each step, ``-1`` on padding.
-    INDEX_KEY = _INDEX_KEY
+    INDEX_KEY = CLIP_INDEX_KEY
     #: ``[B, L]`` int64 entry of :attr:`clips` with a frame pool: the pool row of each step.
-    FRAME_ROW_KEY = _FRAME_ROW_KEY
+    FRAME_ROW_KEY = FRAME_ROW_KEY
 
     def __len__(self) -> int:
         return self.clips.shape[0]
@@ -355,7 +351,7 @@ class ClipBatch(_ClipBatchFields):
         if frames is None:
             return clips
         clips = clips.copy()
-        rows = clips.pop(_FRAME_ROW_KEY)
+        rows = clips.pop(FRAME_ROW_KEY)
         for key, pool in frames.items(include_nested=True, leaves_only=True):
             clips.set(key, _gather_rows(pool, rows))
         return clips
@@ -369,7 +365,7 @@ class ClipBatch(_ClipBatchFields):
         What :meth:`inline_frames` writes for one entry, as a plain tensor (no TensorDict copy):
         the scoring transform gathers just the frames it sends this way.
         """
-        rows = clips.get(_FRAME_ROW_KEY)
+        rows = clips.get(FRAME_ROW_KEY)
         return _gather_rows(frames.get(key), rows if positions is None else rows[:, positions])
 
     @classmethod
@@ -417,8 +413,8 @@ class ClipBatch(_ClipBatchFields):
                 raise ValueError("ClipBatch.cat cannot mix clips with and without a frame pool.")
             # pools are concatenated, each batch's rows shifted past the pools before it
             pool_offsets = itertools.accumulate([b.frames.shape[0] for b in batches[:-1]], initial=0)
-            clips.set(_FRAME_ROW_KEY, torch.cat(
-                [b.clips[_FRAME_ROW_KEY] + off for b, off in zip(batches, pool_offsets)]))
+            clips.set(FRAME_ROW_KEY, torch.cat(
+                [b.clips[FRAME_ROW_KEY] + off for b, off in zip(batches, pool_offsets)]))
             frames = torch.cat([b.frames for b in batches])
         return cls(
             clips,
@@ -647,7 +643,7 @@ class ClipStream:
         if not reserved_ok and root in _RESERVED_ROOTS:
             raise ValueError(
                 f"ClipStream {name}={key!r} would shadow the entries the stream writes "
-                f"({_MASK_KEY!r}, {_INDEX_KEY!r}); rename that entry in the batch."
+                f"({MASK_KEY!r}, {CLIP_INDEX_KEY!r}); rename that entry in the batch."
             )
         return key
 
@@ -1061,7 +1057,7 @@ class ClipStream:
                 frames = TensorDict(
                     {self.frame_key: frame_pool}, batch_size=[frame_pool.shape[0]], device=self._device
                 )
-                clips.set(_FRAME_ROW_KEY, frame_rows)
+                clips.set(FRAME_ROW_KEY, frame_rows)
             else:
                 clips.set(self.frame_key, _gather_rows(frame_pool, frame_rows))
         for key, value in source.items():
@@ -1069,8 +1065,8 @@ class ClipStream:
                 clips.set(key, _gather_rows(value, rows))
             else:
                 clips.set(key, value[flat_rows].reshape(*rows.shape))
-        clips.set(_MASK_KEY, torch.cat([p.mask for p in pieces]))
-        clips.set(_INDEX_KEY, torch.cat([p.clip_index for p in pieces]))
+        clips.set(MASK_KEY, torch.cat([p.mask for p in pieces]))
+        clips.set(CLIP_INDEX_KEY, torch.cat([p.clip_index for p in pieces]))
         offsets = itertools.accumulate(num_clips[:-1], initial=0)
         return ClipBatch(
             clips,

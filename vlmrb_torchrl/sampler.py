@@ -11,7 +11,6 @@ import json
 import math
 from multiprocessing.context import get_spawning_popen
 import threading
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -22,6 +21,9 @@ from torchrl.data.replay_buffers import PrioritizedSampler
 from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
+from vlmrb_torchrl._sampler_args import (PrioritySetting, Setting, as_index_like, as_values, check_ceiling,
+                                         check_nonneg, check_range, check_threshold, check_unit, check_unscored,
+                                         check_warmup, check_weights_defined, flatten_index, to_numpy)
 from vlmrb_torchrl._slot_state import PriorityConfig, SlotState, UnscoredMode
 from vlmrb_torchrl._sumtree import TreeBackend, resolve_backend
 
@@ -31,221 +33,6 @@ _STATE_SCHEMA_VERSION = 1
 _ARRAY_KEYS = ("score", "scored", "filled", "td", "generation")  # per-slot arrays of a checkpoint
 _EMPTY_STORAGE_ERROR = "Cannot sample from an empty storage: extend the replay buffer first."
 _REDUCTIONS = ("max", "min", "mean", "median", "sum")
-
-
-# ---------------------------------------------------------------------- argument conversion
-def _int_array(index: Any, name: str = "index") -> np.ndarray:
-    """``index`` as an int64 NumPy array of the same shape; floats and bools are refused."""
-    if isinstance(index, torch.Tensor):
-        if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integers, got dtype {index.dtype}.")
-        return index.detach().to("cpu", torch.int64).numpy()
-    arr = np.asarray(index)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}.")
-    return arr.astype(np.int64, copy=False)
-
-
-def _flatten_index(index: Any, trailing: tuple[int, ...] | None) -> np.ndarray:
-    """A storage index as 1-D int64 slot numbers (no range check; negatives kept as -1).
-
-    ``trailing`` is ``storage.shape[1:]`` of a storage with ``ndim > 1`` (``None`` for a
-    1-D storage). Such a storage's index arrives as coordinates: a tuple of ``ndim``
-    tensors (what :meth:`VLMPrioritizedSampler.sample` returns) or a tensor whose last
-    dimension has ``ndim`` entries (what ``rb.extend`` returns, and the stacked
-    ``"index"`` of a sampled batch). A slot is the row-major flattening of its
-    coordinates, as in :class:`~torchrl.data.PrioritizedSampler`'s trees; a row with a
-    negative coordinate becomes -1. Any other index is read as slot numbers.
-    """
-    k = 1 if trailing is None else len(trailing) + 1
-    if isinstance(index, tuple):
-        if len(index) == 1:
-            return _int_array(index[0]).reshape(-1)
-        if len(index) != k:
-            seen = "only 1-D storages" if trailing is None else f"a storage of ndim={k}"
-            raise ValueError(
-                f"Got a {len(index)}-tuple index (coordinates of an ndim={len(index)} storage) "
-                f"but this sampler has seen {seen}: pass slot numbers, or extend the "
-                "buffer first so that the sampler learns the storage's shape."
-            )
-        columns = np.broadcast_arrays(*(_int_array(c).reshape(-1) for c in index))
-        coords = np.stack(columns, -1)
-    else:
-        arr = _int_array(index)
-        if trailing is None or arr.ndim < 2 or arr.shape[-1] != k:
-            return arr.reshape(-1)
-        coords = arr.reshape(-1, k)
-    negative = (coords < 0).any(-1)
-    bounds = np.asarray(trailing, dtype=np.int64)
-    beyond = ~negative & (coords[:, 1:] >= bounds).any(-1)
-    if beyond.any():
-        raise ValueError(
-            f"index coordinates {coords[beyond][0].tolist()} lie outside the storage's "
-            f"trailing shape {list(trailing)}."
-        )
-    strides = np.cumprod((1, *trailing[::-1]))[::-1].astype(np.int64)  # row-major
-    return np.where(negative, -1, coords @ strides)
-
-
-def _check_range(arr: np.ndarray, capacity: int) -> np.ndarray:
-    if arr.size and (arr.min() < 0 or arr.max() >= capacity):
-        raise ValueError(
-            f"index out of range: storage slots are 0..{capacity - 1}, got values in "
-            f"[{int(arr.min())}, {int(arr.max())}]."
-        )
-    return arr
-
-
-def _as_values(values: float | torch.Tensor | np.ndarray, n: int, name: str) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
-        arr = values.detach().reshape(-1).cpu().numpy().astype(np.float64)
-    else:
-        arr = np.asarray(values, dtype=np.float64).reshape(-1)
-    if arr.size == 1 and n != 1:
-        arr = np.full(n, arr[0])
-    if arr.size != n:
-        raise ValueError(f"{name} has {arr.size} values but index has {n} entries.")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite; got NaN or inf.")
-    return arr
-
-
-def _as_index_like(generation: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
-    arr = _int_array(generation, "generation").reshape(-1)  # a float would be truncated
-    if arr.size != n:
-        raise ValueError(f"generation has {arr.size} values but index has {n} entries.")
-    return arr
-
-
-def _numpy(value: torch.Tensor | np.ndarray | Any) -> np.ndarray:
-    return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-
-
-# ---------------------------------------------------------------------- argument checks
-def _scalar(value: Any) -> Any:
-    """A one-element tensor or NumPy scalar as a Python number (what schedulers assign)."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1 or value.dtype == torch.bool or value.is_complex():
-            return value  # refused by the caller's type check
-        return value.item()
-    if isinstance(value, np.generic) and not isinstance(value, np.bool_):
-        return value.item()
-    return value
-
-
-def _check_nonneg(name: str, value: float) -> float:
-    value = _scalar(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {name}={value!r}.")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {name}={value!r}.")
-    return float(value)
-
-
-def _check_unit(name: str, value: float) -> float:
-    value = _scalar(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {name}={value!r}.")
-    value = float(value)
-    if not 0.0 <= value <= 1.0:  # also rejects NaN
-        raise ValueError(f"{name} must be in [0, 1], got {name}={value!r}.")
-    return value
-
-
-def _check_threshold(name: str, value: float | None) -> float | None:
-    return None if value is None else _check_unit(name, value)
-
-
-def _check_warmup(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0 (sample calls), got {name}={value!r}.")
-    return value
-
-
-def _check_ceiling(name: str, value: float | None) -> float | None:
-    """``None`` (no ceiling) or a finite number >= 1 (1 = uniform replay)."""
-    if value is None:
-        return None
-    value = _scalar(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be None or a number >= 1, got {name}={value!r}.")
-    if not math.isfinite(value) or value < 1.0:
-        raise ValueError(
-            f"{name} must be None (no ceiling) or a finite number >= 1 (how many times as often as under "
-            f"uniform replay a slot may be drawn; 1 = uniform replay), got {name}={value!r}."
-        )
-    return float(value)
-
-
-def _check_unscored(name: str, value: UnscoredMode) -> UnscoredMode:
-    if isinstance(value, str):
-        if value not in ("mean", "max"):
-            raise ValueError(f"{name} must be 'mean', 'max' or a float >= 0, got {value!r}.")
-        return value
-    return _check_nonneg(name, value)
-
-
-def _check_weights_defined(eps: float, beta: float, lam: float) -> None:
-    """Refuses settings whose importance weights are undefined (``eps=0``, ``beta>0``, lambda 1)."""
-    if eps == 0.0 and beta > 0.0 and lam >= 1.0:
-        raise ValueError(
-            f"eps=0 with beta={beta} > 0 and lambda reaching 1 leaves the importance weights "
-            "undefined: a slot of priority 0 then has sampling probability 0, the weights' "
-            "normaliser (N q_min) ** -beta is infinite and every weight would be 0 or NaN. "
-            "Use eps > 0 (e.g. 0.01), beta=0, or lambda_max (and lambda_) < 1."
-        )
-
-
-def _warn_renamed(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated; use {new}.", DeprecationWarning, stacklevel=3)
-
-
-# ---------------------------------------------------------------------- public settings
-class _Setting:
-    """A sampler setting stored in ``_<name>``, checked on every assignment."""
-
-    def __init__(self, check: Callable[[str, Any], Any], doc: str) -> None:
-        self._check = check
-        self.__doc__ = doc
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name, self._attr = name, f"_{name}"
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        return self if obj is None else getattr(obj, self._attr)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        value = self._check(self._name, value)
-        if hasattr(obj, "_state"):  # fully built: check the combination
-            obj._validate_setting(self._name, value)
-        setattr(obj, self._attr, value)
-
-
-class _PrioritySetting:
-    """A :class:`PriorityConfig` field seen through the sampler; read-only without ``check``.
-
-    An assignment is checked, then applied under the sampler's lock (the slot state
-    rebuilds its trees when their leaves depend on the field).
-    """
-
-    def __init__(self, field: str, doc: str, check: Callable[[str, Any], Any] | None = None) -> None:
-        self._field, self._check = field, check
-        self.__doc__ = doc
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        return self if obj is None else getattr(obj._state.config, self._field)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        if self._check is None:
-            raise AttributeError(
-                f"{self._name} is fixed at construction (load_state_dict restores a checkpoint's)."
-            )
-        value = self._check(self._name, value)
-        with obj._lock:
-            obj._state.reconfigure(**{self._field: value})
 
 
 class VLMPrioritizedSampler(PrioritizedSampler):
@@ -342,10 +129,6 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             to one per slot. Defaults to ``"max"``.
         tree_backend (str, optional): ``"auto"``, ``"torchrl"`` or ``"numpy"``.
             Defaults to ``"auto"``.
-        default_priority (str or float, optional): deprecated alias of
-            ``unscored_priority`` (a :class:`DeprecationWarning`; passing both is a
-            :class:`TypeError`). Not to be confused with the :attr:`default_priority`
-            property, TorchRL's TD priority of new slots.
 
     Examples:
         >>> import torch
@@ -374,7 +157,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         *,
         lambda_max: float = 0.5,
         warmup: int = 100_000,
-        unscored_priority: UnscoredMode | None = None,
+        unscored_priority: UnscoredMode = "mean",
         threshold: float | None = 0.5,
         eps: float = 0.01,
         td_boost: bool = False,
@@ -383,32 +166,19 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         max_oversampling: float | None = None,
         reduction: str = "max",
         tree_backend: TreeBackend = "auto",
-        default_priority: UnscoredMode | None = None,
     ) -> None:
         # PrioritizedSampler.__init__ is deliberately not called: see the class note.
         if isinstance(max_capacity, bool) or not isinstance(max_capacity, int) or max_capacity < 1:
             raise ValueError(f"max_capacity must be an int >= 1, got max_capacity={max_capacity!r}.")
-        unscored_name = "unscored_priority"
-        if default_priority is not None:
-            if unscored_priority is not None:
-                raise TypeError(
-                    "Pass unscored_priority only: default_priority is its deprecated alias."
-                )
-            warnings.warn(
-                "VLMPrioritizedSampler(default_priority=...) is deprecated; use unscored_priority=.",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            unscored_priority, unscored_name = default_priority, "default_priority"
         self._max_capacity = max_capacity
         self.lambda_max = lambda_max
         self.warmup = warmup
-        unscored = _check_unscored(unscored_name, "mean" if unscored_priority is None else unscored_priority)
-        threshold = _check_threshold("threshold", threshold)
-        eps = _check_nonneg("eps", eps)
+        unscored = check_unscored("unscored_priority", unscored_priority)
+        threshold = check_threshold("threshold", threshold)
+        eps = check_nonneg("eps", eps)
         if not isinstance(td_boost, bool):
             raise TypeError(f"td_boost must be a bool, got td_boost={td_boost!r}.")
-        alpha = _check_nonneg("alpha", alpha)
+        alpha = check_nonneg("alpha", alpha)
         config = PriorityConfig(
             threshold=threshold, eps=eps, td_boost=td_boost, alpha=alpha, unscored=unscored
         )
@@ -442,22 +212,22 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         if name in current:
             current[name] = value
         lam = current["lambda_max"] if current["lambda_"] is None else current["lambda_"]
-        _check_weights_defined(current["eps"], current["beta"], lam)
+        check_weights_defined(current["eps"], current["beta"], lam)
 
     # ------------------------------------------------------------------ settings
-    lambda_max = _Setting(_check_unit, "Final weight of the prioritized component, in [0, 1].")
-    warmup = _Setting(_check_warmup, "Number of sample calls over which the built-in lambda_ rises.")
-    beta = _Setting(_check_nonneg, "Importance-sampling exponent (>= 0).")
-    max_oversampling = _Setting(_check_ceiling, "Ceiling on N q_t(i) for every slot (>= 1), or None for none.")
-    threshold = _PrioritySetting("threshold", "Binarisation threshold of the scores, or None (read-only).")
-    eps = _PrioritySetting("eps", "Priority floor and TD offset (read-only).")
-    td_boost = _PrioritySetting("td_boost", "Whether TD priorities shape sampling (read-only).")
-    alpha = _PrioritySetting("alpha", "TD exponent; assigning it rebuilds the trees with td_boost (O(N)).",
-                             _check_nonneg)
-    unscored_priority_mode = _PrioritySetting(
+    lambda_max = Setting(check_unit, "Final weight of the prioritized component, in [0, 1].")
+    warmup = Setting(check_warmup, "Number of sample calls over which the built-in lambda_ rises.")
+    beta = Setting(check_nonneg, "Importance-sampling exponent (>= 0).")
+    max_oversampling = Setting(check_ceiling, "Ceiling on N q_t(i) for every slot (>= 1), or None for none.")
+    threshold = PrioritySetting("threshold", "Binarisation threshold of the scores, or None (read-only).")
+    eps = PrioritySetting("eps", "Priority floor and TD offset (read-only).")
+    td_boost = PrioritySetting("td_boost", "Whether TD priorities shape sampling (read-only).")
+    alpha = PrioritySetting("alpha", "TD exponent; assigning it rebuilds the trees with td_boost (O(N)).",
+                             check_nonneg)
+    unscored_priority_mode = PrioritySetting(
         "unscored",
         'The unscored_priority setting ("mean", "max" or a float >= 0); assignable.',
-        _check_unscored,
+        check_unscored,
     )
 
     @property
@@ -480,7 +250,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
 
     @lambda_.setter
     def lambda_(self, value: float) -> None:
-        value = _check_unit("lambda_", value)
+        value = check_unit("lambda_", value)
         self._validate_setting("lambda_", value)
         self._lambda_override = value
 
@@ -533,17 +303,6 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         """
         return self._state.max_td
 
-    @property
-    def default_priority_mode(self) -> str | float:
-        """Deprecated alias of :attr:`unscored_priority_mode`."""
-        _warn_renamed("default_priority_mode", "unscored_priority_mode")
-        return self.unscored_priority_mode
-
-    @default_priority_mode.setter
-    def default_priority_mode(self, value: str | float) -> None:
-        _warn_renamed("default_priority_mode", "unscored_priority_mode")
-        self.unscored_priority_mode = value
-
     # ------------------------------------------------------------------ writes
     def _note_storage(self, storage: Storage | None) -> None:
         """Records the trailing shape of an ``ndim > 1`` storage, to read its coordinates."""
@@ -552,7 +311,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
 
     def _index(self, index: Any) -> np.ndarray:
         """A storage index (slot numbers or coordinates) as checked 1-D slot numbers."""
-        return _check_range(_flatten_index(index, self._trailing), self._max_capacity)
+        return check_range(flatten_index(index, self._trailing), self._max_capacity)
 
     def mark_update(self, index: int | torch.Tensor, *, storage: Storage | None = None) -> None:
         """Called by the writer on every write: bumps generations, resets the slots to unscored.
@@ -564,7 +323,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         recorded. An ``ndim > 1`` storage's coordinates are flattened row-major.
         """
         self._note_storage(storage)
-        slots = _flatten_index(index, self._trailing)
+        slots = flatten_index(index, self._trailing)
         slots = slots[slots >= 0]
         beyond = slots >= self._max_capacity
         with self._lock:
@@ -684,13 +443,13 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         if reduce not in ("replace", "max"):
             raise ValueError(f"reduce must be 'replace' or 'max', got reduce={reduce!r}.")
         index = self._index(index)
-        scores = _as_values(scores, index.size, "scores")
+        scores = as_values(scores, index.size, "scores")
         if scores.size and (scores.min() < 0.0 or scores.max() > 1.0):
             raise ValueError(
                 f"scores must lie in [0, 1]; got values in [{scores.min():.4g}, {scores.max():.4g}]."
             )
         if generation is not None:
-            generation = _as_index_like(generation, index.size)
+            generation = as_index_like(generation, index.size)
         with self._lock:
             return self._state.set_scores(index, scores, generation, reduce)
 
@@ -708,10 +467,10 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         the index holds coordinates (``[B, ndim]``, as in a sampled batch's ``"index"``).
         """
         self._note_storage(storage)
-        index = _flatten_index(index, self._trailing)
-        priority = np.abs(_as_values(priority, index.size, "priority"))
+        index = flatten_index(index, self._trailing)
+        priority = np.abs(as_values(priority, index.size, "priority"))
         keep = index >= 0
-        index = _check_range(index[keep], self._max_capacity)
+        index = check_range(index[keep], self._max_capacity)
         priority = priority[keep]
         if index.size == 0:
             return
@@ -900,22 +659,22 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 f"sampler has max_capacity={self._max_capacity}."
             )
         # every value is checked before anything is replaced
-        lambda_max = _check_unit("lambda_max", config["lambda_max"])
-        warmup = _check_warmup("warmup", config["warmup"])
+        lambda_max = check_unit("lambda_max", config["lambda_max"])
+        warmup = check_warmup("warmup", config["warmup"])
         priority_config = PriorityConfig(
-            threshold=_check_threshold("threshold", config["threshold"]),
+            threshold=check_threshold("threshold", config["threshold"]),
             eps=config["eps"],
             td_boost=config["td_boost"],
             alpha=config["alpha"],
-            unscored=_check_unscored("default_priority", config["default_priority"]),
+            unscored=check_unscored("default_priority", config["default_priority"]),
         )
-        beta = _check_nonneg("beta", config["beta"])
+        beta = check_nonneg("beta", config["beta"])
         # absent in checkpoints written before the ceiling existed: they sampled without one
-        max_oversampling = _check_ceiling("max_oversampling", config.get("max_oversampling"))
+        max_oversampling = check_ceiling("max_oversampling", config.get("max_oversampling"))
         lambda_override = state_dict["lambda_override"]
         if lambda_override is not None:
-            lambda_override = _check_unit("lambda_", lambda_override)
-        _check_weights_defined(
+            lambda_override = check_unit("lambda_", lambda_override)
+        check_weights_defined(
             priority_config.eps, beta, lambda_max if lambda_override is None else lambda_override
         )
         if config["reduction"] not in _REDUCTIONS:
@@ -927,7 +686,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             self.reduction = config["reduction"]
             self._state = SlotState(self._max_capacity, priority_config, self._backend)
             self._state.load(
-                {name: _numpy(state_dict[name]) for name in _ARRAY_KEYS},
+                {name: to_numpy(state_dict[name]) for name in _ARRAY_KEYS},
                 max_p=state_dict["max_p"],
                 max_td=float(state_dict["max_td"]),
                 stale_drops=int(state_dict["stale_drops"]),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import torch
@@ -14,7 +13,8 @@ from torchrl.data import Composite, Unbounded
 from torchrl.envs.transforms import Transform
 
 from vlmrb_torchrl._frames import evenly_spaced, step_owners, tile_frames
-from vlmrb_torchrl.clips import _FRAME_ROW_KEY, _MASK_KEY, ClipBatch, ClipSpec
+from vlmrb_torchrl._keys import FRAME_ROW_KEY, MASK_KEY
+from vlmrb_torchrl.clips import ClipBatch, ClipSpec
 
 __all__ = ["VLMScoreTransform", "pack_frames"]
 
@@ -77,7 +77,7 @@ def pack_frames(
     steps = width - int(final_frame)
     positions = positions.to(torch.long)
     # a kept frame is real if its own step is real; the outcome is if any step is
-    real_steps = clips.get(_MASK_KEY)[:, :steps].to(torch.bool)
+    real_steps = clips.get(MASK_KEY)[:, :steps].to(torch.bool)
     real = torch.cat([real_steps, real_steps.any(1, keepdim=True)], 1) if final_frame else real_steps
     mask = real[:, positions]
     # one kept frame (frames=1) without the outcome is the last step, padding on a tail clip:
@@ -86,9 +86,9 @@ def pack_frames(
     if orphan.any():
         mask[orphan, -1] = True
     owners = None
-    out = {_MASK_KEY: mask}
+    out = {MASK_KEY: mask}
     for key, value in clips.items(include_nested=True, leaves_only=True):
-        if key in frame_keys or key in (_FRAME_ROW_KEY, _MASK_KEY):
+        if key in frame_keys or key in (FRAME_ROW_KEY, MASK_KEY):
             continue
         if value.dtype == torch.bool:  # OR over the real steps each kept position stands for
             if owners is None:
@@ -124,7 +124,7 @@ def pack_frames(
                 continue
             value = out[key]
             out[key] = value.any(1, keepdim=True) if value.dtype == torch.bool else value[:, -1:]
-        out[_MASK_KEY] = packed_mask
+        out[MASK_KEY] = packed_mask
     return TensorDict(out, batch_size=[b, 1 if grid else len(positions)])
 
 
@@ -188,7 +188,7 @@ class VLMScoreTransform(Transform):
 
     Attributes:
         clip_spec (ClipSpec): ``ClipSpec(clip_len, frames=frames, final_frame=...)``, the clip
-            geometry the transform expects (``spec`` is a deprecated alias); its
+            geometry the transform expects; its
             ``final_frame`` is ``False`` when the transform reads no frames.
         scorer: the scorer (not a submodule).
 
@@ -259,16 +259,6 @@ class VLMScoreTransform(Transform):
         self.__dict__["scorer"] = scorer  # not a submodule: see the class note
 
     @property
-    def spec(self) -> ClipSpec:
-        """Deprecated alias of :attr:`clip_spec` (a :class:`ClipSpec`, not a TorchRL spec)."""
-        warnings.warn(
-            "VLMScoreTransform.spec is deprecated (it is a ClipSpec, not a TorchRL spec): use .clip_spec.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.clip_spec
-
-    @property
     def positions(self) -> Tensor:
         """Positions along a clip of the frames sent to the scorer (:meth:`ClipSpec.frame_indices`)."""
         return self.clip_spec.frame_indices()
@@ -288,8 +278,8 @@ class VLMScoreTransform(Transform):
         if any(k not in present for k in next_keys):
             return None
         b, length = clips.batch_size[:2]
-        if _MASK_KEY in present:
-            real = clips[_MASK_KEY].to(torch.bool)
+        if MASK_KEY in present:
+            real = clips[MASK_KEY].to(torch.bool)
             last = torch.where(real.any(1), length - 1 - real.flip(1).long().argmax(1), length - 1)
         else:
             last = torch.full((b,), length - 1, dtype=torch.long, device=clips.device)
@@ -298,21 +288,21 @@ class VLMScoreTransform(Transform):
         extended = {}
         for key, value in out.items(include_nested=True, leaves_only=True):
             tail = value[rows, last][:, None]  # per-step entries repeat the last real step
-            if key == _MASK_KEY:
+            if key == MASK_KEY:
                 tail = torch.zeros_like(tail)
             elif key in self.in_keys:
                 tail = clips.get(unravel_key(("next", key)))[rows, last][:, None]
             extended[key] = torch.cat([value, tail], 1)
-        if _MASK_KEY not in extended:
+        if MASK_KEY not in extended:
             mask = torch.ones(b, length + 1, dtype=torch.bool, device=clips.device)
             mask[:, length] = False
-            extended[_MASK_KEY] = mask
+            extended[MASK_KEY] = mask
         return TensorDict(extended, batch_size=[b, length + 1], device=clips.device)
 
     def score_key_list(self) -> list[NestedKey]:
         """Keys the scorer needs besides frames and the mask (carried per step by clips)."""
         frame_keys = set(self.in_keys)
-        return [k for k in getattr(self.scorer, "in_keys", []) if k not in frame_keys and k != _MASK_KEY]
+        return [k for k in getattr(self.scorer, "in_keys", []) if k not in frame_keys and k != MASK_KEY]
 
     def score_clips(self, clips: TensorDictBase, frames: TensorDictBase | None = None) -> Tensor:
         """Scores ``[B, clip_len]`` clips (``[B, clip_len + 1]`` with their outcome frame, as a
@@ -342,7 +332,7 @@ class VLMScoreTransform(Transform):
         present = set(clips.keys(include_nested=True, leaves_only=True))
         if frames is not None:
             present |= set(frames.keys(include_nested=True, leaves_only=True))
-            needed_in_clips = [k for k in needed if k not in self.in_keys] + [_FRAME_ROW_KEY]
+            needed_in_clips = [k for k in needed if k not in self.in_keys] + [FRAME_ROW_KEY]
         else:
             needed_in_clips = needed
         missing = [k for k in needed if k not in present and (k,) not in present]
@@ -352,10 +342,10 @@ class VLMScoreTransform(Transform):
                 "Render frames at collection time (e.g. make_minigrid_env(render=True)) or pass in_keys=."
             )
         selected = clips.select(*needed_in_clips)
-        if _MASK_KEY not in present:
-            selected[_MASK_KEY] = torch.ones(clips.batch_size[:2], dtype=torch.bool, device=clips.device)
+        if MASK_KEY not in present:
+            selected[MASK_KEY] = torch.ones(clips.batch_size[:2], dtype=torch.bool, device=clips.device)
         else:
-            selected[_MASK_KEY] = clips[_MASK_KEY].to(torch.bool)
+            selected[MASK_KEY] = clips[MASK_KEY].to(torch.bool)
         if clips.batch_dims > 2:
             raise ValueError(f"clips must have batch [B, T]; got {tuple(clips.batch_size)}.")
         packed = pack_frames(selected, positions=self._positions(outcome), frame_keys=self.in_keys,

@@ -1,10 +1,11 @@
-"""The scorer contract and clip builders (``tests/scorer_contract.py``), importable from this package."""
+"""Helpers the scorer tests share (the contract itself is :mod:`vlmrb_torchrl.testing`)."""
 
 from __future__ import annotations
 
-try:
-    from scorer_contract import ScorerContract, make_clips, mean_pixel_score
-except ImportError:  # tests/ imported as a package
-    from tests.scorer_contract import ScorerContract, make_clips, mean_pixel_score
 
-__all__ = ["ScorerContract", "make_clips", "mean_pixel_score"]
+def mean_pixel_score(clips):
+    """Module-level score function for python: specs: the clips' mean pixel value in [0, 1]."""
+    return clips["pixels"].float().mean(dim=(1, 2, 3, 4)) / 255
+
+
+__all__ = ["mean_pixel_score"]

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from vlmrb_torchrl.scorers import make_scorer
+from vlmrb_torchrl.testing import ScorerContract, make_clips
 
 from . import tiny_vlms
-from ._shared import ScorerContract, make_clips
 
 #: scorers built by ``shared_scorer``, by (spec, kwargs), kept for the whole session
 _SCORERS: dict = {}

@@ -11,7 +11,7 @@ from vlmrb_torchrl.scorers import HFContrastiveScorer, contrastive_prompts, make
 from vlmrb_torchrl.scorers.prompts import PromptCheck, prompt_set_text
 
 from . import tiny_vlms
-from ._shared import ScorerContract
+from vlmrb_torchrl.testing import ScorerContract
 from .tiny_vlms import noise_clips
 
 pytestmark = pytest.mark.skipif(not tiny_vlms._has_transformers, reason="needs transformers and pillow")

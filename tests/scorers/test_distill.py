@@ -23,7 +23,8 @@ from vlmrb_torchrl.scorers import (
     registered_scorer_forms,
 )
 
-from ._shared import ScorerContract, make_clips, mean_pixel_score
+from vlmrb_torchrl.testing import ScorerContract, make_clips
+from ._shared import mean_pixel_score
 
 
 def rule_clips(n: int, g: torch.Generator, *, steps: int = 4, size: int = 16, share: float = 0.3):

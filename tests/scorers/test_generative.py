@@ -18,7 +18,7 @@ from vlmrb_torchrl.scorers.generative import FAMILY_IMAGE_DEFAULTS, micro_batche
 from vlmrb_torchrl.scorers.prompts import default_prompt
 
 from . import tiny_vlms
-from ._shared import ScorerContract
+from vlmrb_torchrl.testing import ScorerContract
 from .tiny_vlms import noise_clips
 
 pytestmark = pytest.mark.skipif(not tiny_vlms._has_transformers, reason="needs transformers and pillow")

@@ -17,7 +17,7 @@ from vlmrb_torchrl.scorers import OpenAIScorer, OpenAIScorerError, make_scorer, 
 from vlmrb_torchrl.scorers.openai import answer_probability, encode_png
 from vlmrb_torchrl.scorers.prompts import default_prompt
 
-from ._shared import ScorerContract, make_clips
+from vlmrb_torchrl.testing import ScorerContract, make_clips
 from .fake_openai import FakeServer, decode_png, expected_p
 
 SECRET = "sk-test-not-a-real-key-1234"

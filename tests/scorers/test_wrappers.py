@@ -1,4 +1,4 @@
-"""CachedScorer and ThresholdScorer (NoisyScorer is covered in tests/test_scorers.py)."""
+"""CachedScorer and ThresholdScorer (NoisyScorer is covered in test_base.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from tensordict import TensorDict
 
 from vlmrb_torchrl.scorers import CachedScorer, CallableScorer, OracleScorer, ThresholdScorer, prompt_hash
 
-from ._shared import ScorerContract, make_clips, mean_pixel_score
+from vlmrb_torchrl.testing import ScorerContract, make_clips
+from ._shared import mean_pixel_score
 
 
 class CountingScorer:

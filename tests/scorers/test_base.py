@@ -1,4 +1,4 @@
-"""Tests for vlmrb_torchrl.scorers: protocol, validation, registry, oracle and noisy scorers."""
+"""The scorer core: protocol, validation, registry, oracle and noisy scorers, the contract helper itself."""
 
 from __future__ import annotations
 
@@ -25,10 +25,9 @@ from vlmrb_torchrl.scorers import (
 )
 from vlmrb_torchrl.scorers import base as scorers_base
 
-try:
-    from scorer_contract import B, T, ScorerContract, make_clips, mean_pixel_score
-except ImportError:  # tests/ imported as a package
-    from tests.scorer_contract import B, T, ScorerContract, make_clips, mean_pixel_score
+from vlmrb_torchrl.testing import B, T, ScorerContract, make_clips
+
+from ._shared import mean_pixel_score
 
 _has_minigrid = importlib.util.find_spec("minigrid") is not None and importlib.util.find_spec("gymnasium") is not None
 
@@ -541,3 +540,35 @@ def test_backend_modules_load_lazily():
 
 if __name__ == "__main__":
     pytest.main([__file__, "-q"])
+
+
+class TestTheContractItself:
+    """vlmrb_torchrl.testing.ScorerContract fails a scorer that breaks the protocol."""
+
+    class Wide:
+        prompt = ""
+        in_keys = ["pixels"]
+        provenance = {"backend": "wide", "prompt_hash": ""}
+
+        def score(self, clips):  # 2 instead of [0, 1], float64, and no input checks
+            return torch.full(clips.shape[:1], 2.0, dtype=torch.float64)
+
+        def stats(self):
+            return ["not", "a", "dict"]
+
+    def test_a_broken_scorer_fails(self):
+        contract = type("Contract", (ScorerContract,), {"make_scorer": lambda self: self.Wide()})()
+        contract.Wide = self.Wide
+        clips = make_clips()
+        contract.test_is_scorer()  # the protocol's attributes are there...
+        for check in (contract.test_scores_shape_dtype_range, contract.test_missing_key_raises,
+                      contract.test_flat_clips_rejected, contract.test_stats_are_numbers):
+            with pytest.raises((AssertionError, pytest.fail.Exception)):  # ...but every behaviour check fails
+                check(clips)
+
+    def test_a_good_scorer_passes(self):
+        contract = type("Contract", (ScorerContract,), {"make_scorer": lambda self: OracleScorer()})()
+        clips = make_clips()
+        for check in (contract.test_scores_shape_dtype_range, contract.test_missing_key_raises,
+                      contract.test_flat_clips_rejected, contract.test_stats_are_numbers, contract.test_threads):
+            check(clips)

@@ -1,8 +1,19 @@
-"""The contract every scorer meets, and the tiny clips it is checked on.
+"""The contract every scorer meets, as a pytest base class: check your own scorer against it.
 
-Shared by ``tests/test_scorers.py`` and the backend tests under ``tests/scorers/``: subclass
-:class:`ScorerContract` and give it ``make_scorer()``; the test module (or its conftest) provides
-a ``tiny_clips`` fixture returning :func:`make_clips`.
+.. code-block:: python
+
+    # test_my_scorer.py
+    from vlmrb_torchrl.testing import ScorerContract
+
+    class TestMyScorer(ScorerContract):
+        def make_scorer(self):
+            return MyScorer()
+
+pytest then runs every ``test_*`` method of :class:`ScorerContract` on ``MyScorer``: the
+:class:`~vlmrb_torchrl.scorers.Scorer` protocol, score shape, dtype and range, clear errors on
+a missing entry or flat clips, calls from several threads at once, and ``stats()`` (optional)
+returning numbers. The clips it uses come from :func:`make_clips` (override the ``tiny_clips``
+fixture for a scorer that reads other entries). Needs pytest (``pip install 'vlmrb-torchrl[dev]'``).
 """
 
 from __future__ import annotations
@@ -13,15 +24,23 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from vlmrb_torchrl.scorers import Scorer
+from vlmrb_torchrl.scorers import Scorer, scorer_stats
 
-__all__ = ["B", "T", "ScorerContract", "make_clips", "mean_pixel_score"]
+__all__ = ["B", "T", "ScorerContract", "make_clips"]
 
+#: the clips :func:`make_clips` builds by default: ``B`` clips of ``T`` steps
 B, T = 5, 4
 
 
 def make_clips(batch: int = B, steps: int = T, *, events=None, mask=None) -> TensorDict:
-    """Tiny clips whose pixel values encode the clip index (clip b is filled with b * 10)."""
+    """Tiny clips: 6x6 RGB ``"pixels"`` (clip ``b`` is filled with ``b * 10``), ``"mask"``, and event
+    flags (``("next", "progress_event")``, ``"success"``: by default every other clip's last step).
+
+    Examples:
+        >>> clips = make_clips(3, 2)
+        >>> clips.batch_size, clips["pixels"][:, 0, 0, 0, 0].tolist()
+        (torch.Size([3, 2]), [0, 10, 20])
+    """
     pixels = (torch.arange(batch, dtype=torch.uint8) * 10).view(batch, 1, 1, 1, 1).expand(batch, steps, 6, 6, 3)
     if events is None:
         events = torch.zeros(batch, steps, dtype=torch.bool)
@@ -39,16 +58,16 @@ def make_clips(batch: int = B, steps: int = T, *, events=None, mask=None) -> Ten
     )
 
 
-def mean_pixel_score(clips):
-    """Module-level score function for python: specs."""
-    return clips["pixels"].float().mean(dim=(1, 2, 3, 4)) / 255
-
-
 class ScorerContract:
-    """Behaviour every scorer must have; subclasses provide make_scorer()."""
+    """Behaviour every scorer must have; a subclass provides :meth:`make_scorer`."""
 
     def make_scorer(self) -> Scorer:
         raise NotImplementedError
+
+    @pytest.fixture
+    def tiny_clips(self) -> TensorDict:
+        """The clips the contract scores (:func:`make_clips`); override for other entries."""
+        return make_clips()
 
     def test_is_scorer(self):
         scorer = self.make_scorer()
@@ -73,6 +92,16 @@ class ScorerContract:
         with pytest.raises(ValueError, match=r"batch size \[B, T\]"):
             self.make_scorer().score(tiny_clips.reshape(-1))
 
+    def test_stats_are_numbers(self, tiny_clips):
+        scorer = self.make_scorer()
+        scorer.score(tiny_clips)
+        stats = getattr(scorer, "stats", None)
+        if stats is None:
+            return  # optional
+        raw = stats()
+        assert isinstance(raw, dict) and all(isinstance(k, str) for k in raw)
+        assert set(scorer_stats(scorer)) == {k for k, v in raw.items() if isinstance(v, (int, float))}
+
     def test_threads(self, tiny_clips):
         scorer = self.make_scorer()
         results, errors = [], []
@@ -90,4 +119,4 @@ class ScorerContract:
         for t in threads:
             t.join()
         assert not errors
-        assert len(results) == 80 and all(r.shape == (B,) for r in results)
+        assert len(results) == 80 and all(r.shape == tiny_clips.shape[:1] for r in results)
