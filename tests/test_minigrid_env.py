@@ -29,6 +29,7 @@ from vlmrb_torchrl.envs import (  # noqa: E402
 )
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
+EMPTY = "MiniGrid-Empty-5x5-v0"
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = range(6)
 EVENT_KEYS = ("key_picked_up", "door_opened", "goal_reached", "success")
 
@@ -630,6 +631,74 @@ class TestBatchedMiniGridEnv:
         assert batch.batch_size == (3, 20) and batch["next", "observation"].dtype == torch.int16
         with pytest.raises(ValueError, match="num_envs must be an int >= 1"):
             BatchedMiniGridEnv(0, DOORKEY)
+
+
+class TestBatchedMiniGridCollector:
+    @staticmethod
+    def _policy(env, seed: int = 0):
+        from torchrl.modules import QValueActor
+
+        from vlmrb_torchrl.recipes.dqn import make_policy, make_q_network
+
+        torch.manual_seed(seed)
+        spec = env.observation_spec["observation"]
+        qnet = QValueActor(make_q_network(spec[0], env.action_spec.space.n, 16), in_keys=["observation"],
+                           spec=env.action_spec[0])
+        return make_policy(qnet, env.action_spec[0], eps_init=0.9, eps_end=0.9, steps=1)
+
+    @pytest.mark.parametrize(("render", "observation"), [(False, "indices"), (True, "onehot")])
+    def test_same_batches_and_random_draws_as_torchrl_collector(self, render, observation):
+        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridCollector
+
+        # Empty-5x5, episodes of at most 30 steps: random successes and truncations at different steps in each copy
+        kwargs = {"render": render, "actions": ("left", "right", "forward"), "observation": observation,
+                  "max_episode_steps": 30}
+        policy = self._policy(BatchedMiniGridEnv(1, EMPTY, **kwargs))
+        runs = {}
+        for name in ("torchrl", "ours"):
+            env = BatchedMiniGridEnv(4, EMPTY, **kwargs)
+            env.set_seed(5)
+            torch.manual_seed(1)
+            if name == "torchrl":
+                collector = Collector(env, policy, frames_per_batch=64, total_frames=64 * 10, device="cpu",
+                                      auto_register_policy_transforms=False)
+            else:
+                collector = BatchedMiniGridCollector(env, policy, frames_per_batch=64, total_frames=64 * 10)
+            runs[name] = ([batch.clone() for batch in collector], torch.get_rng_state())
+            collector.shutdown()
+        (theirs, rng_theirs), (ours, rng_ours) = runs["torchrl"], runs["ours"]
+        assert len(ours) == len(theirs) == 10
+        assert torch.equal(rng_ours, rng_theirs)  # the same epsilon-greedy draws, construction included
+        for a, b in zip(ours, theirs):
+            assert a.batch_size == b.batch_size == (4, 16) and a.names == b.names
+            assert set(a.keys(True, True)) == set(b.keys(True, True))
+            for key in b.keys(True, True):
+                assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+        done = torch.cat([b["next", "done"] for b in theirs], 1)
+        terminated = torch.cat([b["next", "terminated"] for b in theirs], 1)
+        assert done.sum() >= 20 and terminated.sum() >= 3 and (done & ~terminated).any()
+        assert int(theirs[-1]["collector", "traj_ids"].max()) >= 20  # new trajectory ids were handed out
+
+    def test_make_collector_picks_it_for_minigrid_and_torchrl_otherwise(self):
+        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridCollector
+        from vlmrb_torchrl.recipes.envs import env_factory, make_collector
+
+        factory = env_factory(DOORKEY, render=False, observation="indices", actions=DOORKEY_ACTIONS)
+        policy = self._policy(BatchedMiniGridEnv(1, DOORKEY, render=False, observation="indices",
+                                                 actions=DOORKEY_ACTIONS))
+        kwargs = dict(num_envs=2, frames_per_batch=8, total_frames=20, seed=0, env_steps=4)
+        fast = make_collector(factory, policy, **kwargs)
+        assert isinstance(fast, BatchedMiniGridCollector) and fast.total_frames == 16  # whole batches
+        assert [b.batch_size for b in fast] == [(2, 4), (2, 4)]
+        fast.shutdown()
+        for other in (dict(parallel=False, init_random_frames=8), ):
+            slow = make_collector(factory, policy, **kwargs, **other)
+            assert isinstance(slow, Collector)
+            slow.shutdown()
+        with pytest.raises(TypeError, match="needs a policy with act"):
+            BatchedMiniGridCollector(BatchedMiniGridEnv(2, DOORKEY), lambda td: td, frames_per_batch=8, total_frames=8)
+        with pytest.raises(ValueError, match="multiple of num_envs=2"):
+            BatchedMiniGridCollector(BatchedMiniGridEnv(2, DOORKEY), policy, frames_per_batch=7, total_frames=7)
 
 
 class _Scripted:

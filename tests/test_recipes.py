@@ -112,6 +112,27 @@ class TestConfig:
         for key in ("lambda_max=", "replay=", "scorer=", "total_frames=", "resume="):
             assert key in out
 
+    @pytest.mark.parametrize("argv, code, says", [
+        (["--version"], 0, "vlmrb-torchrl 0.1.0"),
+        (["--help"], 0, "vlmrb train dqn"),
+        (["train", "dqn", "--help"], 0, "lambda_max="),
+        (["train", "sac", "--help"], 0, "tau="),
+        (["train", "dqn", "lamda_max=0.3"], 2, "did you mean 'lambda_max'"),
+        (["train", "dqn", "total_frames=abc"], 2, "expected int"),
+        (["train", "dqn", "--config", "/nonexistent.yaml"], 2, "cannot read the file"),
+    ])
+    def test_quick_answers_load_neither_torch_nor_torchrl(self, argv, code, says):
+        # help, the version and configuration errors must answer at once: torch + TorchRL take seconds to import
+        script = ("import sys\nfrom vlmrb_torchrl.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+                  "except SystemExit as exit:\n    code = exit.code\n"
+                  "heavy = sorted(m for m in ('torch', 'torchrl', 'tensordict', 'numpy') if m in sys.modules)\n"
+                  "print('HEAVY', heavy, file=sys.stderr)\nsys.exit(code)\n")
+        out = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120,
+                             cwd=Path(__file__).resolve().parents[1])
+        assert out.returncode == code, out.stderr
+        assert says in out.stdout + out.stderr
+        assert "HEAVY []" in out.stderr
+
     def test_console_script_installed(self):
         # the `vlmrb` entry point pip generates next to the interpreter (or anywhere on PATH)
         script = Path(sys.executable).parent / "vlmrb"

@@ -24,6 +24,7 @@ RECIPES = {"dqn": DQNConfig, "sac": SACConfig}
 _DESCRIPTION = """VLM-guided experience replay (VLM-RB) for TorchRL.
 
 Commands:
+  vlmrb --version                                             print the package version
   vlmrb train dqn [--config FILE] [--quick] [key=value ...]   train double DQN (MiniGrid, Atari)
   vlmrb train sac [--config FILE] [--quick] [key=value ...]   train SAC (robosuite manipulation)
   vlmrb build-scorer minigrid|lift --out DIR [--frames N] [--steps N] [--seed S]
@@ -182,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(_DESCRIPTION)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from vlmrb_torchrl import __version__
+
+        print(f"vlmrb-torchrl {__version__}")
         return 0
     if argv[0] == "build-scorer":
         return build_scorer_main(argv[1:])

