@@ -33,7 +33,7 @@ extensions = [
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "results/**", "upstream/**", "README.md"]
+exclude_patterns = ["_build"]
 
 # Markdown: heading anchors so that links such as scorers.md#supported-families resolve
 myst_heading_anchors = 4
@@ -50,17 +50,21 @@ napoleon_custom_sections = [("Keyword Args", "params_style")]
 html_theme = "furo"
 html_title = f"vlmrb-torchrl {release}"
 
-# Links from the Markdown pages to source files (../vlmrb_torchrl/..., ../benchmarks/...) work on a
-# repository browser but are no documents here: they are left as plain text, without a warning.
-suppress_warnings = ["myst.xref_missing"]
 
 
 def _constant_docs(app, what, name, obj, options, lines):
-    """A re-exported constant (``vlmrb_torchrl.envs.DOORKEY_ACTIONS``) gets the ``#:`` comment of
-    the module that defines it."""
-    if what == "data" and not any(line.strip() for line in lines):
+    """A constant is described by its ``#:`` comment, in the module that defines it when it is
+    re-exported (``vlmrb_torchrl.envs.DOORKEY_ACTIONS``), never by the docstring of its type."""
+    if what == "data":
         module, _, attr = name.rpartition(".")
         lines[:] = api_coverage.doc_comment(module, attr).splitlines()
+
+
+def _orphans(app, docname, source):
+    """The study tables (``results/<study>/*.md``, linked from results.md) and the upstream report
+    are pages of their own, outside the navigation."""
+    if docname.startswith(("results/", "upstream/")):
+        source[0] = "---\norphan: true\n---\n" + source[0]
 
 
 def _check_coverage(app):
@@ -71,4 +75,5 @@ def _check_coverage(app):
 
 def setup(app):
     app.connect("builder-inited", _check_coverage)
+    app.connect("source-read", _orphans)
     app.connect("autodoc-process-docstring", _constant_docs)

@@ -446,7 +446,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
 
     # ------------------------------------------------------------------ settings
     lambda_max = _Setting(_check_unit, "Final weight of the prioritized component, in [0, 1].")
-    warmup = _Setting(_check_warmup, "Number of sample calls over which the built-in lambda_ rises.")
+    warmup = _Setting(_check_warmup, "Number of sample calls over which the built-in ``lambda_`` rises.")
     beta = _Setting(_check_nonneg, "Importance-sampling exponent (>= 0).")
     max_oversampling = _Setting(_check_ceiling, "Ceiling on N q_t(i) for every slot (>= 1), or None for none.")
     threshold = _PrioritySetting("threshold", "Binarisation threshold of the scores, or None (read-only).")
