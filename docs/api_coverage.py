@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 #: The modules whose ``__all__`` the API reference must cover.
-MODULES = ("vlmrb_torchrl", "vlmrb_torchrl.scorers", "vlmrb_torchrl.envs")
+MODULES = ("vlmrb_torchrl", "vlmrb_torchrl.scorers", "vlmrb_torchrl.envs", "vlmrb_torchrl.testing")
 API_DIR = Path(__file__).resolve().parent / "api"
 _DIRECTIVE = re.compile(r"^\.\.\s+(currentmodule|autoclass|autofunction|autodata|autoexception)::\s*(\S+)", re.M)
 

@@ -10,6 +10,9 @@
 - A block that cannot run here (real VLM weights, a server, a GPU) is preceded by a marker line
   ``<!-- skip-test: <reason> -->``: it is reported as skipped with the reason. A marker without a
   reason is an error.
+- A block preceded by ``<!-- save-as: <file> -->`` is a complete module the page tells the reader
+  to save: it is written to that file in the working directory (where later blocks import it
+  from, and where ``python:`` scorer specs find it) and executed.
 
 Blocks in other languages (``diff``, ``yaml``, ``text``, none) are not code to run.
 """
@@ -33,6 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)])
 SKIP_MARKER = re.compile(r"^\s*<!--\s*skip-test:(.*?)-->\s*$")
+SAVE_MARKER = re.compile(r"^\s*<!--\s*save-as:\s*(\S+)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 
 
@@ -43,6 +47,7 @@ class Block:
     lang: str
     code: str
     skip: str | None  # the reason, when marked
+    save_as: str | None = None  # the file the page tells the reader to save the block as
 
     @property
     def where(self) -> str:
@@ -73,7 +78,8 @@ def blocks(page: Path) -> list[Block]:
             if not skip:
                 raise ValueError(f"{page.relative_to(ROOT)}:{start + 1}: a skip-test marker needs a reason")
         code = textwrap.dedent("\n".join(line[len(indent):] if line.startswith(indent) else line for line in body))
-        found.append(Block(page, start + 1, lang.lower(), code, skip))
+        save = SAVE_MARKER.match(previous)
+        found.append(Block(page, start + 1, lang.lower(), code, skip, save.group(1) if save else None))
     return found
 
 
@@ -96,13 +102,16 @@ def test_python_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))  # modules a page writes (a scorer module) import from here
     namespace: dict = {"__name__": f"doc_{page.stem}"}
-    skipped = []
+    skipped, saved = [], []
     for block in blocks(page):
         if block.lang != "python":
             continue
         if block.skip:
             skipped.append(f"{block.where}: {block.skip}")
             continue
+        if block.save_as:
+            (tmp_path / block.save_as).write_text(block.code + "\n")
+            saved.append(Path(block.save_as).stem)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -110,6 +119,8 @@ def test_python_blocks_run(page, tmp_path, monkeypatch):
         except Exception as err:  # noqa: BLE001 - reported with the block's place
             raise AssertionError(f"the python block at {block.where} fails: {err!r}") from err
     _close_buffers(namespace)
+    for module in saved:  # the next page (or test) must not import this page's copy
+        sys.modules.pop(module, None)
     if skipped:
         print("skipped blocks:", *skipped, sep="\n  ")
 
