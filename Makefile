@@ -14,7 +14,7 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e ".[$(EXTRAS)]"
 	touch $@
 
-.PHONY: install run test test-slow bench
+.PHONY: install run test test-slow bench docs
 install: $(VENV)/.installed-$(EXTRAS)
 
 run: install  ## the main job
@@ -25,6 +25,10 @@ test: install  ## fast tests + doctests (slow ones excluded)
 
 test-slow: install
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m slow
+
+docs: install  ## the HTML docs and API reference in docs/_build/html; any warning is an error
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m sphinx -W --keep-going -E -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
 
 bench: install
 	$(VENV)/bin/python benchmarks/sampler_throughput.py

@@ -168,6 +168,25 @@ class TestRunDirectory:
             dqn.main(apply_overrides(DQNConfig(), {**TINY, "output_dir": str(tmp_path)}))
 
 
+    @pytest.mark.parametrize("override, said", [
+        ("scorer=orcale:minigrid", "vlmrb train dqn: scorer='orcale:minigrid': Unknown scorer spec 'orcale:minigrid'"),
+        ("env=MiniGrid-DoorKy-5x5-v0", "vlmrb train dqn: env='MiniGrid-DoorKy-5x5-v0': "),
+        ("env=CartPole-v1", "vlmrb train dqn: env='CartPole-v1' is invalid: expected a MiniGrid or BabyAI id"),
+        ("scorer=python:no_such_scorer_module:fn",
+         "vlmrb train dqn: scorer='python:no_such_scorer_module:fn': cannot import module 'no_such_scorer_module'"),
+        ("scorer_kwargs={\"foo\": 1}",
+         "vlmrb train dqn: scorer='oracle:minigrid': unknown keyword argument 'foo'"),
+    ])
+    def test_a_failed_start_says_one_line_and_writes_nothing(self, tmp_path, capsys, override, said):
+        """A typo fails before the run directory exists, so the corrected command is not refused."""
+        out = tmp_path / "run"
+        args = [f"{k}={v}" for k, v in TINY.items()] + ["scorer=oracle:minigrid", f"output_dir={out}", override]
+        assert cli_main(["train", "dqn", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(said), err
+        assert not out.exists()
+
+
 # ---------------------------------------------------------------------------------- checkpoints
 class TestCheckpoints:
     def test_written_atomically_with_a_manifest_last(self, tmp_path):

@@ -36,6 +36,27 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
     worker with the same settings, its queue empty (clips queued in the original are scored
     there only). Sending it to a spawned process is refused by the sampler, as
     :class:`~torchrl.data.PrioritizedSampler` refuses it.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl import ClipSpec, VLMReplayBuffer, make_vlm_replay_buffer
+        >>> def episode(length, event_at):  # one collector trajectory with a privileged progress flag
+        ...     step = torch.arange(length)
+        ...     return TensorDict({"observation": torch.randn(length, 3),
+        ...                        ("collector", "traj_ids"): torch.zeros(length, dtype=torch.long),
+        ...                        ("next", "done"): step == length - 1,
+        ...                        ("next", "progress_event"): step == event_at}, batch_size=[length])
+        >>> with make_vlm_replay_buffer(1_000, "oracle:minigrid", clip_spec=ClipSpec(clip_len=4),
+        ...                            batch_size=16) as rb:
+        ...     isinstance(rb, VLMReplayBuffer)
+        ...     index = rb.extend(episode(12, event_at=8))  # stored; its clips are queued for scoring
+        ...     _ = rb.add(episode(1, event_at=-1)[0])       # one transition (what a collector's add calls)
+        True
+        >>> rb.sampler.scores(index).tolist()  # leaving the block scored every clip: 5..8 contain the event
+        [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+        >>> len(rb), rb.sample().batch_size, "observation" in rb.sample().keys()
+        (13, torch.Size([16]), True)
     """
 
     def __init__(

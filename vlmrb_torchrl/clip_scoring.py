@@ -21,7 +21,17 @@ __all__ = ["ClipScoring", "make_clip_scoring", "reads_frames"]
 
 
 class ClipScoring(NamedTuple):
-    """The matching pair :func:`make_clip_scoring` returns: ``(stream, transform)``."""
+    """The matching pair :func:`make_clip_scoring` returns: ``(stream, transform)``.
+
+    Examples:
+        >>> from vlmrb_torchrl import ClipSpec, make_clip_scoring
+        >>> scoring = make_clip_scoring("oracle:minigrid", ClipSpec(clip_len=8))
+        >>> scoring.needs_frames  # the oracle reads event flags
+        False
+        >>> stream, transform = scoring  # a tuple: unpacks
+        >>> stream.spec.clip_len, transform.clip_spec.clip_len
+        (8, 8)
+    """
 
     #: cuts collector batches into the clips the scorer needs.
     stream: ClipStream

@@ -216,7 +216,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
 
     # ------------------------------------------------------------------ settings
     lambda_max = Setting(check_unit, "Final weight of the prioritized component, in [0, 1].")
-    warmup = Setting(check_warmup, "Number of sample calls over which the built-in lambda_ rises.")
+    warmup = Setting(check_warmup, "Number of sample calls over which the built-in ``lambda_`` rises.")
     beta = Setting(check_nonneg, "Importance-sampling exponent (>= 0).")
     max_oversampling = Setting(check_ceiling, "Ceiling on N q_t(i) for every slot (>= 1), or None for none.")
     threshold = PrioritySetting("threshold", "Binarisation threshold of the scores, or None (read-only).")

@@ -442,8 +442,44 @@ class TestMakeScorer:
             make_scorer(spec)
 
     def test_python_instance_rejects_kwargs(self):
-        with pytest.raises(TypeError, match="takes no kwargs"):
+        with pytest.raises(TypeError, match="names a scorer instance; it takes no keyword arguments"):
             make_scorer(f"python:{__name__}:HALF_SCORER", prompt="x")
+
+    @pytest.mark.parametrize(
+        "target, match",
+        [
+            ("mean_pixel_score", r"mean_pixel_score is a score function fn\(clips\), wrapped in CallableScorer, "
+                                 r"which takes only prompt, in_keys, name; got 'threshold'"),
+            ("mean_pixel_factory", r"factory mean_pixel_factory\(\) takes no keyword argument 'threshold'; "
+                                   r"it takes: prompt\."),
+            ("HalfScorer", r"class HalfScorer takes no keyword argument 'threshold'; it takes: value\."),
+        ],
+    )
+    def test_python_unknown_keyword(self, target, match):
+        """An unknown keyword names itself and what the target takes, before the target is called."""
+        with pytest.raises(TypeError, match=match):
+            make_scorer(f"python:{__name__}:{target}", threshold=0.5)
+
+    def test_backend_unknown_keyword(self):
+        with pytest.raises(TypeError, match=r"make_scorer\('oracle:minigrid'\): unknown keyword argument 'foo'"):
+            make_scorer("oracle:minigrid", foo=1)
+
+    def test_python_module_in_working_directory(self, tmp_path, monkeypatch):
+        """``python:`` finds a module in the working directory, as ``python -m`` would (the ``vlmrb`` script's
+        sys.path starts with its own bin directory, not the working directory)."""
+        (tmp_path / "my_cwd_scorer_mod.py").write_text(
+            "import torch\n"
+            "def score(clips):\n"
+            "    return torch.ones(clips.batch_size[0])\n")
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+        monkeypatch.delitem(sys.modules, "my_cwd_scorer_mod", raising=False)
+        scorer = make_scorer("python:my_cwd_scorer_mod:score", in_keys=["mask"])
+        assert scorer.provenance["callable"] == "my_cwd_scorer_mod.score"
+        assert str(tmp_path) in sys.path  # kept: a "process" backend's child imports it too
+        monkeypatch.delitem(sys.modules, "my_cwd_scorer_mod", raising=False)
+        with pytest.raises(ImportError, match="nor in the working directory"):
+            make_scorer("python:no_such_module_in_cwd_xyz:score")
 
     @pytest.mark.parametrize("spec", ["vlm:facebook/Perception-LM-1B", "minigrid", "", "unknown:thing"])
     def test_unknown_spec_lists_forms(self, spec):

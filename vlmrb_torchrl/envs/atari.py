@@ -233,6 +233,15 @@ class AtariEnv(EnvBase):
         so any TorchRL loss, value estimator and slice sampler see it without extra keys.
         A reset that follows a lost life continues the game with one no-op step; any other
         reset (after game over, truncation, at start, after :meth:`set_seed`) restarts it.
+
+    Examples:
+        >>> env = AtariEnv("ALE/Pong-v5", seed=0, train=False)
+        >>> td = env.rollout(4)  # random actions
+        >>> td["observation"].shape, td["next", "pixels"].shape  # 4 stacked 84x84 frames; RGB for the VLM
+        (torch.Size([4, 4, 84, 84]), torch.Size([4, 64, 64, 3]))
+        >>> env.action_names[:3]
+        ['NOOP', 'FIRE', 'RIGHT']
+        >>> env.close()
     """
 
     # frame skipping happens in _step: keep EnvBase from wrapping the env in a FrameSkipTransform

@@ -139,6 +139,15 @@ class RobosuiteEnv(EnvBase):
 
     Attributes:
         render_count (int): frames rendered since construction (tests, benchmarks).
+
+    Examples:
+        >>> env = RobosuiteEnv("Lift", seed=0, render=True, frame_size=32, max_episode_steps=20)
+        >>> td = env.rollout(3)  # random actions
+        >>> td["observation"].shape, td["next", "pixels"].shape, td["next", "pixels"].dtype
+        (torch.Size([3, 60]), torch.Size([3, 32, 32, 3]), torch.uint8)
+        >>> td["next", "progress_event"].any().item()  # random arm motions grasp nothing
+        False
+        >>> env.close()
     """
 
     def __init__(
@@ -300,6 +309,14 @@ def make_robosuite_env(task: str = "Lift", **kwargs: Any) -> RobosuiteEnv:
     """Builds a :class:`RobosuiteEnv` (keyword arguments as there); picklable via ``functools.partial``.
 
     ``task`` may carry the recipe prefix: ``"robosuite/Lift"`` and ``"Lift"`` are the same.
+
+    Examples:
+        >>> import functools
+        >>> from torchrl.envs import SerialEnv
+        >>> env = SerialEnv(2, functools.partial(make_robosuite_env, "robosuite/Lift", max_episode_steps=20))
+        >>> env.reset()["observation"].shape  # two copies, 60 state inputs each
+        torch.Size([2, 60])
+        >>> env.close()
     """
     if task.startswith("robosuite/"):
         task = task.split("/", 1)[1]

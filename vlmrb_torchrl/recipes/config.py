@@ -253,7 +253,9 @@ class DQNConfig(RecipeConfig):
         minigrid = self.env.startswith(("MiniGrid-", "BabyAI-"))
         minigrid_scorer = self.scorer.split(":", 1)[0] in ("builtin", "oracle") and \
             self.scorer.split(":", 1)[-1] in ("minigrid", "minigrid_goal")
-        return [*super()._checks(), ("actions", minigrid or self.actions in ("auto", "all"),
+        return [*super()._checks(), ("env", minigrid or self.env.startswith("ALE/"),
+                                     "a MiniGrid or BabyAI id (MiniGrid-DoorKey-6x6-v0, ...) or an Atari id (ALE/Pong-v5, ...)"),
+                ("actions", minigrid or self.actions in ("auto", "all"),
                                      "'auto' or 'all' (action subsets are for MiniGrid ids)"),
                 ("observation", self.observation in ("indices", "onehot"), "'indices' or 'onehot'"),
                 ("view", self.view in ("partial", "full", "both") and (minigrid or self.view == "partial"),

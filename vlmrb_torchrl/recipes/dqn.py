@@ -28,12 +28,12 @@ from torchrl.modules import MLP, ConvNet, EGreedyModule, QValueActor
 from vlmrb_torchrl.modules import OneHotLinear
 from vlmrb_torchrl.recipes.config import DQNConfig
 from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
-from vlmrb_torchrl.recipes.envs import env_factory, is_minigrid, make_collector, minigrid_actions
+from vlmrb_torchrl.recipes.envs import env_factory, is_minigrid, make_collector, minigrid_actions, probe_env
 from vlmrb_torchrl.recipes.gallery import clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
-from vlmrb_torchrl.recipes.run import Run, prepare_run_dir, start_run
+from vlmrb_torchrl.recipes.run import Run, make_run_dir, prepare_run_dir, start_run
 
 
 #: What the learner reads of a stored transition (the replay stores only these: sampling copies every stored
@@ -197,9 +197,10 @@ def n_step_returns(multistep: MultiStep, batch: TensorDictBase) -> TensorDictBas
 
 def main(cfg: DQNConfig) -> dict:
     cfg = dataclasses.replace(cfg).validate()
-    checkpoint = prepare_run_dir(cfg, recipe="dqn")  # resume= checks, output_dir refused if reused, writable
+    checkpoint = prepare_run_dir(cfg, recipe="dqn", write=False)  # resume= checks, output_dir refused if reused
     with contextlib.ExitStack() as cleanup:  # closes the replay and run, restores torch threads; on errors too
-        # --- run setup: seeds, the learner's torch threads, device, the scorer (VLM modes)
+        # --- run setup: seeds, the learner's torch threads, device, the scorer (VLM modes); a bad scorer
+        # (or env id, below) fails with a ConfigError before the run directory is written
         start = cleanup.enter_context(start_run(cfg))
 
         # --- envs: the agent sees symbolic (MiniGrid) or stacked grey (Atari) observations;
@@ -214,10 +215,11 @@ def main(cfg: DQNConfig) -> dict:
         eval_limit = min((n for n in (cfg.max_episode_steps, cfg.eval_max_episode_steps) if n is not None), default=None)
         eval_env_fn = env_factory(cfg.env, train=False, render=False,
                                   **{**env_kwargs, **({} if eval_limit is None else {"max_episode_steps": eval_limit})})
-        probe = eval_env_fn()
+        probe = probe_env(eval_env_fn, cfg.env)
         obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec
         probe.close()
+        make_run_dir(cfg, checkpoint)  # the scorer and the env built: a failed start wrote nothing
 
         # --- networks, loss, optimizer
         q_values = make_q_network(obs_spec, action_spec.space.n, cfg.hidden).to(start.device)

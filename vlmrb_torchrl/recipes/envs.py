@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-__all__ = ["env_factory", "is_minigrid", "make_batched_env", "minigrid_actions", "make_collector"]
+__all__ = ["env_factory", "probe_env", "is_minigrid", "make_batched_env", "minigrid_actions", "make_collector"]
 
 
 def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> Callable[[], Any]:
@@ -20,12 +20,17 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         render (bool): write rendered frames (``"pixels"``) for a scorer that reads them.
         **kwargs: passed to the env's constructor.
 
+    Raises:
+        ConfigError: ``env_id`` is of no supported family (a ``ValueError``).
+
     Examples:
         >>> env_factory("CartPole-v1")
         Traceback (most recent call last):
         ...
-        ValueError: env='CartPole-v1' is not supported: ...
+        vlmrb_torchrl.recipes.config.ConfigError: env='CartPole-v1' is not supported: ...
     """
+    from vlmrb_torchrl.recipes.config import ConfigError
+
     if env_id.startswith("robosuite/"):
         from vlmrb_torchrl.envs.robosuite import make_robosuite_env
 
@@ -38,10 +43,29 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         from vlmrb_torchrl.envs.atari import make_atari_env
 
         return functools.partial(make_atari_env, env_id, train=train, render=render, **kwargs)
-    raise ValueError(
+    raise ConfigError(
         f"env={env_id!r} is not supported: use a MiniGrid id (e.g. MiniGrid-DoorKey-6x6-v0) "
         "an Atari id (e.g. ALE/Pong-v5) or robosuite/<Task> (e.g. robosuite/Lift)."
     )
+
+
+def probe_env(env_fn: Callable[[], Any], env_id: str) -> Any:
+    """``env_fn()``, the env a recipe builds first to read its specs; a bad env id or a missing extra (a
+    ``ValueError`` or ``ImportError`` from the env's constructor) is raised as a one-line
+    :class:`~vlmrb_torchrl.recipes.config.ConfigError` naming ``env=``.
+
+    Examples:
+        >>> probe_env(env_factory("MiniGrid-DoorKy-5x5-v0"), "MiniGrid-DoorKy-5x5-v0")
+        Traceback (most recent call last):
+        ...
+        vlmrb_torchrl.recipes.config.ConfigError: env='MiniGrid-DoorKy-5x5-v0': ... Did you mean: `MiniGrid-DoorKey-5x5`?...
+    """
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    try:
+        return env_fn()
+    except (ValueError, ImportError) as err:
+        raise ConfigError(f"env={env_id!r}: {err}") from err
 
 
 def is_minigrid(env_id: str) -> bool:

@@ -21,7 +21,7 @@ from vlmrb_torchrl.recipes.checkpoint import check_resume_config, latest_checkpo
 from vlmrb_torchrl.recipes.replay import make_scorer_from_config, needs_frames, uses_scorer
 
 __all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "seed_everything", "resolve_device", "Run",
-           "prepare_run_dir", "RUN_FILES"]
+           "make_run_dir", "prepare_run_dir", "RUN_FILES"]
 
 METRIC_COLUMNS = [
     "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda", "lambda_effective",
@@ -108,7 +108,7 @@ def start_run(cfg: Any) -> RunStart:
     threads_before = torch.get_num_threads()
     torch.set_num_threads(cfg.torch_threads)
     try:
-        scorer = make_scorer_from_config(cfg) if uses_scorer(cfg.replay) else None
+        scorer = _build_scorer(cfg) if uses_scorer(cfg.replay) else None
         return RunStart(generator=generator, device=resolve_device(cfg.device), scorer=scorer,
                         needs_frames=needs_frames(scorer),
                         updates_total=max(0, cfg.total_frames - cfg.learning_starts) // cfg.train_every,
@@ -116,6 +116,29 @@ def start_run(cfg: Any) -> RunStart:
     except BaseException:
         torch.set_num_threads(threads_before)
         raise
+
+
+def _build_scorer(cfg: Any) -> Any:
+    """:func:`~vlmrb_torchrl.recipes.replay.make_scorer_from_config`, with a bad spec, an unimportable
+    ``python:`` module or an unknown keyword argument raised as a one-line
+    :class:`~vlmrb_torchrl.recipes.config.ConfigError` naming the ``scorer=`` value.
+
+    Examples:
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> _build_scorer(DQNConfig(scorer="orcale:minigrid"))
+        Traceback (most recent call last):
+        ...
+        vlmrb_torchrl.recipes.config.ConfigError: scorer='orcale:minigrid': Unknown scorer spec 'orcale:minigrid'. ...
+    """
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    try:
+        return make_scorer_from_config(cfg)
+    except (ValueError, ImportError, TypeError) as err:
+        message = str(err)
+        for said in (f"make_scorer({cfg.scorer!r}): ", f"make_scorer({cfg.scorer!r}) "):  # the spec is named once
+            message = message[len(said):] if message.startswith(said) else message
+        raise ConfigError(f"scorer={cfg.scorer!r}: {message}") from err
 
 
 # ---------------------------------------------------------------------------------- run directory
@@ -244,7 +267,7 @@ def _tb_tag(key: str) -> str:
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "checkpoints", "tensorboard", "gallery")
 
 
-def prepare_run_dir(cfg: Any, *, recipe: str) -> Path | None:
+def prepare_run_dir(cfg: Any, *, recipe: str, write: bool = True) -> Path | None:
     """What a recipe does before anything else: finds the checkpoint to resume (``cfg.resume``), checks
     the config against it, and makes sure the run directory can be used; returns the checkpoint (or ``None``).
 
@@ -253,6 +276,10 @@ def prepare_run_dir(cfg: Any, *, recipe: str) -> Path | None:
     :class:`~vlmrb_torchrl.recipes.config.ConfigError` naming it) unless the run resumes a checkpoint of that
     directory or ``cfg.overwrite`` is set, which first deletes the old run's files (:data:`RUN_FILES`).
     ``checkpoints/`` is created and must be writable.
+
+    ``write=False`` does the checks only and writes nothing; :func:`make_run_dir` then does the rest. The
+    recipes check first, build the scorer and the envs (a bad ``scorer=`` or ``env=`` fails there, before
+    anything is written, so the corrected command is not refused), then write.
 
     Examples:
         >>> import tempfile
@@ -282,16 +309,33 @@ def prepare_run_dir(cfg: Any, *, recipe: str) -> Path | None:
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output_dir={cfg.output_dir!r} is a file, not a directory.")
-    continues = checkpoint is not None and out.resolve() == checkpoint.parent.parent.resolve()
+    continues = _continues(out, checkpoint)
     if continues and cfg.overwrite:
         raise ConfigError(f"overwrite=true with resume={cfg.resume!r} would delete the checkpoint it resumes "
                           f"({checkpoint}); drop overwrite=true to continue the run, or give another output_dir.")
-    if out.is_dir() and not continues and any(out.iterdir()):
-        if not cfg.overwrite:
-            found = ", ".join(sorted(p.name for p in out.iterdir())[:6])
-            raise ConfigError(
-                f"output_dir={cfg.output_dir!r} is not empty ({found}): pass overwrite=true to delete that run's "
-                f"files and start again, resume={cfg.output_dir} to continue it, or choose another output_dir.")
+    if out.is_dir() and not continues and any(out.iterdir()) and not cfg.overwrite:
+        found = ", ".join(sorted(p.name for p in out.iterdir())[:6])
+        raise ConfigError(
+            f"output_dir={cfg.output_dir!r} is not empty ({found}): pass overwrite=true to delete that run's "
+            f"files and start again, resume={cfg.output_dir} to continue it, or choose another output_dir.")
+    if write:
+        make_run_dir(cfg, checkpoint)
+    return checkpoint
+
+
+def _continues(out: Path, checkpoint: Path | None) -> bool:
+    """Whether the run directory ``out`` is the one the resumed ``checkpoint`` belongs to."""
+    return checkpoint is not None and out.resolve() == checkpoint.parent.parent.resolve()
+
+
+def make_run_dir(cfg: Any, checkpoint: Path | None) -> None:
+    """The writes of :func:`prepare_run_dir` (called with ``write=False`` first, which set ``cfg.output_dir``
+    and refused what it refuses): deletes an overwritten run's files (:data:`RUN_FILES`), creates
+    ``checkpoints/`` and checks that it is writable."""
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    out = Path(cfg.output_dir)
+    if out.is_dir() and not _continues(out, checkpoint) and any(out.iterdir()):
         for name in RUN_FILES:
             target = out / name
             if target.is_dir() and not target.is_symlink():
@@ -305,4 +349,3 @@ def prepare_run_dir(cfg: Any, *, recipe: str) -> Path | None:
     except OSError as err:
         raise ConfigError(f"output_dir={cfg.output_dir!r}: cannot write checkpoints in {out / 'checkpoints'} "
                           f"({err.strerror or err}); fix its permissions or choose another output_dir.") from None
-    return checkpoint

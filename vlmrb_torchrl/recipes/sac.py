@@ -27,12 +27,12 @@ from torchrl.objectives import SACLoss, SoftUpdate
 
 from vlmrb_torchrl.clips import ClipSpec
 from vlmrb_torchrl.recipes.config import SACConfig
-from vlmrb_torchrl.recipes.envs import env_factory, make_collector
+from vlmrb_torchrl.recipes.envs import env_factory, make_collector, probe_env
 from vlmrb_torchrl.recipes.gallery import clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
-from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, prepare_run_dir, start_run
+from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, make_run_dir, prepare_run_dir, start_run
 
 
 def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
@@ -65,9 +65,10 @@ class _Deterministic(nn.Module):
 
 def main(cfg: SACConfig) -> dict:
     cfg = dataclasses.replace(cfg).validate()
-    checkpoint = prepare_run_dir(cfg, recipe="sac")  # resume= checks, output_dir refused if reused, writable
+    checkpoint = prepare_run_dir(cfg, recipe="sac", write=False)  # resume= checks, output_dir refused if reused
     with contextlib.ExitStack() as cleanup:  # closes the replay and run, restores torch threads; on errors too
-        # --- run setup: seeds, the learner's torch threads, device, the scorer (VLM modes)
+        # --- run setup: seeds, the learner's torch threads, device, the scorer (VLM modes); a bad scorer
+        # (or env id, below) fails with a ConfigError before the run directory is written
         start = cleanup.enter_context(start_run(cfg))
 
         # --- envs: the agent sees proprio + object state; camera frames for the VLM are rendered only
@@ -85,11 +86,12 @@ def main(cfg: SACConfig) -> dict:
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, render_steps=render_steps,
                                    **env_kwargs)
         eval_env_fn = env_factory(cfg.env, train=False, render=False, **env_kwargs)
-        probe = eval_env_fn()
+        probe = probe_env(eval_env_fn, cfg.env)
         obs_dim = probe.observation_spec["observation"].shape[-1]
         action_spec = probe.action_spec
         fake = probe.fake_tensordict()
         probe.close()
+        make_run_dir(cfg, checkpoint)  # the scorer and the env built: a failed start wrote nothing
 
         # --- networks, loss, optimizers
         actor = make_actor(obs_dim, action_spec, cfg.hidden).to(start.device)

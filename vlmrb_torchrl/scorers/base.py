@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -445,7 +447,13 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
             + ". Register more backends with vlmrb_torchrl.scorers.register_scorer(prefix, factory)."
         )
     factory, _ = entry
-    scorer = factory(rest, **kwargs)
+    try:
+        scorer = factory(rest, **kwargs)
+    except TypeError as err:
+        unknown = _unexpected_keyword(err, kwargs)
+        if unknown is None:
+            raise
+        raise TypeError(f"make_scorer({spec!r}): unknown keyword argument {unknown!r} ({err}).") from err
     if not isinstance(scorer, Scorer):
         raise TypeError(
             f"make_scorer({spec!r}) built a {type(scorer).__name__}, which is not a Scorer "
@@ -479,40 +487,108 @@ def _required_positional(fn: Callable) -> int | None:
     )
 
 
+def _unexpected_keyword(err: TypeError, kwargs: dict[str, Any]) -> str | None:
+    """The keyword of ``kwargs`` a ``TypeError`` says a call did not accept (``None``: another error)."""
+    match = re.search(r"unexpected keyword argument '([^']+)'", str(err))
+    return match.group(1) if match and match.group(1) in kwargs else None
+
+
+def _check_keywords(target: Callable, kwargs: dict[str, Any], spec: str, what: str) -> None:
+    """Raises a ``TypeError`` naming the keyword arguments ``target`` does not take, and those it takes.
+
+    A target taking ``**kwargs`` (or one whose signature cannot be read) accepts anything here.
+    """
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [name for name, p in params.items()
+                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    unknown = [name for name in kwargs if name not in accepted]
+    if unknown:
+        raise TypeError(
+            f"make_scorer({spec!r}): {what} takes no keyword argument {', '.join(map(repr, unknown))}; "
+            f"it takes: {', '.join(accepted) or 'none'}."
+        )
+
+
+#: the keyword arguments make_scorer passes to CallableScorer for a plain score function.
+_CALLABLE_SCORER_KWARGS = ("prompt", "in_keys", "name")
+
+
+def _import_module(module_name: str) -> Any:
+    """Imports ``module_name``; a module in the working directory is found too (as ``python -m`` does), so
+    ``vlmrb train dqn scorer=python:myscorer:fn`` works from the directory holding ``myscorer.py``.
+
+    The working directory is appended to ``sys.path`` only when the module is not found otherwise (it
+    stays there, so that a ``"process"`` backend's child finds the module too).
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        top = module_name.split(".")[0]
+        cwd = os.getcwd()
+        if err.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as retry:
+            if retry.name == top:
+                sys.path.remove(cwd)
+            raise
+
+
 def _make_python_scorer(rest: str, **kwargs: Any) -> Scorer:
     module_name, sep, attr_path = rest.rpartition(":")
+    spec = f"python:{rest}"
     if not sep or not module_name or not attr_path:
         raise ValueError(
             f"A python scorer spec is 'python:<module>:<callable>' (e.g. 'python:my_pkg.scoring:score_fn'), "
-            f"got 'python:{rest}'."
+            f"got {spec!r}."
         )
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _import_module(module_name)
     except ImportError as err:
-        raise ImportError(f"make_scorer('python:{rest}'): cannot import module {module_name!r}: {err}") from err
+        where = (f" (not on sys.path, nor in the working directory {os.getcwd()})"
+                 if isinstance(err, ModuleNotFoundError) and err.name == module_name.split(".")[0] else "")
+        raise ImportError(f"make_scorer({spec!r}): cannot import module {module_name!r}{where}: {err}") from err
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError as err:
             raise ValueError(
-                f"make_scorer('python:{rest}'): module {module_name!r} has no attribute {attr_path!r}."
+                f"make_scorer({spec!r}): module {module_name!r} has no attribute {attr_path!r}."
             ) from err
     if isinstance(obj, Scorer) and not inspect.isclass(obj):
         if kwargs:
-            raise TypeError(f"make_scorer('python:{rest}') names a scorer instance; it takes no kwargs, got {kwargs}.")
+            raise TypeError(f"make_scorer({spec!r}) names a scorer instance; it takes no keyword arguments, "
+                            f"got {sorted(kwargs)}.")
         return obj
     if inspect.isclass(obj):
+        _check_keywords(obj, kwargs, spec, f"class {attr_path}")
         scorer = obj(**kwargs)
     elif callable(obj):
         if _required_positional(obj) == 0:
+            _check_keywords(obj, kwargs, spec, f"factory {attr_path}()")
             scorer = obj(**kwargs)
         else:
+            unknown = [name for name in kwargs if name not in _CALLABLE_SCORER_KWARGS]
+            if unknown:
+                raise TypeError(
+                    f"make_scorer({spec!r}): {attr_path} is a score function fn(clips), wrapped in CallableScorer, "
+                    f"which takes only {', '.join(_CALLABLE_SCORER_KWARGS)}; got {', '.join(map(repr, unknown))}. "
+                    "To take options, make it a factory (a function without required arguments returning a "
+                    "Scorer) or a class."
+                )
             scorer = CallableScorer(obj, **kwargs)
     else:
-        raise TypeError(f"make_scorer('python:{rest}'): {attr_path!r} is a {type(obj).__name__}, not a callable.")
+        raise TypeError(f"make_scorer({spec!r}): {attr_path!r} is a {type(obj).__name__}, not a callable.")
     if not isinstance(scorer, Scorer):
         raise TypeError(
-            f"make_scorer('python:{rest}'): {attr_path!r} returned a {type(scorer).__name__}, not a Scorer "
+            f"make_scorer({spec!r}): {attr_path!r} returned a {type(scorer).__name__}, not a Scorer "
             "(needs score(clips), prompt, in_keys and provenance)."
         )
     return scorer

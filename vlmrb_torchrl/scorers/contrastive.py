@@ -125,6 +125,23 @@ class HFContrastiveScorer:
         ValueError: a bad option.
 
     Examples:
+        The small CLIP shipped with the package (``builtin:minigrid``) on two clips of MiniGrid frames:
+
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl.envs import make_minigrid_env
+        >>> from vlmrb_torchrl.scorers import builtin_model_dir
+        >>> scorer = HFContrastiveScorer(str(builtin_model_dir("minigrid")), prompt="the door is open",
+        ...                              negatives=["the door is locked"], aggregation="max")
+        >>> frames = make_minigrid_env("MiniGrid-DoorKey-5x5-v0", seed=0).rollout(8)["pixels"]
+        >>> clips = TensorDict(pixels=frames.reshape(2, 4, *frames.shape[1:]),
+        ...                    mask=torch.ones(2, 4, dtype=torch.bool), batch_size=[2, 4])
+        >>> scores = scorer.score(clips)
+        >>> scores.shape, bool(((scores >= 0) & (scores <= 1)).all())
+        (torch.Size([2]), True)
+
+        A Hub model (its weights in the Hugging Face cache, or a local directory):
+
         >>> scorer = HFContrastiveScorer("openai/clip-vit-base-patch32",  # doctest: +SKIP
         ...                              prompt="a robot arm holding a red cube above the table",
         ...                              negatives=["a robot arm next to a red cube"], aggregation="max")

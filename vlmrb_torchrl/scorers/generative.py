@@ -72,7 +72,16 @@ def answer_token_ids(tokenizer: Any, word: str) -> list[int]:
         list of int: sorted, de-duplicated ids (empty when no spelling is a single token).
 
     Examples:
-        >>> from transformers import PreTrainedTokenizerFast  # doctest: +SKIP
+        >>> from tokenizers import Tokenizer, models
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> vocab = {"[UNK]": 0, "yes": 1, "Yes": 2, "YES": 3, "no": 4}  # a tiny word-level tokenizer
+        >>> tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")),
+        ...                               unk_token="[UNK]")
+        >>> answer_token_ids(tok, "yes"), answer_token_ids(tok, "no")
+        ([1, 2, 3], [4])
+
+        With a real VLM's tokenizer (Qwen2-VL's, from its weights' directory):
+
         >>> tok = PreTrainedTokenizerFast.from_pretrained("Qwen/Qwen2-VL-2B-Instruct")  # doctest: +SKIP
         >>> [tok.decode([i]) for i in answer_token_ids(tok, "yes")]  # doctest: +SKIP
         [' YES', ' Yes', ' yes', 'YES', 'Yes', 'yes']
@@ -184,6 +193,15 @@ class HFGenerativeScorer:
             single-token spelling of an answer.
 
     Examples:
+        A model that is not there fails at construction, before anything is loaded:
+
+        >>> HFGenerativeScorer("/no/such/model")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: HFGenerativeScorer: model '/no/such/model' is not a directory. ...
+
+        With a VLM's weights (the tests run every supported family on tiny random models):
+
         >>> scorer = HFGenerativeScorer("HuggingFaceTB/SmolVLM-256M-Instruct",  # doctest: +SKIP
         ...                             env_family="minigrid", task=env.mission, max_frames=8)
         >>> scorer.score(clips)  # clips: TensorDict [B, T] with "pixels" and "mask"  # doctest: +SKIP

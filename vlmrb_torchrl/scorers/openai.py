@@ -53,7 +53,24 @@ _MAX_BACKOFF = 30.0
 
 
 class OpenAIScorerError(RuntimeError):
-    """A request to the chat-completions server failed (after retries, or with a non-retryable 4xx)."""
+    """A request to the chat-completions server failed (after retries, or with a non-retryable 4xx).
+
+    The message names the request, the attempts and the last error. Raised by
+    :meth:`OpenAIScorer.score`; in a replay buffer it stops the scoring worker unless the buffer
+    skips failed calls (``on_scorer_error="skip"``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> scorer = OpenAIScorer("http://127.0.0.1:9/v1", "my-model", max_retries=0, timeout=1.0)  # no server there
+        >>> clips = TensorDict(pixels=torch.zeros(1, 2, 8, 8, 3, dtype=torch.uint8),
+        ...                    mask=torch.ones(1, 2, dtype=torch.bool), batch_size=[1, 2])
+        >>> try:
+        ...     scorer.score(clips)
+        ... except OpenAIScorerError as err:
+        ...     print(err)
+        OpenAIScorer: POST http://127.0.0.1:9/v1/chat/completions failed after 1 attempts (timeout=1 s); last error: ...
+    """
 
 
 def encode_png(image: np.ndarray) -> bytes:
@@ -190,8 +207,12 @@ class OpenAIScorer:
             server returned no logprobs (without ``allow_token_only``).
 
     Examples:
-        >>> scorer = OpenAIScorer("http://localhost:8000/v1", "Qwen/Qwen2.5-VL-3B-Instruct",  # doctest: +SKIP
+        Building a scorer sends no request (naming the model); scoring needs the server:
+
+        >>> scorer = OpenAIScorer("http://localhost:8000/v1", "Qwen/Qwen2.5-VL-3B-Instruct",
         ...                       env_family="minigrid", max_frames=8, max_concurrency=16)
+        >>> scorer.provenance["backend"], scorer.provenance["model"]
+        ('openai', 'Qwen/Qwen2.5-VL-3B-Instruct')
         >>> scorer.score(clips)  # doctest: +SKIP
         tensor([0.9241, 0.0311, ...])
     """
