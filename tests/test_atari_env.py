@@ -25,9 +25,8 @@ import vlmrb_torchrl.envs.atari as atari_module  # noqa: E402
 from vlmrb_torchrl.envs import ATARI_PROMPTS, AtariEnv, atari_prompt, make_atari_env  # noqa: E402
 from vlmrb_torchrl.envs.atari import (  # noqa: E402
     GENERIC_ATARI_PROMPT,
-    _AreaResize,
-    area_resize_matrix,
     atari_game_name,
+    resize_frames,
 )
 
 gymnasium.register_envs(ale_py)
@@ -59,12 +58,10 @@ def random_actions(n_actions, n, seed=0):
 
 
 def reference_resize(image, out_hw):
-    """Dense area resize ``rows @ image @ cols.T``, an independent path from ``_AreaResize``."""
-    rows = area_resize_matrix(image.shape[0], out_hw[0]).astype(np.float64)
-    cols = area_resize_matrix(image.shape[1], out_hw[1]).astype(np.float64)
-    out = np.einsum("oh,hw...->ow...", rows, image.astype(np.float64))  # two 2-operand einsums:
-    out = np.einsum("ow...,pw->op...", out, cols)  # plain C loops, no BLAS threads
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    """Pillow's antialiased bilinear resize, an independent path from ``resize_frames``."""
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(image).resize((out_hw[1], out_hw[0]), Image.BILINEAR))
 
 
 # ------------------------------------------------------------------------------- prompts
@@ -104,29 +101,25 @@ class TestPrompts:
 
 
 # -------------------------------------------------------------------------------- resize
-class TestAreaResize:
-    def test_matrix_rows_are_box_weights(self):
-        m = area_resize_matrix(210, 84)
-        assert m.shape == (84, 210)
-        np.testing.assert_allclose(m.sum(1), 1.0, rtol=1e-6)
-        # 2.5 input rows per output row: weights 1, 1, 0.5 (/ 2.5), then 0.5, 1, 1 (/ 2.5)
-        np.testing.assert_allclose(m[0, :3], [0.4, 0.4, 0.2], rtol=1e-6)
-        np.testing.assert_allclose(m[1, 2:5], [0.2, 0.4, 0.4], rtol=1e-6)
-        assert (m[0, 3:] == 0).all()
-
-    def test_integer_factor_is_block_mean(self):
-        img = np.random.default_rng(0).integers(0, 256, (8, 12, 3), dtype=np.uint8)
-        out = _AreaResize((8, 12), (4, 3))(img)
-        block = img.reshape(4, 2, 3, 4, 3).astype(np.float64).mean((1, 3))
-        np.testing.assert_array_equal(out, np.clip(np.rint(block), 0, 255).astype(np.uint8))
-
-    @pytest.mark.parametrize("out_hw, channels", [((84, 84), ()), ((64, 64), (3,)), ((17, 40), (3,))])
-    def test_matches_dense_reference(self, out_hw, channels):
+class TestResize:
+    @pytest.mark.parametrize("size, channels", [(84, ()), (64, (3,)), (40, (3,))])
+    def test_matches_pillow_bilinear(self, size, channels):
         img = np.random.default_rng(1).integers(0, 256, (210, 160, *channels), dtype=np.uint8)
-        out = _AreaResize((210, 160), out_hw)(img)
-        ref = reference_resize(img, out_hw)
-        assert out.shape == ref.shape and out.dtype == np.uint8
-        assert np.abs(out.astype(int) - ref.astype(int)).max() <= 1  # float32 vs float64 rounding ties
+        out = resize_frames(img, size)
+        ref = reference_resize(img, (size, size))
+        assert out.shape == ref.shape == (size, size, *channels) and out.dtype == np.uint8
+        assert np.abs(out.astype(int) - ref.astype(int)).max() <= 1  # rounding of the fixed-point kernels
+
+    def test_batches_and_types(self):
+        imgs = np.random.default_rng(2).integers(0, 256, (2, 3, 210, 160, 3), dtype=np.uint8)
+        out = resize_frames(torch.from_numpy(imgs), 64)
+        assert isinstance(out, torch.Tensor) and out.shape == (2, 3, 64, 64, 3) and out.is_contiguous()
+        for i in range(2):  # a batch is resized frame by frame
+            for j in range(3):
+                assert torch.equal(out[i, j], torch.from_numpy(resize_frames(imgs[i, j], 64)))
+        assert (resize_frames(np.full((210, 160), 7, dtype=np.uint8), 84) == 7).all()  # constants stay
+        with pytest.raises(TypeError, match="uint8"):
+            resize_frames(np.zeros((210, 160), dtype=np.float32), 84)
 
 
 # ------------------------------------------------------------------------------------ env
