@@ -75,7 +75,7 @@ _T975 = (
 # trusted); any other arm (ablations) follows alphabetically.
 KNOWN_ARMS = (
     "uniform", "per", "vlm_oracle", "vlm_noise10", "vlm_noise20", "vlm_noise30",
-    "vlm_random", "vlm_td_oracle",
+    "vlm_random", "vlm_td_oracle", "vlm_goal", "vlm_goal_cap4", "vlm_builtin_goal",
 )
 
 SUCCESS = "eval_success"
