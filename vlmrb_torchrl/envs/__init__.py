@@ -16,6 +16,7 @@ from vlmrb_torchrl.envs.minigrid import (
     BatchedMiniGridEnv,
     MiniGridEnv,
     make_minigrid_env,
+    register_extra_envs,
 )
 from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS, ClipRenderSteps, RobosuiteEnv, make_robosuite_env
 
@@ -34,4 +35,5 @@ __all__ = [
     "make_atari_env",
     "make_minigrid_env",
     "make_robosuite_env",
+    "register_extra_envs",
 ]
