@@ -80,15 +80,27 @@ def _same(a, b) -> bool:
 
 
 def checkpoint_leaves(path: Path) -> dict[str, object]:
-    """Every leaf of the final checkpoint: ``state.pt`` and the replay directory's tensors and JSON files."""
+    """Every leaf of the final checkpoint: ``state.pt`` and the replay directory's tensors and JSON files.
+
+    The replay storage's tensors are compared on their filled rows only: the rows beyond the
+    storage's length are allocated but never written (their bytes are whatever memory held).
+    """
     import json
 
+    import numpy as np
     import torch
 
     leaves = dict(_flatten(torch.load(path / "state.pt", weights_only=False, map_location="cpu"), "state"))
+    storage = path / "replay" / "storage"
+    filled = json.loads((storage / "storage_metadata.json").read_text())["len"] if storage.exists() else None
     for file in sorted((path / "replay").rglob("*")):
         rel = file.relative_to(path).as_posix()
-        if file.suffix == ".memmap":
+        if file.suffix == ".memmap" and filled is not None and storage in file.parents:
+            meta = json.loads((file.parent / "meta.json").read_text())[file.stem]
+            row = int(np.prod(meta["shape"][1:])) * torch.empty((), dtype=getattr(torch, meta["dtype"].split(".")[-1])
+                                                               ).element_size()
+            leaves[rel] = file.read_bytes()[: filled * row]
+        elif file.suffix == ".memmap":
             leaves[rel] = file.read_bytes()
         elif file.suffix == ".json":
             leaves.update(_flatten(json.loads(file.read_text()), rel))

@@ -350,3 +350,45 @@ def test_atari_smoke_each_replay_mode(tmp_path, replay):
     assert summary["updates"] == (256 - 64) // 4 + 64 // 4
     if replay.startswith("vlm"):
         assert len(list((tmp_path / replay / "gallery").glob("*.gif"))) == 2
+
+
+@pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
+def test_replay_sample_equals_torchrl_buffer_sample(replay):
+    """Replay.sample (sample_tensordict) returns what buffer.sample() returns: the same draws, entries and info."""
+    from tensordict import TensorDict
+
+    from vlmrb_torchrl.envs import MINIGRID_EVENT_KEYS
+    from vlmrb_torchrl.recipes.replay import Replay, make_replay
+    from vlmrb_torchrl.scorers import make_scorer
+
+    n, gen = 300, torch.Generator().manual_seed(0)
+    batch = TensorDict({"observation": torch.randint(0, 984, (4, n // 4, 148), dtype=torch.int16, generator=gen),
+                        "action": torch.randint(0, 5, (4, n // 4), generator=gen),
+                        ("collector", "traj_ids"): torch.arange(4).repeat_interleave(n // 4).reshape(4, n // 4),
+                        ("next", "reward"): torch.rand(4, n // 4, 1, generator=gen),
+                        ("next", "done"): torch.zeros(4, n // 4, 1, dtype=torch.bool),
+                        **{("next", key): torch.rand(4, n // 4, 1, generator=gen) < 0.1 for key in MINIGRID_EVENT_KEYS}},
+                       [4, n // 4])
+    cfg = apply_overrides(DQNConfig(), {**TINY, "replay": replay, "scorer": "oracle:minigrid", "async_scoring": False,
+                                        "vlm_warmup": 0, "clip_len": 4})
+    replays = [make_replay(cfg, generator=torch.Generator().manual_seed(1), updates=10,
+                           scorer=make_scorer("oracle:minigrid") if replay.startswith("vlm") else None)
+               for _ in range(2)]
+    try:
+        for r in replays:
+            r.store(batch.exclude("collector") if not replay.startswith("vlm") else batch, batch)
+        ours, theirs = replays
+        for _ in range(5):
+            a, b = ours.sample(), theirs.buffer.sample()
+            assert a.batch_size == b.batch_size == (cfg.batch_size,) and a.device == b.device
+            assert set(a.keys(True, True)) == set(b.keys(True, True))
+            for key in b.keys(True, True):
+                assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+            for r, s in ((ours, a), (theirs, b)):  # the same priority updates keep them in step
+                s.set("td_error", s["next", "reward"].clone())
+                r.update_priority(s)
+        assert "index" in a.keys() and ("priority_weight" in a.keys()) == (replay != "uniform")
+    finally:
+        for r in replays:
+            r.close()
+    assert type(replays[0]).sample is Replay.sample and Replay.sample.__code__.co_names.count("sample_tensordict")

@@ -227,7 +227,8 @@ def main(cfg: DQNConfig) -> dict:
         explore = make_policy(qnet, action_spec, eps_init=cfg.eps_start, eps_end=cfg.eps_end,
                               steps=int(cfg.eps_fraction * cfg.total_frames))
         eval_policy = make_policy(qnet, action_spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps, steps=1)
-        loss = DoubleDQNLoss(q_values, gamma=cfg.gamma)  # n-step targets use gamma ** steps_to_next_obs
+        # n-step targets use gamma ** steps_to_next_obs; TD errors only for the modes that read them
+        loss = DoubleDQNLoss(q_values, gamma=cfg.gamma, td_error=cfg.replay in ("per", "vlm_td"))
         params = list(loss.value_network.parameters())
         # fused: one kernel for all parameters instead of ~8 tensor ops each (the default on CPU)
         optim = torch.optim.Adam(params, lr=cfg.lr, fused=True)
@@ -250,20 +251,22 @@ def main(cfg: DQNConfig) -> dict:
                 total_frames=cfg.total_frames, seed=cfg.seed, env_steps=env_steps)))
 
         # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
-        loss_value = float("nan")
+        loss_value, last_loss = float("nan"), None
         for batch in training.batches():
             stored = n_step_returns(multistep, batch) if multistep is not None else batch
             replay.store(stored.select(*LEARNER_KEYS, strict=False), batch)  # clips are cut from `batch`
             explore[1].step(batch.numel())
             for sample in training.samples(batch):  # counters["updates"] counts this update
-                loss_t = loss(sample)  # also writes sample["td_error"] for the prioritized modes
+                loss_t = loss(sample)  # also writes sample["td_error"] for per and vlm_td
                 optim.zero_grad()
                 loss_t.backward()
                 nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
                 optim.step()
                 if counters["updates"] % cfg.target_update == 0:
                     loss.update_target()
-                loss_value = loss_t.item()
+                last_loss = loss_t
+            if last_loss is not None:  # read once per batch: .item() waits for the update to finish
+                loss_value, last_loss = last_loss.item(), None
             training.end_batch({"loss": loss_value, "epsilon": float(explore[1].eps)}, show=("loss", "epsilon"))
 
         # --- outputs: clip gallery, summary

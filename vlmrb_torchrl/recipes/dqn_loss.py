@@ -26,7 +26,7 @@ class DoubleDQNLoss(nn.Module):
       weighted by ``"priority_weight"`` (``sum(w * l) / sum(w)``) when the sample has importance
       weights (PER, VLM-RB with ``vlm_beta > 0``);
     - the priority ``(q - y) ** 2`` written to the sample's ``"td_error"`` (what TorchRL's
-      prioritized samplers and the ``vlm_td`` boost read).
+      prioritized samplers and the ``vlm_td`` boost read), unless ``td_error=False``.
 
     ``DQNLoss`` swaps parameters into a functional copy of the network three times per call
     and wraps every intermediate in a TensorDict, which costs ~5 ms per update on a CPU: several
@@ -42,6 +42,8 @@ class DoubleDQNLoss(nn.Module):
         gamma (float): discount.
         observation_key (str): the observation entry (and ``("next", key)``). Defaults to
             ``"observation"``.
+        td_error (bool): write ``sample["td_error"]``; replay without TD-error priorities (uniform,
+            ``vlm``) does not read it. Defaults to ``True``.
 
     The target network is a copy made at construction; :meth:`update_target` copies the
     online parameters into it (the recipe calls it every ``target_update`` updates).
@@ -59,8 +61,10 @@ class DoubleDQNLoss(nn.Module):
         (torch.Size([]), torch.Size([8, 1]))
     """
 
-    def __init__(self, value_network: nn.Module, *, gamma: float, observation_key: str = "observation") -> None:
+    def __init__(self, value_network: nn.Module, *, gamma: float, observation_key: str = "observation",
+                 td_error: bool = True) -> None:
         super().__init__()
+        self.td_error = td_error
         self.value_network = value_network
         self.target_network = copy.deepcopy(value_network).requires_grad_(False)
         self.gamma = float(gamma)
@@ -73,7 +77,8 @@ class DoubleDQNLoss(nn.Module):
             target.copy_(online)
 
     def forward(self, sample: TensorDictBase) -> torch.Tensor:
-        """The loss of ``sample`` (a scalar to backpropagate); writes ``sample["td_error"]`` (``[B, 1]``)."""
+        """The loss of ``sample`` (a scalar to backpropagate); writes ``sample["td_error"]`` (``[B, 1]``) when
+        ``td_error``."""
         obs = sample.get(self.observation_key)
         next_obs = sample.get(("next", self.observation_key))
         action = sample.get("action")
@@ -92,7 +97,8 @@ class DoubleDQNLoss(nn.Module):
             steps = sample.get("steps_to_next_obs", None)
             discount = self.gamma if steps is None else self.gamma ** steps.reshape(-1).to(next_q.dtype)
             target = reward + discount * (~terminated).to(next_q.dtype) * next_q
-            sample.set("td_error", (q - target).pow(2).unsqueeze(-1))  # [B, 1], as DQNLoss
+            if self.td_error:
+                sample.set("td_error", (q - target).pow(2).unsqueeze(-1))  # [B, 1], as DQNLoss
         elementwise = F.smooth_l1_loss(q, target, reduction="none")
         weight = sample.get("priority_weight", None)
         if weight is None:

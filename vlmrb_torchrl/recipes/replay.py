@@ -301,7 +301,7 @@ def sample_tensordict(buffer: TensorDictReplayBuffer) -> TensorDictBase:
         ...     return rb
         >>> fast, slow = sample_tensordict(make()), make().sample()
         >>> all(torch.equal(fast[k], slow[k]) for k in slow.keys(True, True)), fast["index"].tolist()
-        (True, [4, 3, 1, 3])
+        (True, [2, 3, 5, 0])
     """
     storage = buffer._storage
     from torchrl.data.replay_buffers.storages import TensorStorage
