@@ -1,17 +1,21 @@
-"""Scorer quality: precision, recall, F1 and AUROC of a scorer against the MiniGrid or robosuite oracle.
+"""Scorer quality: precision, recall, F1 and AUROC of a scorer against the MiniGrid, robosuite or Atari oracle.
 
-Rolls out ``--episodes`` episodes of a MiniGrid env (:class:`~vlmrb_torchrl.envs.MiniGridEnv`)
-or of robosuite Lift (``--env robosuite/Lift``: :class:`~vlmrb_torchrl.envs.RobosuiteEnv` as the
+Rolls out ``--episodes`` episodes of a MiniGrid env (:class:`~vlmrb_torchrl.envs.MiniGridEnv`),
+of robosuite Lift (``--env robosuite/Lift``: :class:`~vlmrb_torchrl.envs.RobosuiteEnv` as the
 SAC recipe builds it, ``agentview`` frames, episodes ending on success or after ``--max-steps``,
-default 200), rendering frames only when the scorer reads them, cuts them into clips with the
+default 200) or of an Atari game (``--env ALE/Pong-v5``: :class:`~vlmrb_torchrl.envs.AtariEnv`
+in evaluation mode, whole games cut at ``--max-steps``, default 2,500; its ``"pixels"`` are those
+of the DQN recipe's :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`, and the scripted agent reads
+the RAM, which only ``AtariEnv`` exposes), rendering frames only when the scorer reads them, cuts them into clips with the
 stream and transform :func:`~vlmrb_torchrl.make_clip_scoring` builds for the scorer (what the
 recipes and the gallery use), scores every clip with ``transform.score_clips`` (what the async
 worker calls) and labels the same clips with the privileged oracle (``oracle:minigrid`` /
-``oracle:robosuite``, which read the env's event flags, not frames).
+``oracle:robosuite`` / ``oracle:atari``, which read the env's event flags, not frames).
 
 Labels. A clip is *positive* when one of its real (``mask`` True) steps has a progress event
 (``("next", "progress_event")``: MiniGrid's first key pickup, first door opening, goal reached,
-task success; Lift's cube grasped, lifted or task success). Per event type, the env writes one
+task success; Lift's cube grasped, lifted or task success; Atari: a positive reward, the player
+scores). Per event type (MiniGrid, Lift), the env writes one
 flag each (``("next", "key_picked_up")``, ``"door_opened"``, ``"goal_reached"``, ``"success"``;
 Lift: ``"grasping"``, ``"lifted"``, ``"success"``) and the oracle reads that flag instead.
 A per-type row compares the clips showing that event (positives) with the clips showing *no*
@@ -42,7 +46,10 @@ an error says so otherwise),
 between random objects of any layout and interacts with them). On robosuite Lift, ``random`` is
 uniform random actions (SAC's first frames) and ``scripted`` the noisy pick-and-lift
 :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy` (no random-motion episodes; a fifth of
-its episodes aim beside the cube). Episode ``i`` resets the env with seed ``--seed + i``: the
+its episodes aim beside the cube). On Atari (Pong, Breakout), ``scripted`` is
+:class:`~vlmrb_torchrl.envs.atari_policies.AtariPolicy` (Pong: the paddle follows the ball;
+Breakout: serve, then keep the paddle under the ball) with ``--epsilon`` random actions and its own
+random bursts, no random episodes. Episode ``i`` resets the env with seed ``--seed + i``: the
 same command gives the same numbers.
 
 Usage:
@@ -53,6 +60,8 @@ Usage:
         --env MiniGrid-DoorKey-8x8-v0 --episodes 50 --policy mixed --seed 1000 --json out.json
     python benchmarks/scorer_quality.py --scorer builtin:lift --env robosuite/Lift --episodes 30 \\
         --policy mixed --seed 1000
+    python benchmarks/scorer_quality.py --scorer builtin:atari --env ALE/Pong-v5 --episodes 20 \\
+        --policy mixed --epsilon 0.05 --seed 1000
 
 Prints a Markdown table (one row for all progress events, one per event type) and, with
 ``--json``, writes the same numbers plus the run's settings and the scorer's provenance.
@@ -85,6 +94,9 @@ EVENT_TYPES = {
     "lifted": "cube lifted",
 }
 ROBOSUITE_PREFIX = "robosuite/"
+ATARI_PREFIX = "ALE/"
+#: --max-steps' default on Atari: a scripted Pong game lasts ~2,600 steps
+ATARI_MAX_STEPS = 2_500
 POLICIES = ("random", "scripted", "mixed", "subgoal")
 FRAME_KEY = "pixels"  # the recipes' frame key (recipes.replay.FRAME_KEY)
 #: MiniGrid's goal flag, and the row that scores it against every other clip (``oracle:minigrid_goal``'s labels)
@@ -273,6 +285,12 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
         from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
 
         return LiftPolicy(env, seed=seed, random_share=0.0)
+    if _is_atari(env):
+        if name != "scripted":
+            raise ValueError(f"the {name} policy is for MiniGrid; on Atari use random, scripted or mixed.")
+        from vlmrb_torchrl.envs.atari_policies import AtariPolicy
+
+        return AtariPolicy(env, seed=seed, random_share=0.0, epsilons=(epsilon,))
     from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, SubgoalPolicy
 
     if name == "scripted":
@@ -290,6 +308,10 @@ def _is_robosuite(env) -> bool:
     return type(env).__name__ == "RobosuiteEnv"
 
 
+def _is_atari(env) -> bool:
+    return type(env).__name__ == "AtariEnv"
+
+
 def episode_policy(policy: str, episode: int) -> str:
     """The policy of episode ``episode``: ``mixed`` alternates scripted (even) and random (odd)."""
     if policy == "mixed":
@@ -301,12 +323,13 @@ def episode_policy(policy: str, episode: int) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scorer_quality.py",
-        description="Precision, recall, F1 and AUROC of a clip scorer against the MiniGrid or robosuite oracle.",
+        description="Precision, recall, F1 and AUROC of a clip scorer against the MiniGrid, robosuite or Atari "
+                    "oracle.",
     )
     parser.add_argument("--scorer", required=True, help="scorer spec for make_scorer (oracle:minigrid, "
                         "builtin:minigrid, clip:<dir>, hf:<dir>, python:mod:fn, ...)")
-    parser.add_argument("--env", required=True, help="a MiniGrid env id, e.g. MiniGrid-DoorKey-6x6-v0, or "
-                        "robosuite/Lift")
+    parser.add_argument("--env", required=True, help="a MiniGrid env id, e.g. MiniGrid-DoorKey-6x6-v0, "
+                        "robosuite/Lift or an ALE id, e.g. ALE/Pong-v5")
     parser.add_argument("--episodes", type=int, required=True, help="episodes to roll out")
     parser.add_argument("--policy", choices=POLICIES, default="random",
                         help="random (uniform actions), scripted (DoorKeyPolicy: key -> door -> goal; layouts with "
@@ -338,7 +361,7 @@ def _parser() -> argparse.ArgumentParser:
                         "others: all), all, or a comma-separated list of MiniGrid action names")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="truncate episodes after this many steps (default: MiniGrid's own max_steps; "
-                        "robosuite: 200, the SAC recipe's)")
+                        f"robosuite: 200, the SAC recipe's; Atari: {ATARI_MAX_STEPS})")
     parser.add_argument("--frame-size", type=int, default=64, help="rendered frame size (recipes: 64)")
     parser.add_argument("--batch-size", type=int, default=64, help="clips per score_clips call")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the run")
@@ -366,8 +389,9 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> di
         parser.error(f"--label-noise must be in [0, 1], got {args.label_noise}.")
     if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
         parser.error(f"--noise-std must be a finite float >= 0, got {args.noise_std}.")
-    if not args.env.startswith(("MiniGrid-", "BabyAI-")) and args.env != ROBOSUITE_PREFIX + "Lift":
-        parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*) or robosuite/Lift, got {args.env!r}.")
+    if not args.env.startswith(("MiniGrid-", "BabyAI-", ATARI_PREFIX)) and args.env != ROBOSUITE_PREFIX + "Lift":
+        parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*), robosuite/Lift or an ALE id "
+                     f"(ALE/Pong-v5), got {args.env!r}.")
     try:
         kwargs = json.loads(args.scorer_kwargs) if args.scorer_kwargs else {}
     except json.JSONDecodeError as err:
@@ -419,7 +443,16 @@ def format_table(report: dict[str, dict]) -> str:
 
 
 def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, render: bool):
-    """The env the episodes run in: MiniGrid as the DQN recipe builds it, or robosuite Lift as the SAC recipe does."""
+    """The env the episodes run in: MiniGrid or Atari as the DQN recipe builds it (Atari: one ``AtariEnv``, whose
+    frames are the recipe's), or robosuite Lift as the SAC recipe does."""
+    if args.env.startswith(ATARI_PREFIX):
+        from vlmrb_torchrl.envs.atari import make_atari_env
+
+        try:  # evaluation mode: whole games, raw rewards (the oracle's positive reward is the same either way)
+            return make_atari_env(args.env, train=False, render=render, frame_size=args.frame_size,
+                                  max_episode_steps=args.max_steps or ATARI_MAX_STEPS)
+        except ValueError as err:
+            parser.error(f"--env {args.env!r}: {err}")
     if args.env.startswith(ROBOSUITE_PREFIX):
         from vlmrb_torchrl.envs.robosuite import make_robosuite_env
 
@@ -457,8 +490,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
     robosuite = args.env.startswith(ROBOSUITE_PREFIX)
+    atari = args.env.startswith(ATARI_PREFIX)
     if robosuite:
         from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS as event_keys
+    elif atari:
+        event_keys = (PROGRESS,)  # a positive reward: no event types
     else:
         from vlmrb_torchrl.envs.minigrid import MINIGRID_EVENT_KEYS as event_keys
 
@@ -490,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                                  epsilon=args.epsilon, burst_prob=args.burst_prob)
                 except ValueError as err:
                     parser.error(f"--policy {args.policy}: {err}")
-            horizon = args.max_steps or (env.max_episode_steps if robosuite else int(env.unwrapped.max_steps))
+            horizon = args.max_steps or (env.max_episode_steps if robosuite or atari else int(env.unwrapped.max_steps))
 
             all_scores, all_labels, clip_policy = [], {k: [] for k in label_keys}, []
             steps = successes = 0
@@ -506,7 +542,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     rollout = env.rollout(horizon, policies[name], break_when_any_done=True)
                 rollout_seconds += time.perf_counter() - t0
                 steps += rollout.numel()
-                successes += int(rollout["next", "success"].any())
+                if ("next", "success") in rollout.keys(True):  # (Atari has no success flag)
+                    successes += int(rollout["next", "success"].any())
                 for key, flag in label_keys.items():
                     step_events[key] += int(rollout[flag].sum())
                 rollout["collector", "traj_ids"] = torch.full(rollout.shape, episode, dtype=torch.long)

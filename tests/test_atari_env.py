@@ -22,7 +22,7 @@ from torchrl.envs import SerialEnv  # noqa: E402
 from torchrl.envs.utils import check_env_specs, step_mdp  # noqa: E402
 
 import vlmrb_torchrl.envs.atari as atari_module  # noqa: E402
-from vlmrb_torchrl.envs import ATARI_PROMPTS, AtariEnv, atari_prompt, make_atari_env  # noqa: E402
+from vlmrb_torchrl.envs import ATARI_PROMPTS, AtariEnv, BatchedAtariEnv, atari_prompt, make_atari_env  # noqa: E402
 from vlmrb_torchrl.envs.atari import (  # noqa: E402
     GENERIC_ATARI_PROMPT,
     atari_game_name,
@@ -369,6 +369,162 @@ class TestAtariEnv:
         assert torch.isfinite(value)
         value.backward()
         assert all(p.grad is not None for p in actor.parameters())
+
+
+# ---------------------------------------------------------------------------- batched env
+def batched_play(env, actions, *, reset_on_done=True):
+    """Steps a BatchedAtariEnv with per-step action lists; returns the ``"next"`` tensordicts."""
+    td = env.reset()
+    out = []
+    for a in actions:
+        td["action"] = torch.as_tensor(a, dtype=torch.int64)
+        if reset_on_done:
+            td, root = env.step_and_maybe_reset(td)
+            out.append(td["next"].clone())
+            td = root
+        else:
+            td = env.step(td)
+            out.append(td["next"].clone())
+            td = step_mdp(td)
+    return out
+
+
+class TestBatchedAtariEnv:
+    @pytest.mark.parametrize("render", [True, False])
+    def test_specs_and_entries(self, render):
+        env = BatchedAtariEnv(3, BREAKOUT, seed=0, render=render, frame_size=48)
+        check_env_specs(env)
+        assert env.batch_size == (3,) and env.action_names == ["NOOP", "FIRE", "RIGHT", "LEFT"]
+        assert env.observation_spec["observation"].shape == (3, 4, 84, 84)
+        assert ("pixels" in env.observation_spec.keys()) is render
+        assert set(env.done_keys) == {"done", "terminated", "truncated"}
+        td = env.reset()
+        obs = td["observation"]
+        assert obs.dtype == torch.uint8 and (obs == obs[:, :1]).all() and obs.float().std() > 0  # reset-frame stacks
+        data = env.rollout(40, break_when_any_done=False)
+        nxt = data["next"]
+        assert nxt["observation"].shape == (3, 40, 4, 84, 84)
+        assert torch.equal(nxt["progress_event"], nxt["raw_reward"] > 0)
+        assert torch.equal(nxt["reward"], torch.sign(nxt["raw_reward"]))  # train mode: clipped
+        if render:
+            assert nxt["pixels"].shape == (3, 40, 48, 48, 3) and (nxt["pixels"][..., 0] != nxt["pixels"][..., 1]).any()
+        assert torch.equal(nxt["observation"][:, 1:, :-1], nxt["observation"][:, :-1, 1:]) or nxt["done"].any()
+        env.close()
+
+    def test_frames_match_atari_env(self):
+        """Same emulator states (no sticky actions, no no-ops): the same scorer frames as AtariEnv, and the
+        gray frame is the luminance of the 84-px RGB resize of the same max-pooled screen."""
+        from vlmrb_torchrl.envs.atari_policies import AtariPolicy
+
+        kw = dict(noop_max=0, env_kwargs={"repeat_action_probability": 0.0}, train=False)
+        batched = BatchedAtariEnv(1, BREAKOUT, frame_size=64, seed=3, **kw)
+        single = make_atari_env(BREAKOUT, frame_size=64, seed=3, **kw)
+        rgb84 = make_atari_env(BREAKOUT, frame_size=84, seed=3, **kw)
+        policy = AtariPolicy(single, seed=0, random_share=0.0, epsilons=(0.0,), burst_prob=0.0)  # breaks bricks
+        luminance = torch.tensor(atari_module.LUMINANCE)
+        tds = [env.reset() for env in (batched, single, rgb84)]
+        rewards = 0.0
+        for _ in range(300):
+            action = policy.act()
+            tds[0]["action"] = torch.tensor([action])
+            for td in tds[1:]:
+                td["action"] = torch.tensor(action)
+            g, w, w84 = (env.step(td)["next"] for env, td in zip((batched, single, rgb84), tds))
+            assert torch.equal(g["pixels"][0], w["pixels"])
+            assert torch.equal(g["raw_reward"][0], w["raw_reward"]) and torch.equal(g["done"][0], w["done"])
+            gray = (w84["pixels"].float() @ luminance).round().to(torch.uint8)
+            assert torch.equal(g["observation"][0, -1], gray)
+            rewards += float(w["raw_reward"])
+            if w["done"].item():  # game over (after it the envs differ)
+                break
+            tds = [g, w, w84]
+        assert rewards > 0  # the frames include bricks breaking
+
+    def test_seeds_are_deterministic_and_copies_differ(self):
+        actions = [random_actions(4, 2, seed=i) for i in range(80)]
+        a = batched_play(BatchedAtariEnv(2, BREAKOUT, seed=7), actions)
+        b = batched_play(BatchedAtariEnv(2, BREAKOUT, seed=7), actions)
+        for x, y in zip(a, b):
+            assert (x == y).all()
+        assert any(not torch.equal(x["observation"][0], x["observation"][1]) for x in a)
+        env = BatchedAtariEnv(2, BREAKOUT, seed=8)
+        c = batched_play(env, actions)
+        assert any(not torch.equal(x["observation"], y["observation"]) for x, y in zip(a, c))
+        assert env.set_seed(7) == SerialEnv(2, partial(make_atari_env, BREAKOUT, render=False)).set_seed(7)
+        d = batched_play(env, actions)  # reseeding restarts the games from the same states
+        for x, y in zip(a, d):
+            assert (x == y).all()
+
+    def test_train_mode_life_loss_continues_the_game(self):
+        env = BatchedAtariEnv(1, INVADERS, seed=0, train=True)
+        td = env.reset()
+        lives, clipped, raw = [env.lives[0]], [], []
+        for a in random_actions(6, 3000):
+            td["action"] = torch.tensor([a])
+            td, root = env.step_and_maybe_reset(td)
+            nxt = td["next"]
+            clipped.append(float(nxt["reward"])), raw.append(float(nxt["raw_reward"]))
+            if nxt["done"].item():
+                assert nxt["terminated"].item()
+                if nxt["game_done"].item():
+                    break
+                lives.append(env.lives[0])  # after the (soft) reset: the same game, one life less
+                assert root["observation"][0].eq(root["observation"][0, :1]).all()  # the stack restarts
+            td = root
+        else:
+            pytest.fail("no game over in 3000 steps")
+        assert len(lives) >= 2 and lives == list(range(3, 3 - len(lives), -1))  # a lost life is an episode
+        assert max(raw) > 1 and set(clipped) <= {0.0, 1.0}  # raw scores of 5-30, clipped to their sign
+        assert env.train_mode
+
+    def test_eval_mode_plays_whole_games_with_raw_rewards(self):
+        env = BatchedAtariEnv(1, INVADERS, seed=0, train=False)
+        data = env.rollout(3000, break_when_any_done=True)
+        nxt = data["next"]
+        assert nxt["done"].sum() == 1 and nxt["terminated"][0, -1].item() and nxt["game_done"][0, -1].item()
+        assert torch.equal(nxt["reward"], nxt["raw_reward"]) and nxt["raw_reward"].max() > 1
+        assert env.lives == [0]
+
+    def test_max_episode_steps_truncates_the_game(self):
+        env = BatchedAtariEnv(2, BREAKOUT, seed=0, train=False, max_episode_steps=12)
+        nxt = env.rollout(12)["next"]
+        assert nxt["truncated"][:, -1].all() and nxt["done"][:, -1].all() and nxt["game_done"][:, -1].all()
+        assert not nxt["terminated"].any() and not nxt["done"][:, :-1].any()
+
+    def test_collector_resets_done_copies(self):
+        env = BatchedAtariEnv(2, BREAKOUT, frame_size=32)
+        env.set_seed(0)
+        collector = Collector(env, None, frames_per_batch=200, total_frames=400)
+        data = torch.cat(list(collector), dim=1)
+        collector.shutdown()
+        assert data["next", "pixels"].shape == (2, 200, 32, 32, 3)
+        done = data["next", "done"].squeeze(-1)
+        assert done.any()  # random Breakout loses a life within 200 steps
+        for w, t in done[:, :-1].nonzero().tolist():
+            obs = data["observation"][w, t + 1]
+            assert (obs == obs[:1]).all()  # a fresh stack after every reset
+            assert data["collector", "traj_ids"][w, t + 1] != data["collector", "traj_ids"][w, t]
+
+    @pytest.mark.parametrize("kwargs, match", [
+        ({"num_envs": 0}, "num_envs must be an int >= 1"),
+        ({"env_id": "CartPole-v1"}, "needs an ALE id"),
+        ({"env_id": "ALE/NoSuchGame-v5"}, "could not find env_id='ALE/NoSuchGame-v5'"),
+        ({"env_kwargs": {"mode": 1}}, r"\['mode'\] not supported by ale-py's vector env"),
+        ({"num_threads": 0}, "num_threads must be None or an int >= 1"),
+        ({"frame_skip": 0}, "frame_skip must be an int >= 1"),
+    ])
+    def test_construction_errors(self, kwargs, match):
+        kwargs = {"num_envs": 2, "env_id": BREAKOUT, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            BatchedAtariEnv(kwargs.pop("num_envs"), kwargs.pop("env_id"), **kwargs)
+
+    def test_recipes_batch_atari_factories(self):
+        from vlmrb_torchrl.recipes.envs import env_factory, has_batched_env, make_batched_env
+
+        factory = env_factory(BREAKOUT, train=False, render=True, max_episode_steps=50)
+        env = make_batched_env(factory, 3)
+        assert type(env) is BatchedAtariEnv and env.batch_size == (3,) and not env.train_mode
+        assert env.max_episode_steps == 50 and has_batched_env(factory)
 
 
 if __name__ == "__main__":

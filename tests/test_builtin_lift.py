@@ -50,8 +50,8 @@ def test_frame_cache_round_trip(tmp_path):
 
 
 def test_unknown_domain():
-    with pytest.raises(ValueError, match="Unknown scorer domain 'atari'"):
-        get_domain("atari")
+    with pytest.raises(ValueError, match="Unknown scorer domain 'tetris'"):
+        get_domain("tetris")
 
 
 # ------------------------------------------------------------------------------ the simulator

@@ -225,7 +225,7 @@ def test_rise_sees_an_event_undone_within_the_clip():
 
 def test_builtin_scorer_errors():
     with pytest.raises(ValueError, match="builtin:minigrid"):
-        make_scorer("builtin:atari")
+        make_scorer("builtin:tetris")
     with pytest.raises(ValueError, match="needs negatives"):
         make_scorer("builtin:minigrid", prompt="the agent holds the red ball")
 
@@ -235,8 +235,18 @@ def test_dqn_default_scorer_is_builtin():
 
     from vlmrb_torchrl.recipes.config import ConfigError, apply_overrides
 
-    assert DQNConfig().scorer == "builtin:minigrid"
+    # scorer=auto: the env's built-in scorer, resolved by validate() (config.json records the resolved spec)
+    assert DQNConfig().scorer == "auto" and DQNConfig().validate().scorer == "builtin:minigrid"
     assert SACConfig().scorer == "builtin:lift"
+    for env in ("ALE/Pong-v5", "ALE/Breakout-v5"):
+        assert apply_overrides(DQNConfig(), [f"env={env}"]).validate().scorer == "builtin:atari"
     with pytest.raises(ConfigError, match="scorer='builtin:minigrid' is invalid: expected a scorer for this env"):
-        apply_overrides(DQNConfig(), ["env=ALE/Pong-v5"]).validate()
-    apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "replay=uniform"]).validate()  # no scorer used
+        apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "scorer=builtin:minigrid"]).validate()
+    with pytest.raises(ConfigError, match="scorer='oracle:atari' is invalid: expected a scorer for this env"):
+        apply_overrides(DQNConfig(), ["scorer=oracle:atari"]).validate()  # MiniGrid
+    with pytest.raises(ConfigError, match="scorer='auto' is invalid: .*ALE/Tennis-v5 has no built-in one"):
+        apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5"]).validate()
+    with pytest.raises(ConfigError, match="scorer='builtin:atari' is invalid: expected a scorer for this game"):
+        apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "scorer=builtin:atari"]).validate()
+    apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "scorer=oracle:atari"]).validate()
+    apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "replay=uniform"]).validate()  # no scorer used

@@ -21,7 +21,7 @@ from vlmrb_torchrl.recipes.dqn import main as dqn_main  # noqa: E402
 
 TINY = dict(total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=128, eval_every=256,
             eval_episodes=2, buffer_size=2_000, checkpoint_every=512, clip_len=4, batch_size=16,
-            progress=False, hidden=32, n_steps=2, gallery_clips=1)
+            progress=False, hidden=32, n_steps=2, gallery_clips=1, gallery_steps=200)
 
 
 def read_metrics(run_dir):
@@ -332,6 +332,24 @@ def test_cli_quick_preset_and_resume_dir(tmp_path, capsys):
     assert code == 0
     rows = read_metrics(tmp_path / "cli")
     assert int(rows[-1]["env_steps"]) == 640
+
+
+def test_quick_preset_follows_the_env(capsys):
+    from vlmrb_torchrl.cli import _train_parser, build_config
+    from vlmrb_torchrl.recipes.config import QUICK_PRESETS
+
+    parser = _train_parser("dqn")
+    atari = build_config("dqn", parser.parse_intermixed_args(["--quick", "env=ALE/Pong-v5", "eval_episodes=2"]))
+    for key, value in QUICK_PRESETS["dqn:atari"].items():
+        assert getattr(atari, key) == (2 if key == "eval_episodes" else value), key  # overrides win
+    assert atari.scorer == "builtin:atari"
+    grid = build_config("dqn", parser.parse_intermixed_args(["--quick"]))
+    assert grid.total_frames == QUICK_PRESETS["dqn"]["total_frames"] and grid.scorer == "builtin:minigrid"
+    # the bounds are in --help
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "with env=ALE/...:" in out and "eval_max_episode_steps" in out and "gallery_steps" in out
 
 
 # vlm (frames for the scorer next to the agent's grey stacks, the gallery) stays in the default run

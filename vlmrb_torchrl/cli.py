@@ -1,4 +1,4 @@
-"""The ``vlmrb`` command: ``vlmrb train dqn key=value ...``, ``vlmrb build-scorer minigrid|lift --out DIR``."""
+"""The ``vlmrb`` command: ``vlmrb train dqn key=value ...``, ``vlmrb build-scorer minigrid|lift|atari --out DIR``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from vlmrb_torchrl.recipes.config import (
     apply_overrides,
     config_help,
     load_config_file,
+    quick_preset,
 )
 
 RECIPES = {"dqn": DQNConfig, "sac": SACConfig}
@@ -27,8 +28,8 @@ Commands:
   vlmrb --version                                             print the package version
   vlmrb train dqn [--config FILE] [--quick] [key=value ...]   train double DQN (MiniGrid, Atari)
   vlmrb train sac [--config FILE] [--quick] [key=value ...]   train SAC (robosuite manipulation)
-  vlmrb build-scorer minigrid|lift --out DIR [--frames N] [--steps N] [--seed S]
-                                                              train a built-in scorer (MiniGrid, robosuite Lift)
+  vlmrb build-scorer minigrid|lift|atari --out DIR [--frames N] [--steps N] [--seed S]
+                                                              train a built-in scorer (MiniGrid, robosuite Lift, Atari)
 
 Run `vlmrb train dqn --help` / `vlmrb train sac --help` for every key."""
 
@@ -61,8 +62,12 @@ def _train_parser(name: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML/JSON file of key: value pairs")
-    parser.add_argument("--quick", action="store_true",
-                        help="a complete small run (a few minutes on 2 CPU cores): " + json.dumps(QUICK_PRESETS[name]))
+    quick = "a complete small run (a few minutes on 2 CPU cores): " + json.dumps(QUICK_PRESETS[name])
+    if f"{name}:atari" in QUICK_PRESETS:
+        quick += "; with env=ALE/...: " + json.dumps(QUICK_PRESETS[f"{name}:atari"]) + (
+            " (an evaluation plays at most eval_episodes x eval_max_episode_steps steps, the gallery at most "
+            "gallery_steps)")
+    parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     return parser
 
@@ -105,23 +110,33 @@ def _finished_line(summary: dict) -> str:
 
 
 def build_config(name: str, args: argparse.Namespace):
-    """Defaults <- resumed run's config <- --quick <- --config <- key=value overrides."""
+    """Defaults <- resumed run's config <- --quick <- --config <- key=value overrides.
+
+    ``--quick`` depends on the env the other sources give (:func:`~vlmrb_torchrl.recipes.config.quick_preset`):
+    the config is built once without it to find the env.
+    """
     cls = RECIPES[name]
-    cfg = cls()
     overrides = list(args.overrides)
     resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
-    if resume:
-        saved = _saved_config(resume)
-        cfg = apply_overrides(cfg, {k: v for k, v in saved.items() if k not in _NOT_RESUMED})
+    saved = _saved_config(resume) if resume else None
+
+    def build(preset: dict | None):
+        cfg = cls()
+        if saved is not None:
+            cfg = apply_overrides(cfg, {k: v for k, v in saved.items() if k not in _NOT_RESUMED})
+        if preset:
+            cfg = apply_overrides(cfg, preset)
+        if args.config:
+            try:
+                cfg = apply_overrides(cfg, load_config_file(args.config))
+            except ConfigError as err:
+                msg = str(err)
+                raise ConfigError(msg if msg.startswith("--config") else f"--config {args.config}: {msg}") from None
+        return apply_overrides(cfg, overrides)
+
+    cfg = build(None)
     if args.quick:
-        cfg = apply_overrides(cfg, QUICK_PRESETS[name])
-    if args.config:
-        try:
-            cfg = apply_overrides(cfg, load_config_file(args.config))
-        except ConfigError as err:
-            msg = str(err)
-            raise ConfigError(msg if msg.startswith("--config") else f"--config {args.config}: {msg}") from None
-    cfg = apply_overrides(cfg, overrides)
+        cfg = build(quick_preset(name, cfg.env))
     return cfg.validate()
 
 
@@ -133,12 +148,13 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
         description="Train a small CLIP on frames of an environment captioned from the simulator's state, on one "
                     "CPU thread, and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
-                    "(minigrid: ~13 CPU-minutes; lift: ~50 minutes of robosuite rendering + ~15 of training). Same "
+                    "(minigrid: ~13 CPU-minutes; lift: ~50 minutes of robosuite rendering + ~15 of training; atari: ~6 minutes of emulation + ~15 of training). Same "
                     "arguments, same seed: identical weights. Defaults below are per environment.",
     )
     parser.add_argument("name", choices=sorted(DOMAINS), help="which built-in scorer to train")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--frames", type=int, default=None, help="frames generated (minigrid 120000, lift 30000)")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="frames generated (minigrid 120000, lift 30000, atari 60000)")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000)")
     parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default 0)")
@@ -154,7 +170,7 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
 
 
 def build_scorer_main(argv: list[str]) -> int:
-    """``vlmrb build-scorer minigrid|lift --out DIR ...``: see :func:`~vlmrb_torchrl.scorer_training.build_scorer`."""
+    """``vlmrb build-scorer minigrid|lift|atari --out DIR ...``: see :func:`~vlmrb_torchrl.scorer_training.build_scorer`."""
     import dataclasses
 
     from vlmrb_torchrl.scorer_training import build_scorer, get_domain

@@ -400,8 +400,18 @@ class TestMakeScorer:
         assert make_scorer("oracle:minigrid").score(clips).tolist() == [1.0, 1.0, 0.0]
 
     def test_unknown_oracle(self):
-        with pytest.raises(ValueError, match=r"Unknown oracle scorer 'oracle:atari'. Valid forms: 'oracle:minigrid'"):
-            make_scorer("oracle:atari")
+        with pytest.raises(ValueError, match=r"Unknown oracle scorer 'oracle:tetris'. Valid forms: 'oracle:minigrid'"):
+            make_scorer("oracle:tetris")
+
+    def test_oracle_atari_reads_positive_rewards(self):
+        scorer = make_scorer("oracle:atari")
+        assert scorer.events_key == ("next", "progress_event")  # AtariEnv / BatchedAtariEnv: raw_reward > 0
+        events = torch.zeros(3, 4, 1, dtype=torch.bool)
+        events[0, 3] = events[2, 0] = True
+        mask = torch.ones(3, 4, dtype=torch.bool)
+        mask[0, 3] = False  # an event on a padded step does not count
+        clips = TensorDict({("next", "progress_event"): events, "mask": mask}, batch_size=[3, 4])
+        assert scorer.score(clips).tolist() == [0.0, 0.0, 1.0]
 
     def test_python_function(self, tiny_clips):
         scorer = make_scorer(f"python:{__name__}:mean_pixel_score", prompt="bright?")

@@ -8,7 +8,7 @@ minigrid (``pip install 'vlmrb-torchrl[minigrid]'`` when building a MiniGrid env
 
 from __future__ import annotations
 
-from vlmrb_torchrl.envs.atari import ATARI_PROMPTS, AtariEnv, atari_prompt, make_atari_env
+from vlmrb_torchrl.envs.atari import ATARI_PROMPTS, AtariEnv, BatchedAtariEnv, atari_prompt, make_atari_env
 from vlmrb_torchrl.envs.minigrid import (
     DOORKEY_ACTIONS,
     MINIGRID_EVENT_KEYS,
@@ -23,6 +23,7 @@ from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS, ClipRenderSteps, 
 __all__ = [
     "ATARI_PROMPTS",
     "AtariEnv",
+    "BatchedAtariEnv",
     "BatchedMiniGridCollector",
     "BatchedMiniGridEnv",
     "ClipRenderSteps",

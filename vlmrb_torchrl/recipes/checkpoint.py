@@ -369,7 +369,7 @@ RESUME_MAY_CHANGE = ("total_frames", "stop_at", "resume", "output_dir", "overwri
                      "async_scoring", "scorer_drain_timeout", "on_scorer_error", "max_consecutive_scorer_errors",
                      "scorer_backend", "scorer_workers", "scorer_gpus", "ray_address",
                      "eval_every", "eval_episodes", "eval_envs", "eval_eps",
-                     "checkpoint_every", "gallery_clips", "tensorboard", "progress")
+                     "checkpoint_every", "gallery_clips", "gallery_steps", "tensorboard", "progress")
 
 
 def check_resume_config(cfg: Any, checkpoint: Path) -> None:

@@ -10,7 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "ConfigError", "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS"]
+__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "ConfigError", "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS",
+           "quick_preset"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")
 
@@ -111,12 +112,15 @@ class RecipeConfig:
     eval_envs: int = _field(10, "env copies stepped together during evaluation (batched policy calls)")
     checkpoint_every: int = _field(50_000, "frames between checkpoints (and at the end)")
     gallery_clips: int = _field(4, "top and bottom scored clips saved as GIFs at the end (0 = none)")
+    gallery_steps: int = _field(2_000, "env steps the gallery plays at most (a few evaluation episodes, the last one "
+                                       "cut when the budget is spent)")
     tensorboard: bool = _field(True, "write TensorBoard events")
     progress: bool = _field(True, "show a progress bar")
 
     # validation: (ints >= 1, ints >= 0, numbers in [0, 1], numbers > 0, numbers >= 0); subclasses extend
     _POSITIVE_INTS = ("total_frames", "num_envs", "frames_per_batch", "batch_size", "buffer_size", "train_every",
                       "hidden", "clip_len", "clip_stride", "eval_episodes", "eval_envs", "eval_every", "checkpoint_every",
+                      "gallery_steps",
                       "torch_threads", "max_consecutive_scorer_errors")
     _NON_NEGATIVE_INTS = ("learning_starts", "gallery_clips")
     _UNIT_NUMBERS = ("lambda_max", "label_noise", "gamma", "min_agreement")
@@ -227,9 +231,11 @@ class DQNConfig(RecipeConfig):
                    "the agent's cell, direction and carried object: the fully observed state the VLM-RB paper's DoorKey "
                    "agents see; learns DoorKey-12x12/16x16, where the partial view's memoryless MLP does not)")
     # replay
-    scorer: str = _field("builtin:minigrid", "scorer spec for vlm modes: builtin:minigrid (the small CLIP shipped "
-                                             "with the package, scoring rendered frames), oracle:minigrid (privileged "
-                                             "event flags), python:mod:fn, clip:<id or dir>, hf:<id or dir>, ...")
+    scorer: str = _field("auto", "scorer spec for vlm modes: auto (the env's built-in scorer: builtin:minigrid on "
+                                 "MiniGrid, builtin:atari on ALE/Pong-v5 and ALE/Breakout-v5), builtin:minigrid or "
+                                 "builtin:atari (small CLIPs shipped with the package, scoring rendered frames), "
+                                 "oracle:minigrid (privileged event flags), oracle:atari (privileged: a positive "
+                                 "reward on a step of the clip), python:mod:fn, clip:<id or dir>, hf:<id or dir>, ...")
     # collection
     eps_start: float = _field(1.0, "initial exploration epsilon")
     eps_end: float = _field(0.05, "final exploration epsilon")
@@ -241,9 +247,10 @@ class DQNConfig(RecipeConfig):
     # evaluation
     eval_eps: float = _field(0.01, "epsilon during evaluation (greedy policies loop in partially observed MiniGrid)")
     eval_max_episode_steps: int | None = _field(
-        None, "evaluation episodes end (as failures, unless solved) after this many steps (None = the training "
-              "limit: max_episode_steps or the env's own, e.g. 2,560 on DoorKey-16x16, so a policy that never "
-              "solves plays eval_episodes x that many steps per evaluation)")
+        None, "evaluation episodes end (as failures, unless solved; Atari: with the score so far) after this many "
+              "steps (None = the training limit: max_episode_steps or the env's own, e.g. 2,560 on DoorKey-16x16, "
+              "27,000 on Atari, so a policy that never solves plays eval_episodes x that many steps per evaluation: "
+              "one evaluation plays at most eval_episodes x this many steps)")
 
     _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "target_update", "n_steps")
     _UNIT_NUMBERS = ("eps_start", "eps_end", "eps_fraction", *RecipeConfig._UNIT_NUMBERS, "eval_eps")
@@ -251,9 +258,13 @@ class DQNConfig(RecipeConfig):
 
     def _checks(self) -> list[tuple[str, bool, str]]:
         minigrid = self.env.startswith(("MiniGrid-", "BabyAI-"))
-        minigrid_scorer = self.scorer.split(":", 1)[0] in ("builtin", "oracle") and \
-            self.scorer.split(":", 1)[-1] in ("minigrid", "minigrid_goal")
-        return [*super()._checks(), ("env", minigrid or self.env.startswith("ALE/"),
+        atari = self.env.startswith("ALE/")
+        kind, _, name = self.scorer.partition(":")
+        builtin_or_oracle = kind in ("builtin", "oracle")
+        minigrid_scorer = builtin_or_oracle and name in ("minigrid", "minigrid_goal")
+        atari_scorer = builtin_or_oracle and name == "atari"
+        vlm = self.replay in ("vlm", "vlm_td")
+        return [*super()._checks(), ("env", minigrid or atari,
                                      "a MiniGrid or BabyAI id (MiniGrid-DoorKey-6x6-v0, ...) or an Atari id (ALE/Pong-v5, ...)"),
                 ("actions", minigrid or self.actions in ("auto", "all"),
                                      "'auto' or 'all' (action subsets are for MiniGrid ids)"),
@@ -262,12 +273,39 @@ class DQNConfig(RecipeConfig):
                  "'partial', 'full' or 'both' (full and both are for MiniGrid ids)"),
                 ("eval_max_episode_steps", self.eval_max_episode_steps is None or self.eval_max_episode_steps >= 1,
                  "None or an integer >= 1"),
-                ("scorer", minigrid or not minigrid_scorer or self.replay not in ("vlm", "vlm_td"),
+                ("scorer", not vlm or self.scorer != "auto",
+                 f"a scorer: {self.env} has no built-in one (built-in scorers: MiniGrid, ALE/Pong-v5, "
+                 "ALE/Breakout-v5); pass scorer=oracle:atari (privileged reward events), hf:<dir>, clip:<dir>, "
+                 "openai:<url>#<model> or python:<module>:<callable>"),
+                ("scorer", minigrid or not minigrid_scorer or not vlm,
                  "a scorer for this env (builtin:minigrid and oracle:minigrid read MiniGrid frames and flags; for "
-                 "Atari pass scorer=hf:<dir>, clip:<dir>, openai:<url>#<model> or python:<module>:<callable>)")]
+                 "Atari pass scorer=auto, builtin:atari, oracle:atari, hf:<dir>, clip:<dir>, openai:<url>#<model> "
+                 "or python:<module>:<callable>)"),
+                ("scorer", atari or not atari_scorer or not vlm,
+                 "a scorer for this env (builtin:atari and oracle:atari read Atari frames and rewards)"),
+                ("scorer", not (vlm and kind == "builtin" and name == "atari") or _atari_builtin_game(self.env),
+                 "a scorer for this game (builtin:atari knows ALE/Pong-v5 and ALE/Breakout-v5; pass "
+                 "scorer=oracle:atari or your own)")]
 
     def validate(self) -> DQNConfig:
+        """:meth:`RecipeConfig.validate`, after resolving ``scorer=auto`` to the env's built-in scorer (the
+        resolved spec is what ``config.json`` records).
+
+        Examples:
+            >>> DQNConfig(env="ALE/Pong-v5").validate().scorer, DQNConfig().validate().scorer
+            ('builtin:atari', 'builtin:minigrid')
+        """
+        if self.scorer == "auto" and isinstance(self.env, str):
+            if self.env.startswith(("MiniGrid-", "BabyAI-")):
+                self.scorer = "builtin:minigrid"
+            elif _atari_builtin_game(self.env):
+                self.scorer = "builtin:atari"
         return super().validate()
+
+
+def _atari_builtin_game(env_id: str) -> bool:
+    """Whether ``builtin:atari`` was trained on this ALE id's game (Pong, Breakout)."""
+    return env_id.startswith("ALE/") and env_id.split("/", 1)[1].split("-", 1)[0] in ("Pong", "Breakout")
 
 
 @dataclasses.dataclass
@@ -331,11 +369,30 @@ QUICK_PRESETS: dict[str, dict[str, Any]] = {
     # Evaluated at the learning study's epsilon (0.05): at 0.01 a near-greedy DoorKey policy loops
     "dqn": {"total_frames": 30_000, "num_envs": 4, "frames_per_batch": 128, "learning_starts": 2_000,
             "eval_every": 10_000, "eval_episodes": 20, "eval_eps": 0.05, "checkpoint_every": 30_000},
+    # env=ALE/...: the whole pipeline in a few minutes on 2 CPU cores (a Nature-CNN update costs ~50-100 ms of
+    # CPU there), far too short to learn: one evaluation of 4 episodes cut at 500 steps (<= 2,000 steps), a
+    # gallery of <= 1,000 steps
+    "dqn:atari": {"total_frames": 6_400, "num_envs": 8, "frames_per_batch": 128, "learning_starts": 1_000,
+                  "batch_size": 32, "buffer_size": 6_400, "eval_every": 6_400, "eval_episodes": 4, "eval_envs": 4,
+                  "eval_max_episode_steps": 500, "checkpoint_every": 6_400, "gallery_steps": 1_000},
     # a complete small SAC run on robosuite Lift (a few minutes on 2 CPU cores; too short to learn Lift)
     "sac": {"total_frames": 3_000, "num_envs": 2, "frames_per_batch": 100, "learning_starts": 1_000,
             "max_episode_steps": 100, "batch_size": 128, "train_every": 2, "hidden": 128, "eval_every": 3_000,
             "eval_episodes": 2, "checkpoint_every": 3_000, "gallery_clips": 2},
 }
+
+
+def quick_preset(recipe: str, env: str) -> dict[str, Any]:
+    """The ``--quick`` keys of ``recipe`` for ``env`` (``dqn`` on an ALE id: :data:`QUICK_PRESETS`'s ``dqn:atari``).
+
+    Examples:
+        >>> quick_preset("dqn", "ALE/Pong-v5")["eval_max_episode_steps"]
+        500
+        >>> quick_preset("dqn", "MiniGrid-Empty-5x5-v0")["total_frames"]
+        30000
+    """
+    key = f"{recipe}:atari" if env.startswith("ALE/") and f"{recipe}:atari" in QUICK_PRESETS else recipe
+    return QUICK_PRESETS[key]
 
 
 def _convert(name: str, text: str, annotation: Any) -> Any:

@@ -275,5 +275,5 @@ def main(cfg: DQNConfig) -> dict:
             gallery = clip_gallery(
                 run.dir / "gallery", scorer=start.scorer,
                 make_env=env_factory(cfg.env, train=False, render=True, **env_kwargs), policy=eval_policy,
-                clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, max_steps=cfg.max_episode_steps or 1_000)
+                clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, steps=cfg.gallery_steps)
         return run.write_summary(counters, training.metrics_last, gallery)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-__all__ = ["env_factory", "probe_env", "is_minigrid", "make_batched_env", "minigrid_actions", "make_collector"]
+__all__ = ["env_factory", "probe_env", "has_batched_env", "is_atari", "is_minigrid", "make_batched_env",
+           "minigrid_actions", "make_collector"]
 
 
 def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> Callable[[], Any]:
@@ -39,7 +40,7 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         from vlmrb_torchrl.envs.minigrid import make_minigrid_env
 
         return functools.partial(make_minigrid_env, env_id, render=render, **kwargs)
-    if env_id.startswith("ALE/"):
+    if is_atari(env_id):
         from vlmrb_torchrl.envs.atari import make_atari_env
 
         return functools.partial(make_atari_env, env_id, train=train, render=render, **kwargs)
@@ -78,13 +79,26 @@ def is_minigrid(env_id: str) -> bool:
     return env_id.startswith(("MiniGrid-", "BabyAI-"))
 
 
+def is_atari(env_id: str) -> bool:
+    """Whether ``env_id`` is an ALE id (``ALE/<Game>-v5``).
+
+    Examples:
+        >>> is_atari("ALE/Pong-v5"), is_atari("MiniGrid-DoorKey-8x8-v0")
+        (True, False)
+    """
+    return env_id.startswith("ALE/")
+
+
 def make_batched_env(env_fn: Callable[[], Any], num_envs: int, *, parallel: bool = False):
     """``num_envs`` copies of ``env_fn``'s env stepped together.
 
     A MiniGrid factory from :func:`env_factory` gives a
     :class:`~vlmrb_torchrl.envs.minigrid.BatchedMiniGridEnv` (the data ``SerialEnv`` gives, with
-    less overhead per step); any other factory a ``SerialEnv``, or a ``ParallelEnv`` (one process
-    per copy) with ``parallel=True``.
+    less overhead per step), an Atari one a :class:`~vlmrb_torchrl.envs.atari.BatchedAtariEnv`
+    (ale-py's vector env: the emulator in C++ threads, one RGB screen per step for the agent's
+    gray stack and the scorer's frame; ``parallel`` is ignored: it steps in parallel already);
+    any other factory a ``SerialEnv``, or a ``ParallelEnv`` (one process per copy) with
+    ``parallel=True``. See :func:`has_batched_env`.
 
     Examples:
         >>> type(make_batched_env(env_factory("MiniGrid-DoorKey-5x5-v0"), 2)).__name__
@@ -92,12 +106,32 @@ def make_batched_env(env_fn: Callable[[], Any], num_envs: int, *, parallel: bool
     """
     from torchrl.envs import ParallelEnv, SerialEnv
 
-    if not parallel and isinstance(env_fn, functools.partial):
-        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridEnv, make_minigrid_env
-
-        if env_fn.func is make_minigrid_env:
-            return BatchedMiniGridEnv(num_envs, *env_fn.args, **env_fn.keywords)
+    batched = _batched_env_class(env_fn)
+    if batched is not None and not (parallel and batched.__name__ == "BatchedMiniGridEnv"):
+        return batched(num_envs, *env_fn.args, **env_fn.keywords)
     return (ParallelEnv if parallel else SerialEnv)(num_envs, env_fn)
+
+
+def has_batched_env(env_fn: Callable[[], Any]) -> bool:
+    """Whether :func:`make_batched_env` steps ``env_fn``'s copies in an env class of its own (MiniGrid,
+    Atari) rather than in a ``SerialEnv``. For Atari that class also preprocesses frames its own way
+    (see :class:`~vlmrb_torchrl.envs.atari.BatchedAtariEnv`): evaluations and galleries use it, with
+    one copy if need be, so that the agent sees what it saw in training.
+
+    Examples:
+        >>> has_batched_env(env_factory("MiniGrid-DoorKey-5x5-v0")), has_batched_env(lambda: None)
+        (True, False)
+    """
+    return _batched_env_class(env_fn) is not None
+
+
+def _batched_env_class(env_fn):
+    if not isinstance(env_fn, functools.partial):
+        return None
+    from vlmrb_torchrl.envs.atari import BatchedAtariEnv, make_atari_env
+    from vlmrb_torchrl.envs.minigrid import BatchedMiniGridEnv, make_minigrid_env
+
+    return {make_minigrid_env: BatchedMiniGridEnv, make_atari_env: BatchedAtariEnv}.get(env_fn.func)
 
 
 def minigrid_actions(env_id: str, actions: str) -> tuple[str, ...] | None:

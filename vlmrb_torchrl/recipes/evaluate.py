@@ -49,16 +49,18 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
     (:func:`~vlmrb_torchrl.recipes.envs.make_batched_env`, one batched policy call per step), ``episodes // num_envs`` per copy and one
     more for the first ``episodes % num_envs`` copies: exactly ``episodes`` i.i.d. episodes (each
     copy counts its first episodes, so short successful ones are not favoured), several times
-    faster with small networks. Episodes still running
+    faster with small networks (MiniGrid and Atari factories always run in their batched env, one
+    copy if need be: for Atari it preprocesses frames as training did). Episodes still running
     after ``max_steps`` steps count as failures with their partial return.
 
     Returns the success rate (NaN when the env reports no ``success``) and the mean return
     (``raw_reward`` when the env provides it, e.g. unclipped Atari scores).
     (``tests/test_evaluate.py`` checks the episode accounting against a scripted env.)
     """
-    if num_envs <= 1:
+    from vlmrb_torchrl.recipes.envs import has_batched_env, make_batched_env
+
+    if num_envs <= 1 and not has_batched_env(make_env):  # MiniGrid and Atari: their batched env, the training one
         return _evaluate_serial(policy, make_env, episodes=episodes, seed=seed, max_steps=max_steps)
-    from vlmrb_torchrl.recipes.envs import make_batched_env
 
     env = make_batched_env(make_env, num_envs)
     policy = on_env_device(policy, env.device)

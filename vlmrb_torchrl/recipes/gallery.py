@@ -8,6 +8,7 @@ import torch
 
 from vlmrb_torchrl.clip_scoring import make_clip_scoring
 from vlmrb_torchrl.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.recipes.envs import has_batched_env, make_batched_env
 from vlmrb_torchrl.recipes.evaluate import on_env_device
 from vlmrb_torchrl.recipes.replay import FRAME_KEY, needs_frames
 
@@ -16,14 +17,18 @@ __all__ = ["clip_gallery"]
 
 @torch.no_grad()
 def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clips: int, seed: int,
-                 episodes: int = 6, max_steps: int = 1_000) -> list[Path]:
+                 episodes: int = 6, steps: int = 2_000) -> list[Path]:
     """Scores clips from a few rendered episodes and saves the top/bottom ``clips`` as GIFs.
 
-    Each GIF carries its score and the scorer's prompt in the frame's caption strip.
+    Plays at most ``episodes`` episodes and ``steps`` env steps in all: an episode still running
+    when the budget is spent is cut there (its clips so far count). Each GIF carries its score and
+    the scorer's prompt in the frame's caption strip.
     """
     from PIL import Image, ImageDraw
 
-    env = make_env()
+    # the training env's own batched class where there is one (Atari preprocesses frames its own way)
+    batched = has_batched_env(make_env)
+    env = make_batched_env(make_env, 1) if batched else make_env()
     env.set_seed(seed)
     # the GIFs read clips[FRAME_KEY] inline (not pooled), also when the scorer reads no frames
     extra_keys = [] if needs_frames(scorer) else [FRAME_KEY]
@@ -32,7 +37,10 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
     batches = []
     offset = 0
     for episode in range(episodes):
-        rollout = env.rollout(max_steps, on_env_device(policy, env.device), break_when_any_done=True)
+        if offset >= steps:
+            break
+        rollout = env.rollout(steps - offset, on_env_device(policy, env.device), break_when_any_done=True)
+        rollout = rollout[0] if batched else rollout
         rollout["collector", "traj_ids"] = torch.full(rollout.shape, episode, dtype=torch.long)
         index = torch.arange(offset, offset + rollout.numel())
         offset += rollout.numel()

@@ -154,6 +154,5 @@ def main(cfg: SACConfig) -> dict:
             gallery = clip_gallery(
                 run.dir / "gallery", scorer=start.scorer,
                 make_env=env_factory(cfg.env, train=False, render=True, **env_kwargs), policy=eval_policy,
-                clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, episodes=2,
-                max_steps=cfg.max_episode_steps or 500)
+                clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, episodes=2, steps=cfg.gallery_steps)
         return run.write_summary(counters, training.metrics_last, gallery)

@@ -1,4 +1,4 @@
-"""Scorers that ship with the package: ``make_scorer("builtin:minigrid")``, ``make_scorer("builtin:lift")``.
+"""Scorers that ship with the package: ``make_scorer("builtin:minigrid")``, ``"builtin:lift"``, ``"builtin:atari"``.
 
 ``builtin:minigrid`` is a small CLIP model (~0.28M parameters, ~1.1 MB) trained by
 ``vlmrb build-scorer minigrid`` on MiniGrid frames captioned from the simulator's state (see
@@ -26,6 +26,13 @@ clip scores high when any of its frames shows what ``oracle:robosuite`` labels:
 - the grasp: "the robot grasps the cube" against "the robot does not hold the cube";
 - the lift: "the cube is lifted off the table" against "the cube is on the table".
 
+``builtin:atari`` is the same kind of model trained by ``vlmrb build-scorer atari`` on Pong and
+Breakout frames as the DQN recipe renders them (:class:`~vlmrb_torchrl.envs.BatchedAtariEnv`, 64 px),
+captioned from the emulator's RAM and the reward events (the game; where the ball is; the agent
+scores a point, a brick breaks, the ball is lost). Its prompt set is the best of one check per game
+(:data:`ATARI_PROMPT_SET`), both ``max`` over the clip's frames: what ``oracle:atari`` labels, a
+positive reward. It knows Pong and Breakout only (:data:`ATARI_BUILTIN_GAMES`).
+
 Their weights live in the package (``vlmrb_torchrl/scorers/models/<name>``): nothing is
 downloaded, and they load with ``HF_HUB_OFFLINE=1``. transformers and Pillow are needed
 (``pip install 'vlmrb-torchrl[vlm]'``).
@@ -41,11 +48,11 @@ from typing import Any
 from vlmrb_torchrl.scorers.base import register_scorer
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
-__all__ = ["BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_PROMPT_SET", "MINIGRID_GOAL_PROMPT_SET", "MINIGRID_PROMPT_SET",
+__all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_PROMPT_SET", "MINIGRID_GOAL_PROMPT_SET", "MINIGRID_PROMPT_SET",
            "builtin_model_dir", "make_builtin_scorer"]
 
 #: Built-in models by name: the package-data directory under ``vlmrb_torchrl/scorers/models``.
-BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "minigrid", "lift": "lift"}
+BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "minigrid", "lift": "lift", "atari": "atari"}
 
 #: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
 #: canonical ones of the training captions (``vlmrb_torchrl.scorer_training.captions``).
@@ -68,9 +75,23 @@ LIFT_PROMPT_SET: tuple[PromptCheck, ...] = (
     PromptCheck("the cube is lifted off the table", ("the cube is on the table",), "max"),
 )
 
+#: The checks ``builtin:atari`` scores with (score = max over checks): the canonical wordings of
+#: ``vlmrb_torchrl.scorer_training.atari``. One check per game the model knows, ``max`` over the clip's
+#: frames (an event labels the frames before and after its step); each check's negatives include the
+#: other game, so a Breakout clip scores low on the Pong check and the other way round.
+ATARI_PROMPT_SET: tuple[PromptCheck, ...] = (
+    PromptCheck("the green paddle scores a point",
+                ("no point is scored in pong", "the orange paddle scores a point", "this is a game of breakout"), "max"),
+    PromptCheck("the ball breaks a brick", ("no brick breaks", "the ball is lost", "this is a game of pong"), "max"),
+)
+
+#: The Atari games ``builtin:atari`` was trained on (``ALE/<Game>-v5``).
+ATARI_BUILTIN_GAMES: tuple[str, ...] = ("Pong", "Breakout")
+
 #: Each built-in model's default prompt set.
 BUILTIN_PROMPT_SETS: dict[str, tuple[PromptCheck, ...]] = {
-    "minigrid": MINIGRID_PROMPT_SET, "minigrid_goal": MINIGRID_GOAL_PROMPT_SET, "lift": LIFT_PROMPT_SET}
+    "minigrid": MINIGRID_PROMPT_SET, "minigrid_goal": MINIGRID_GOAL_PROMPT_SET, "lift": LIFT_PROMPT_SET,
+    "atari": ATARI_PROMPT_SET}
 
 
 def builtin_model_dir(name: str = "minigrid") -> Path:
@@ -111,7 +132,7 @@ def make_builtin_scorer(
 
     Args:
         name (str, optional): ``"minigrid"``, ``"minigrid_goal"`` (the MiniGrid model with the goal-only
-            prompt set, :data:`MINIGRID_GOAL_PROMPT_SET`) or ``"lift"``. Defaults to ``"minigrid"``.
+            prompt set, :data:`MINIGRID_GOAL_PROMPT_SET`), ``"lift"`` or ``"atari"``. Defaults to ``"minigrid"``.
 
     Keyword Args:
         prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to the
@@ -154,4 +175,5 @@ def _make_builtin(rest: str, **kwargs: Any):
     return make_builtin_scorer(rest or "minigrid", **kwargs)
 
 
-register_scorer("builtin", _make_builtin, form="builtin:minigrid, builtin:minigrid_goal or builtin:lift", overwrite=True)
+register_scorer("builtin", _make_builtin, form="builtin:minigrid, builtin:minigrid_goal, builtin:lift or builtin:atari",
+                overwrite=True)

@@ -20,6 +20,7 @@ ORACLE_EVENT_KEYS: dict[str, NestedKey] = {"minigrid": ("next", "progress_event"
 # which the agent reaches the goal are positive (key pickups and door openings are not)
 ORACLE_EVENT_KEYS["minigrid_goal"] = ("next", "goal_reached")
 ORACLE_EVENT_KEYS["robosuite"] = ("next", "progress_event")  # envs.robosuite: grasping | lifted | success
+ORACLE_EVENT_KEYS["atari"] = ("next", "progress_event")  # envs.atari: a positive reward on the step
 
 DEFAULT_ORACLE_PROMPT = "privileged oracle: does any step of the clip have a progress event?"
 

@@ -1,0 +1,240 @@
+"""Captioned Pong and Breakout frames: statements from the RAM and the reward events, and the frames themselves.
+
+A frame makes three statements true, one of each kind (every other statement is false in it, so
+the contrastive loss's negatives are exact):
+
+- the game: "this is a game of pong" / "... breakout";
+- where the ball is, read from the RAM (:func:`~vlmrb_torchrl.envs.atari_policies.ball_position`):
+  Pong behind the orange paddle (the agent is about to score), behind the green one, in the
+  field, not on the court; Breakout at the bricks, in the middle, at the paddle or below, not
+  in play;
+- the event, from the rewards and lives: Pong "the green paddle scores a point" (positive
+  reward), "the orange paddle scores a point" (negative reward), "no point is scored";
+  Breakout "the ball breaks a brick" (positive reward), "the ball is lost" (a lost life),
+  "no brick breaks". An event at step ``t`` labels the frame after step ``t`` and the frame
+  before it (after step ``t - 1``): a clip contains the frame before step ``t`` exactly when it
+  contains step ``t``, which is what ``oracle:atari`` labels (a positive reward on one of the
+  clip's steps).
+
+Frames are rendered by :class:`~vlmrb_torchrl.envs.AtariEnv` (``frame_size=64``, evaluation
+mode: whole games), whose ``"pixels"`` are those of :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`,
+the recipe's env, for the same emulator state; episodes are played by
+:class:`~vlmrb_torchrl.envs.atari_policies.AtariPolicy` (scripted with noise and bursts, or
+random).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+import numpy as np
+
+from vlmrb_torchrl.envs.atari_policies import ATARI_POLICY_GAMES, BALL_POSITIONS
+from vlmrb_torchrl.scorer_training.data import FrameSet
+
+__all__ = ["AtariFrameState", "ATARI_STATEMENTS", "ATARI_QUESTIONS", "ATARI_EPISODE_KINDS", "EVENTS",
+           "true_statements", "wordings", "all_statements", "vocabulary", "generate_atari_frames", "frame_events"]
+
+Statement = tuple[str, ...]
+
+#: The events per game (the last one: nothing happened).
+EVENTS = {"Pong": ("player_scores", "opponent_scores", "none"), "Breakout": ("brick", "lost", "none")}
+
+
+@dataclasses.dataclass(frozen=True)
+class AtariFrameState:
+    """What a caption says about one frame.
+
+    Attributes:
+        game (str): ``"Pong"`` or ``"Breakout"``.
+        ball (str): one of ``BALL_POSITIONS[game]``.
+        event (str): one of ``EVENTS[game]``.
+    """
+
+    game: str
+    ball: str
+    event: str
+
+
+def all_statements() -> list[Statement]:
+    """Every statement, in a fixed order."""
+    out: list[Statement] = [("game", g.lower()) for g in ATARI_POLICY_GAMES]
+    for game in ATARI_POLICY_GAMES:
+        g = game.lower()
+        out += [(g, "ball", p) for p in BALL_POSITIONS[game]] + [(g, "event", e) for e in EVENTS[game]]
+    return out
+
+
+#: Every statement (see :func:`all_statements`).
+ATARI_STATEMENTS: tuple[Statement, ...] = tuple(all_statements())
+
+#: Frame-level validation questions: each group's true statement ranked first.
+ATARI_QUESTIONS: dict[str, tuple[Statement, ...]] = {
+    "game": tuple(("game", g.lower()) for g in ATARI_POLICY_GAMES),
+    **{f"{g.lower()}_{kind}": tuple((g.lower(), kind, v) for v in values)
+       for g in ATARI_POLICY_GAMES for kind, values in (("ball", BALL_POSITIONS[g]), ("event", EVENTS[g]))},
+}
+
+_WORDINGS: dict[Statement, tuple[str, ...]] = {
+    ("game", "pong"): ("this is a game of pong", "the game is pong", "a screen of pong"),
+    ("game", "breakout"): ("this is a game of breakout", "the game is breakout", "a screen of breakout"),
+    ("pong", "ball", "behind_orange"): ("the ball is behind the orange paddle", "the ball gets past the orange paddle",
+                                        "the ball is at the left edge of the court"),
+    ("pong", "ball", "behind_green"): ("the ball is behind the green paddle", "the ball gets past the green paddle",
+                                       "the ball is at the right edge of the court"),
+    ("pong", "ball", "field"): ("the ball is in play between the paddles", "the ball is on the court"),
+    ("pong", "ball", "none"): ("there is no ball on the court", "the pong ball is not in play"),
+    ("pong", "event", "player_scores"): ("the green paddle scores a point", "the green player wins the point",
+                                         "the agent scores a point in pong"),
+    ("pong", "event", "opponent_scores"): ("the orange paddle scores a point", "the orange player wins the point"),
+    ("pong", "event", "none"): ("no point is scored in pong", "the rally goes on"),
+    ("breakout", "ball", "bricks"): ("the ball is at the bricks", "the ball reaches the wall of bricks"),
+    ("breakout", "ball", "middle"): ("the ball flies between the bricks and the paddle",
+                                     "the ball is in the middle of the screen"),
+    ("breakout", "ball", "bottom"): ("the ball is down at the paddle", "the ball is at the bottom of the screen"),
+    ("breakout", "ball", "none"): ("there is no ball in breakout", "the breakout ball is not in play"),
+    ("breakout", "event", "brick"): ("the ball breaks a brick", "a brick breaks", "the ball hits a brick"),
+    ("breakout", "event", "lost"): ("the ball is lost", "the ball falls past the paddle", "the player loses a life"),
+    ("breakout", "event", "none"): ("no brick breaks", "the ball bounces without breaking a brick"),
+}
+
+#: What the frames' ``layout`` index names: the game and the kind of episode a frame comes from.
+ATARI_EPISODE_KINDS = tuple(f"{g}/{mode}" for g in ATARI_POLICY_GAMES for mode in ("scripted", "random"))
+
+
+def true_statements(state: AtariFrameState) -> frozenset[Statement]:
+    """The three statements true in ``state``.
+
+    Examples:
+        >>> sorted(true_statements(AtariFrameState("Pong", "behind_orange", "player_scores")))
+        [('game', 'pong'), ('pong', 'ball', 'behind_orange'), ('pong', 'event', 'player_scores')]
+    """
+    g = state.game.lower()
+    return frozenset({("game", g), (g, "ball", state.ball), (g, "event", state.event)})
+
+
+def wordings(statement: Statement) -> tuple[str, ...]:
+    """The sentences that say ``statement`` (the first is the canonical one, used in prompts).
+
+    Examples:
+        >>> wordings(("breakout", "event", "brick"))[0]
+        'the ball breaks a brick'
+    """
+    try:
+        return _WORDINGS[statement]
+    except KeyError:
+        raise ValueError(f"unknown Atari statement {statement!r}") from None
+
+
+def vocabulary(extra: Iterable[str] = ()) -> list[str]:
+    """The words of every wording (plus ``extra`` sentences), sorted: the tokenizer's vocabulary."""
+    words = {w for texts in _WORDINGS.values() for text in texts for w in text.split()}
+    words |= {w for text in extra for w in text.lower().split()}
+    words.add("and")
+    return sorted(words)
+
+
+def frame_events(game: str, rewards: np.ndarray, lives_lost: np.ndarray) -> list[str]:
+    """The event of each frame of an episode: frame ``i`` follows step ``i`` (frame 0: the reset).
+
+    ``rewards[i]`` / ``lives_lost[i]``: the raw reward and the lost life of the step that led to
+    frame ``i`` (0 / False for the reset frame). An event at step ``t`` labels frames ``t - 1`` and
+    ``t``; a positive reward wins over a negative one or a lost life.
+
+    Examples:
+        >>> frame_events("Breakout", np.array([0, 0, 1, 0, 0]), np.array([0, 0, 0, 0, 1], dtype=bool))
+        ['none', 'brick', 'brick', 'lost', 'lost']
+    """
+    n = len(rewards)
+    scored = rewards > 0
+    bad = rewards < 0 if game == "Pong" else np.asarray(lives_lost, dtype=bool)
+    at_or_before = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    for flags, out in ((scored, at_or_before[0]), (bad, at_or_before[1])):
+        out |= flags
+        out[:-1] |= flags[1:]
+    good_event, bad_event = EVENTS[game][0], EVENTS[game][1]
+    return [good_event if at_or_before[0][i] else bad_event if at_or_before[1][i] else "none" for i in range(n)]
+
+
+def generate_atari_frames(
+    n_frames: int,
+    *,
+    seed: int = 0,
+    games: tuple[str, ...] = ATARI_POLICY_GAMES,
+    frame_size: int = 64,
+    episode_steps: tuple[int, int] = (400, 2500),
+    random_share: float = 0.2,
+) -> FrameSet:
+    """Plays Pong and Breakout episodes (alternating) until ``n_frames`` frames are collected.
+
+    Every frame of an episode is kept, the reset frame included; an episode ends at game over or
+    after a length drawn from ``episode_steps``. Each episode resets its game with a seed
+    ``>= 2**20`` drawn from ``seed`` (the scorer-quality benchmark's held-out episodes use seeds
+    from 1000), so a seed gives the same frames.
+
+    Args:
+        n_frames (int): frames to collect.
+
+    Keyword Args:
+        seed (int, optional): the seed. Defaults to ``0``.
+        games (tuple of str, optional): the games. Defaults to Pong and Breakout.
+        frame_size (int, optional): frames are ``[frame_size, frame_size, 3]``. Defaults to ``64``
+            (the recipe's).
+        episode_steps (tuple of int, optional): ``(min, max)`` steps per episode.
+        random_share (float, optional): share of uniformly random episodes (:class:`AtariPolicy`).
+
+    Returns:
+        FrameSet: the frames with their :class:`AtariFrameState` (``layouts`` are
+        :data:`ATARI_EPISODE_KINDS`).
+
+    Examples:
+        >>> data = generate_atari_frames(20, seed=0)  # doctest: +SKIP
+        >>> len(data), data.frames[0].shape  # doctest: +SKIP
+        (20, (64, 64, 3))
+    """
+    from vlmrb_torchrl.envs.atari import AtariEnv
+    from vlmrb_torchrl.envs.atari_policies import AtariPolicy, ball_position
+
+    rng = np.random.default_rng(seed)
+    envs = {game: AtariEnv(f"ALE/{game}-v5", train=False, render=True, frame_size=frame_size,
+                           max_episode_steps=episode_steps[1]) for game in games}
+    policies = {game: AtariPolicy(env, seed=int(rng.integers(2**31)), random_share=random_share)
+                for game, env in envs.items()}
+    frames: list[np.ndarray] = []
+    states: list[AtariFrameState] = []
+    kinds: list[int] = []
+    episodes: list[int] = []
+    episode = 0
+    try:
+        while len(frames) < n_frames:
+            game = games[episode % len(games)]
+            env, policy = envs[game], policies[game]
+            env.set_seed(int(rng.integers(2**20, 2**31)))
+            td = env.reset()
+            policy.reset()
+            ale = env.unwrapped.ale
+            steps = int(rng.integers(episode_steps[0], episode_steps[1] + 1))
+            ep_frames, balls, rewards, lost = [td["pixels"].numpy()], [ball_position(game, ale.getRAM())], [0.0], [False]
+            lives = env.lives
+            for _ in range(min(steps, n_frames - len(frames) - 1)):
+                nxt = env.step(policy(td))["next"]
+                ep_frames.append(nxt["pixels"].numpy())
+                balls.append(ball_position(game, ale.getRAM()))
+                rewards.append(float(nxt["raw_reward"]))
+                lost.append(env.lives < lives)
+                lives = env.lives
+                if bool(nxt["done"]):
+                    break
+                td = nxt
+            events = frame_events(game, np.asarray(rewards), np.asarray(lost))
+            frames += ep_frames
+            states += [AtariFrameState(game, b, e) for b, e in zip(balls, events)]
+            kinds += [ATARI_EPISODE_KINDS.index(f"{game}/{policy.mode}")] * len(ep_frames)
+            episodes += [episode] * len(ep_frames)
+            episode += 1
+    finally:
+        for env in envs.values():
+            env.close()
+    return FrameSet(frames[:n_frames], states[:n_frames], np.asarray(kinds[:n_frames], dtype=np.int64),
+                    np.asarray(episodes[:n_frames], dtype=np.int64), list(ATARI_EPISODE_KINDS))
