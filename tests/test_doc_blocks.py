@@ -174,9 +174,9 @@ def _check_build_scorer(words: list[str], where: str) -> None:
         raise AssertionError(f"{where}: `{shlex.join(words)}` does not parse") from err
 
 
-def _check_script(words: list[str], where: str) -> None:
+def _check_script(words: list[str], where: str, cwd: Path = ROOT) -> None:
     """The script exists and defines every ``--option`` the command passes (a renamed option fails)."""
-    script = ROOT / words[1]
+    script = cwd / words[1]
     assert script.is_file(), f"{where}: {words[1]} does not exist"
     source = script.read_text()
     for word in words[2:]:
@@ -191,7 +191,11 @@ def test_bash_blocks_parse(page):
     for block in blocks(page):
         if block.lang not in ("bash", "sh", "shell", "console") or block.skip:
             continue
+        cwd = ROOT
         for words in _commands(block.code):
+            if words[0] == "cd" and len(words) == 2:  # later script paths are relative to it
+                cwd = cwd / words[1]
+                continue
             while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # MUJOCO_GL=egl python ...
                 words = words[1:]
             if not words or any("$" in w for w in words):  # a loop variable: the loop's lines are checked by hand
@@ -208,7 +212,7 @@ def test_bash_blocks_parse(page):
                     _check_build_scorer(words, block.where)
                     checked += 1
                 elif words[0] == "python" and len(words) > 1 and words[1].endswith(".py"):
-                    _check_script(words, block.where)
+                    _check_script(words, block.where, cwd)
                     checked += 1
             except (argparse.ArgumentError, ValueError) as err:
                 raise AssertionError(f"{block.where}: `{shlex.join(words)}`: {err}") from err

@@ -215,6 +215,7 @@ def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
     if replay.startswith("vlm"):
         gifs = sorted(p.name for p in (run_dir / "gallery").glob("*.gif"))
         assert len(gifs) == 2 and gifs[0].startswith("bottom") and gifs[1].startswith("top")
+        assert all("_step" in name for name in gifs)  # the run gallery: clips of the whole run, with their step
         # the checkpoint holds every transition's score: pending tails are flushed before it
         from tensordict import TensorDict
 

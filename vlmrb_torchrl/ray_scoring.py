@@ -436,6 +436,8 @@ class RayAsyncScorer(AsyncScorer):
             return False
         self.sampler.update_scores(flight.batch.index, flight.batch.scores_for_targets(scores),
                                    flight.batch.generation, reduce=flight.batch.reduce)
+        if self.on_scored is not None:
+            self.on_scored(flight.batch, scores)
         done = time.perf_counter()
         with self._cond:
             w.pids.add(pid)  # a restarted actor may score before its probe answers

@@ -8,6 +8,7 @@ import time
 import warnings
 import weakref
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Literal
 
@@ -126,6 +127,10 @@ class AsyncScorer:
 
     #: the backend names this class runs (a subclass runs its own)
     BACKENDS: tuple[str, ...] = ("thread", "process")
+    #: ``on_scored(clip_batch, scores)``, called in the worker after each batch's scores were written to the
+    #: sampler (every backend), e.g. to keep the best and worst clips of a run (the recipes' gallery). An
+    #: exception in it stops the worker like a scorer's. Not copied with the worker. Defaults to ``None``.
+    on_scored: Callable[[ClipBatch, torch.Tensor], None] | None = None
 
     def __init__(
         self,
@@ -409,6 +414,8 @@ class AsyncScorer:
                     return
                 self.sampler.update_scores(batch.index, batch.scores_for_targets(scores),
                                            batch.generation, reduce=batch.reduce)
+                if self.on_scored is not None:
+                    self.on_scored(batch, scores)
             except BaseException as err:  # noqa: BLE001 - handed to the caller
                 self._fail(err)
                 return

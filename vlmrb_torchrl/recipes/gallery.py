@@ -1,8 +1,15 @@
-"""The clip gallery: the top- and bottom-scored clips of a few rendered episodes, as GIFs."""
+"""The clip gallery: the top- and bottom-scored clips of a run, as GIFs labelled with score and step.
+
+:class:`RunGallery` keeps them while the run trains, over every clip scored (with a scorer that
+reads frames); :func:`clip_gallery` scores a few rendered evaluation episodes instead, for a
+scorer that reads no frames (the oracle): its training clips carry none.
+"""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 
@@ -12,20 +19,144 @@ from vlmrb_torchrl.recipes.envs import has_batched_env, make_batched_env
 from vlmrb_torchrl.recipes.evaluate import on_env_device
 from vlmrb_torchrl.recipes.replay import FRAME_KEY, needs_frames
 
-__all__ = ["clip_gallery"]
+__all__ = ["RunGallery", "attach_run_gallery", "clip_gallery", "save_gif"]
+
+
+class _Kept(NamedTuple):
+    score: float
+    tiebreak: float  # a uniform draw: among equal scores, a uniform sample of the run's clips is kept
+    step: int  # rows the buffer had stored when the clip's first step was stored (the env step)
+    frames: torch.Tensor  # uint8 [n, H, W, 3], the real frames and the outcome frame
+
+
+class RunGallery:
+    """The ``clips`` highest- and lowest-scored clips of a whole run, kept as the scorer scores them.
+
+    :meth:`observe` is an :attr:`~vlmrb_torchrl.AsyncScorer.on_scored` hook: for each scored batch it
+    copies the frames of the clips that enter the top or bottom ``clips`` (so the gallery shows the
+    contrast of the whole run, early random clips included, not only the last episodes). Among equal
+    scores (binary scorers) the kept clips are a uniform sample of the run's. :meth:`write` saves them
+    as GIFs. A clip's step is the number of transitions the buffer had stored when its first step was
+    stored, read from the slot's write generation (``(generation - 1) * capacity + slot + 1``): the env
+    step to within one collector batch, also after a resume (generations are checkpointed).
+
+    Args:
+        clips (int): clips kept at each end.
+        capacity (int): the replay buffer's capacity (slots).
+        clip_len (int): steps per clip (a clip of ``clip_len + 1`` frames ends with its outcome frame).
+
+    Keyword Args:
+        frame_key (NestedKey): the frames in the clips. Defaults to ``"pixels"``.
+        seed (int): seeds the tie-breaking draws. Defaults to 0.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl.clips import ClipBatch
+        >>> gallery = RunGallery(1, capacity=100, clip_len=2)
+        >>> clips = TensorDict({"pixels": torch.zeros(3, 2, 4, 4, 3, dtype=torch.uint8),
+        ...                     "mask": torch.ones(3, 2, dtype=torch.bool),
+        ...                     ("clip", "index"): torch.tensor([[5, 6], [6, 7], [7, 8]])}, batch_size=[3, 2])
+        >>> batch = ClipBatch(clips, torch.arange(3), torch.tensor([5, 6, 7]), torch.ones(3, dtype=torch.long), "max")
+        >>> gallery.observe(batch, torch.tensor([0.25, 0.75, 0.5]))
+        >>> [(k.score, k.step) for k in gallery.top], [(k.score, k.step) for k in gallery.bottom]
+        ([(0.75, 7)], [(0.25, 6)])
+    """
+
+    def __init__(self, clips: int, *, capacity: int, clip_len: int, frame_key: Any = FRAME_KEY, seed: int = 0) -> None:
+        self.clips = clips
+        self.capacity = capacity
+        self.clip_len = clip_len
+        self.frame_key = frame_key
+        self.top: list[_Kept] = []
+        self.bottom: list[_Kept] = []
+        self.observed = 0
+        self._generator = torch.Generator().manual_seed(seed)
+        self._lock = threading.Lock()
+
+    def observe(self, batch: ClipBatch, scores: torch.Tensor) -> None:
+        """Keeps the clips of ``batch`` that enter the top or bottom ``clips``."""
+        scores = scores.detach().float().cpu()
+        with self._lock:
+            self.observed += len(scores)
+            draws = torch.rand(len(scores), generator=self._generator)
+            for kept, best in ((self.top, True), (self.bottom, False)):
+                sign = 1.0 if best else -1.0
+                ranked = sorted(range(len(scores)), key=lambda i: (sign * float(scores[i]), float(draws[i])),
+                                reverse=True)[:self.clips]
+                candidates = [(sign * float(scores[i]), float(draws[i]), i) for i in ranked]
+                merged = sorted([(sign * k.score, k.tiebreak, k) for k in kept] + candidates,
+                                key=lambda c: (c[0], c[1]), reverse=True)[:self.clips]
+                new = [c[2] for c in merged if isinstance(c[2], int)]
+                made = dict(zip(new, self._keep(batch, new, scores, draws)))
+                kept[:] = [made[c[2]] if isinstance(c[2], int) else c[2] for c in merged]
+
+    def _keep(self, batch: ClipBatch, rows: list[int], scores: torch.Tensor, draws: torch.Tensor) -> list[_Kept]:
+        if not rows:
+            return []
+        picked = torch.tensor(rows)
+        clips = ClipBatch.inline_frames(batch.clips[picked], batch.frames)
+        out = []
+        for j, i in enumerate(rows):
+            shown = clips["mask"][j].clone()
+            shown[self.clip_len:] = True  # the outcome frame after the last step, when the clips carry one
+            first_slot = int(clips.get(("clip", "index"))[j, 0])
+            position = (batch.target_clip == i).nonzero()
+            generation = int(batch.generation[position[0, 0]]) if len(position) else -1
+            step = (generation - 1) * self.capacity + first_slot + 1 if generation > 0 and first_slot >= 0 else -1
+            out.append(_Kept(float(scores[i]), float(draws[i]), step, clips[self.frame_key][j][shown].clone()))
+        return out
+
+    def write(self, out_dir: Path, *, prompt: str = "") -> list[Path]:
+        """Saves the kept clips as ``top_<rank>_score<s>_step<n>.gif`` / ``bottom_...`` (best first, worst
+        first) and ``prompt.txt``; returns the GIF paths."""
+        with self._lock:
+            picks = [("top", r, k) for r, k in enumerate(self.top)] + [("bottom", r, k) for r, k in enumerate(self.bottom)]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for kind, rank, kept in picks:
+            path = out_dir / f"{kind}_{rank}_score{kept.score:.2f}_step{kept.step}.gif"
+            save_gif(path, kept.frames, f"score {kept.score:.2f} | step {kept.step:,}", prompt)
+            paths.append(path)
+        (out_dir / "prompt.txt").write_text(prompt)
+        return paths
+
+
+def attach_run_gallery(buffer: Any, clips: int, *, frame_key: Any = FRAME_KEY, seed: int = 0) -> RunGallery:
+    """A :class:`RunGallery` fed by ``buffer``'s scoring worker (a
+    :class:`~vlmrb_torchrl.VLMReplayBuffer`, whose scorer reads ``frame_key``)."""
+    gallery = RunGallery(clips, capacity=buffer.sampler.max_size, clip_len=buffer.clip_stream.spec.clip_len,
+                         frame_key=frame_key, seed=seed)
+    buffer.async_scorer.on_scored = gallery.observe
+    return gallery
+
+
+def save_gif(path: Path, frames: torch.Tensor, title: str, subtitle: str = "") -> None:
+    """Frames ``uint8 [n, H, W, 3]`` as a looping GIF, enlarged 3x, under a caption strip."""
+    from PIL import Image, ImageDraw
+
+    images = []
+    for frame in frames.numpy():
+        img = Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3), Image.NEAREST)
+        canvas = Image.new("RGB", (img.width, img.height + 28), "black")
+        canvas.paste(img, (0, 28))
+        draw = ImageDraw.Draw(canvas)
+        draw.text((2, 1), title, fill="white")
+        draw.text((2, 14), subtitle[:60], fill="gray")
+        images.append(canvas)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=150, loop=0)
 
 
 @torch.no_grad()
 def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clips: int, seed: int,
                  episodes: int = 6, steps: int = 2_000) -> list[Path]:
-    """Scores clips from a few rendered episodes and saves the top/bottom ``clips`` as GIFs.
+    """Scores clips from a few rendered evaluation episodes and saves the top/bottom ``clips`` as GIFs:
+    the gallery of a scorer that reads no frames (its training clips carry none; see :class:`RunGallery`).
 
     Plays at most ``episodes`` episodes and ``steps`` env steps in all: an episode still running
     when the budget is spent is cut there (its clips so far count). Each GIF carries its score and
     the scorer's prompt in the frame's caption strip.
     """
-    from PIL import Image, ImageDraw
-
     # the training env's own batched class where there is one (Atari preprocesses frames its own way)
     batched = has_batched_env(make_env)
     env = make_batched_env(make_env, 1) if batched else make_env()
@@ -61,17 +192,8 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
         shown = batch.clips["mask"][i].clone()
         shown[clip_len:] = True  # the outcome frame after the last step, when the stream carries one
         frames = batch.clips[FRAME_KEY][i][shown]
-        images = []
-        for frame in frames.numpy():
-            img = Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3), Image.NEAREST)
-            canvas = Image.new("RGB", (img.width, img.height + 28), "black")
-            canvas.paste(img, (0, 28))
-            draw = ImageDraw.Draw(canvas)
-            draw.text((2, 1), f"score {scores[i]:.2f}", fill="white")
-            draw.text((2, 14), prompt[:60], fill="gray")
-            images.append(canvas)
         path = out_dir / f"{kind}_{rank % clips if clips else rank}_score{scores[i]:.2f}.gif"
-        images[0].save(path, save_all=True, append_images=images[1:], duration=150, loop=0)
+        save_gif(path, frames, f"score {scores[i]:.2f} (evaluation episode)", prompt)
         paths.append(path)
     (out_dir / "prompt.txt").write_text(prompt)
     return paths

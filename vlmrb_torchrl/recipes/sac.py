@@ -28,7 +28,7 @@ from torchrl.objectives import SACLoss, SoftUpdate
 from vlmrb_torchrl.clips import ClipSpec
 from vlmrb_torchrl.recipes.config import SACConfig
 from vlmrb_torchrl.recipes.envs import env_factory, make_collector, probe_env
-from vlmrb_torchrl.recipes.gallery import clip_gallery
+from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
@@ -113,6 +113,9 @@ def main(cfg: SACConfig) -> dict:
         # --- replay: the only thing that differs between replay modes
         replay = cleanup.enter_context(make_replay(cfg, generator=start.generator, updates=start.updates_total,
                                                    scorer=start.scorer))
+        # the gallery's best and worst clips of the whole run, kept as they are scored (a scorer reading frames)
+        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed)
+                       if start.needs_frames and cfg.gallery_clips > 0 else None)
 
         # --- resume
         modules = checkpointed_modules({"loss": loss, "optim": optim}, start.scorer)
@@ -150,7 +153,9 @@ def main(cfg: SACConfig) -> dict:
 
         # --- outputs: clip gallery (frames rendered every step here), summary
         gallery = []
-        if start.scorer is not None and cfg.gallery_clips > 0:
+        if run_gallery is not None and run_gallery.top:
+            gallery = run_gallery.write(run.dir / "gallery", prompt=getattr(start.scorer, "prompt", "") or "")
+        elif start.scorer is not None and cfg.gallery_clips > 0:  # no frames in the training clips (the oracle)
             gallery = clip_gallery(
                 run.dir / "gallery", scorer=start.scorer,
                 make_env=env_factory(cfg.env, train=False, render=True, **env_kwargs), policy=eval_policy,
