@@ -11,6 +11,7 @@ gymnasium and minigrid are optional dependencies, imported when an env is built:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
+
+from vlmrb_torchrl.envs.minigrid_missions import Mission, MissionTracker, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
            "DOORKEY_ACTIONS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "register_extra_envs"]
@@ -35,12 +38,14 @@ MISSING_MINIGRID = (
 )
 
 #: Boolean per-step event entries written by :class:`MiniGridEnv` (``("next", key)`` in
-#: collector data). ``"progress_event"`` is the OR of the others.
+#: collector data). ``"progress_event"`` is ``"subgoal"`` or ``"success"`` when the mission
+#: parses, else the OR of the others (see :class:`MiniGridEnv`).
 MINIGRID_EVENT_KEYS = (
     "key_picked_up",
     "door_opened",
     "goal_reached",
     "success",
+    "subgoal",
     "progress_event",
 )
 _FLAG_KEYS = (*MINIGRID_EVENT_KEYS, "terminated", "truncated", "done")
@@ -54,6 +59,12 @@ OBSERVATION_VIEWS = ("partial", "full", "both")
 #: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes
 #: epsilon-greedy DQN find the goal early.
 DOORKEY_ACTIONS = ("left", "right", "forward", "pickup", "toggle")
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_mission(text: str) -> Mission | None:
+    # missions repeat across episodes (most envs have a handful): parse each string once
+    return parse_mission(text)
 
 
 def _import_minigrid():
@@ -442,13 +453,22 @@ class MiniGridEnv(EnvBase):
     - ``"pixels"`` (only if ``render=True``): uint8 ``[H, W, 3]`` full-grid RGB frame
       (``get_frame(highlight=False)``, without the agent's view highlight).
     - ``"key_picked_up"``, ``"door_opened"``, ``"goal_reached"``, ``"success"``,
-      ``"progress_event"``: bool ``[1]``, privileged progress events (all ``False`` on reset).
-      ``key_picked_up`` fires on the step a key becomes carried, ``door_opened`` on the step a
-      door's ``is_open`` flips to ``True``, each only the *first* time per episode for a given
-      key/door object (drop + re-pickup, close + reopen do not fire again; envs with several
-      doors fire once per door). ``goal_reached``: the agent stepped onto a goal tile.
-      ``success``: the episode terminated with a positive reward (the task was solved).
-      ``progress_event`` is their OR. Envs without keys or doors never fire those events.
+      ``"subgoal"``, ``"progress_event"``: bool ``[1]``, privileged progress events (all
+      ``False`` on reset). ``key_picked_up`` fires on the step a key becomes carried,
+      ``door_opened`` on the step a door's ``is_open`` flips to ``True``, each only the *first*
+      time per episode for a given key/door object (drop + re-pickup, close + reopen do not
+      fire again; envs with several doors fire once per door). ``goal_reached``: the agent
+      stepped onto a goal tile. ``success``: the episode terminated with a positive reward
+      (the task was solved). ``subgoal``: a sub-goal of the episode's mission was reached for
+      the first time (:class:`~vlmrb_torchrl.envs.minigrid_missions.MissionTracker`: the
+      mission's own go to / pick up / open / put next to / reach the goal, in the mission's
+      order, and the sub-goals its layout implies: the doors on the way to a target and the
+      keys of locked ones); never when the mission does not parse
+      (:func:`~vlmrb_torchrl.envs.minigrid_missions.parse_mission`). ``progress_event`` is what
+      ``oracle:minigrid`` labels: ``subgoal`` or ``success`` when the mission parses, else the
+      OR of the four others. On DoorKey (one key, one locked door, the goal: "use the key to
+      open the door and then get to the goal") both are the first key pickup, the first door
+      opening and the goal.
     - ``"reward"`` float32 ``[1]`` (MiniGrid's ``1 - 0.9 * step_count / max_steps`` on
       success, else 0), ``"done"``, ``"terminated"``, ``"truncated"`` bool ``[1]``; time limits
       are reported as ``truncated`` (not ``terminated``).
@@ -575,6 +595,7 @@ class MiniGridEnv(EnvBase):
         self._opened_doors: set[int] = set()
         self._picked_keys: set[int] = set()
         self._goal_reached = False
+        self._tracker: MissionTracker | None = None
         self._make_specs(menv)
         if seed is not None:
             self.set_seed(seed)
@@ -611,6 +632,12 @@ class MiniGridEnv(EnvBase):
     def mission(self) -> str:
         """The current mission string of the underlying MiniGrid env (set at each reset)."""
         return self._menv.mission
+
+    @property
+    def mission_tracker(self) -> MissionTracker | None:
+        """The episode's :class:`~vlmrb_torchrl.envs.minigrid_missions.MissionTracker` (its parsed mission,
+        the sub-goals the layout implies); ``None`` before the first reset or when the mission does not parse."""
+        return self._tracker
 
     @property
     def action_names(self) -> list[str]:
@@ -651,6 +678,10 @@ class MiniGridEnv(EnvBase):
         self._opened_doors = set()
         self._picked_keys = set()
         self._goal_reached = False
+        mission = _parsed_mission(self._menv.mission)
+        self._tracker = None if mission is None else MissionTracker(mission)
+        if self._tracker is not None:
+            self._tracker.reset(self._menv)
 
     def _output(self, arrays: dict[str, np.ndarray], flags: list[bool], reward: float | None) -> TensorDictBase:
         # flags: the MINIGRID_EVENT_KEYS values, then terminated, truncated, done
@@ -708,8 +739,13 @@ class MiniGridEnv(EnvBase):
             if cell is not None and cell.type == "goal":
                 goal = self._goal_reached = True
         success = terminated and reward > 0
-        progress = key_picked or door_opened or goal or success
-        flags = [key_picked, door_opened, goal, success, progress, terminated, truncated, terminated or truncated]
+        if self._tracker is None:
+            subgoal, progress = False, key_picked or door_opened or goal or success
+        else:
+            subgoal = self._tracker.step()
+            progress = subgoal or success
+        flags = [key_picked, door_opened, goal, success, subgoal, progress, terminated, truncated,
+                 terminated or truncated]
         return self._arrays(obs), flags, float(reward)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
