@@ -22,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from vlmrb_torchrl.envs.minigrid_missions import Mission, MissionTracker, parse_mission
+from vlmrb_torchrl.envs.minigrid_missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
            "DOORKEY_ACTIONS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "register_extra_envs"]
@@ -443,6 +443,11 @@ class MiniGridEnv(EnvBase):
             positions of the ones are padded with ``-1`` to ``3 * W * H + 4`` entries (a state has
             as many ones as it has non-empty cells and walls, plus ~4), and the spec is
             ``Bounded(-1, D - 1)``. Defaults to ``"partial"``.
+        write_mission (bool, optional): also write ``"mission"``, the episode's mission string
+            as uint8 ``[256]`` (UTF-8, zero-padded: :func:`~vlmrb_torchrl.envs.minigrid_missions.decode_mission`),
+            so that clips carry their episode's mission: what ``builtin:minigrid`` reads with
+            ``mission_key="mission"`` on envs whose mission changes every episode (BabyAI,
+            GoToObject, Fetch, ...). Defaults to ``False``.
 
     Entries written (all with ``batch_size=[]``; under ``"next"`` after a step):
 
@@ -524,6 +529,7 @@ class MiniGridEnv(EnvBase):
         actions: Sequence[str] | None = None,
         observation: str = "onehot",
         view: str = "partial",
+        write_mission: bool = False,
     ) -> None:
         gymnasium, constants = _import_minigrid()
         if observation not in OBSERVATION_ENCODINGS:
@@ -544,6 +550,8 @@ class MiniGridEnv(EnvBase):
         self.max_episode_steps = max_episode_steps
         self.observation = observation
         self.view = view
+        self.write_mission = bool(write_mission)
+        self._mission_codes: dict[str, np.ndarray] = {}
         self._env_kwargs = dict(env_kwargs or {})
         try:
             self._gym_env = gymnasium.make(env_id, **self._env_kwargs)
@@ -618,6 +626,8 @@ class MiniGridEnv(EnvBase):
             obs["pixels"] = Bounded(
                 0, 255, shape=(menv.height * t, menv.width * t, 3), dtype=torch.uint8, device=self.device
             )
+        if self.write_mission:
+            obs["mission"] = Bounded(0, 255, shape=(MISSION_BYTES,), dtype=torch.uint8, device=self.device)
         for key in MINIGRID_EVENT_KEYS:
             obs[key] = flag.clone()
         self.observation_spec = Composite(obs, shape=(), device=self.device)
@@ -670,6 +680,12 @@ class MiniGridEnv(EnvBase):
         out = {"observation": self._obs(obs)}
         if self._renderer is not None:
             out["pixels"] = self._renderer(self._menv)
+        if self.write_mission:
+            mission = self._menv.mission
+            code = self._mission_codes.get(mission)
+            if code is None:
+                code = self._mission_codes[mission] = encode_mission(mission)
+            out["mission"] = code
         return out
 
     def _scan_doors(self) -> None:
@@ -1003,6 +1019,7 @@ def make_minigrid_env(
     actions: Sequence[str] | None = None,
     observation: str = "onehot",
     view: str = "partial",
+    write_mission: bool = False,
 ) -> MiniGridEnv:
     """Builds a :class:`MiniGridEnv`: symbolic one-hot observations, frames, progress events.
 
@@ -1031,6 +1048,8 @@ def make_minigrid_env(
             positions of its ones, int16). Defaults to ``"onehot"``.
         view (str, optional): ``"partial"`` (the egocentric view) or ``"full"`` (the whole
             grid, the agent's cell and direction, the carried object). Defaults to ``"partial"``.
+        write_mission (bool, optional): write the episode's mission (``"mission"``, uint8
+            ``[256]``). Defaults to ``False``.
 
     Returns:
         MiniGridEnv: see its docstring for the entries written.
@@ -1059,4 +1078,5 @@ def make_minigrid_env(
         actions=actions,
         observation=observation,
         view=view,
+        write_mission=write_mission,
     )

@@ -34,7 +34,8 @@ import re
 from collections import deque
 from typing import Any
 
-__all__ = ["COLORS", "OBJECT_KINDS", "Thing", "Subgoal", "Mission", "parse_mission", "MissionTracker"]
+__all__ = ["COLORS", "OBJECT_KINDS", "MISSION_BYTES", "Thing", "Subgoal", "Mission", "parse_mission", "MissionTracker",
+           "encode_mission", "decode_mission"]
 
 #: MiniGrid's colours (``minigrid.core.constants.COLOR_NAMES``).
 COLORS = ("red", "green", "blue", "purple", "yellow", "grey")
@@ -517,3 +518,38 @@ class MissionTracker:
     def complete(self) -> bool:
         """Every group of the mission's own sub-goals has been reached."""
         return self._group >= len(self.mission.steps)
+
+
+# ----------------------------------------------------------------------------------------- per-step entry
+#: Bytes of the ``"mission"`` entry :class:`~vlmrb_torchrl.envs.MiniGridEnv` writes with
+#: ``write_mission=True``: the mission's UTF-8 bytes, zero-padded (BabyAI's longest missions
+#: have ~150 characters).
+MISSION_BYTES = 256
+
+
+def encode_mission(text: str) -> Any:
+    """A mission string as the uint8 ``[MISSION_BYTES]`` array the env writes (UTF-8, zero-padded).
+
+    Raises:
+        ValueError: the mission does not fit.
+
+    Examples:
+        >>> decode_mission(encode_mission("go to the red ball"))
+        'go to the red ball'
+    """
+    import numpy as np
+
+    raw = text.encode("utf-8")
+    if len(raw) > MISSION_BYTES:
+        raise ValueError(f"the mission {text!r} has {len(raw)} bytes; the per-step entry holds {MISSION_BYTES}.")
+    out = np.zeros(MISSION_BYTES, dtype=np.uint8)
+    out[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    return out
+
+
+def decode_mission(array: Any) -> str:
+    """The mission string of an :func:`encode_mission` array (numpy or torch, ``[MISSION_BYTES]``)."""
+    import numpy as np
+
+    data = np.asarray(array, dtype=np.uint8).reshape(-1).tobytes()
+    return data.rstrip(b"\0").decode("utf-8")

@@ -70,6 +70,9 @@ class MiniGridState:
             without a goal).
         room (str or None): for layouts split by one wall column holding one door (DoorKey):
             ``"left"``, ``"doorway"`` or ``"right"``; ``None`` elsewhere.
+        adjacent (tuple): the pairs of objects side by side (a key, ball or box next to another
+            one or to a door; four-neighbourhood), each pair ``((colour, type), (colour, type))``
+            in sorted order, the pairs sorted.
     """
 
     carrying: tuple[str, str] | None
@@ -79,6 +82,7 @@ class MiniGridState:
     on_goal: bool
     goal_distance: int | None
     room: str | None
+    adjacent: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = ()
 
     @property
     def faces_goal(self) -> bool:
@@ -123,11 +127,21 @@ def minigrid_state(env: Any) -> MiniGridState:
     carrying = None if carried is None else (carried.color, carried.type)
     floor, doors, goals = [], [], []
     door_cells = []
+    adjacent = set()
     for i, obj in enumerate(grid.grid):
         if obj is None:
             continue
         if obj.type in ("key", "ball", "box"):
             floor.append((obj.color, obj.type))
+            x, y = i % grid.width, i // grid.width
+            for dx, dy in ((1, 0), (0, 1)):  # right and below: each pair once...
+                other = grid.get(x + dx, y + dy) if x + dx < grid.width and y + dy < grid.height else None
+                if other is not None and other.type in ("key", "ball", "box", "door"):
+                    adjacent.add(tuple(sorted(((obj.color, obj.type), (other.color, other.type)))))
+            for dx, dy in ((-1, 0), (0, -1)):  # ...and doors left and above
+                other = grid.get(x + dx, y + dy) if x + dx >= 0 and y + dy >= 0 else None
+                if other is not None and other.type == "door":
+                    adjacent.add(tuple(sorted(((obj.color, obj.type), (other.color, other.type)))))
         elif obj.type == "door":
             doors.append((obj.color, _door_state(obj)))
             door_cells.append((i % grid.width, i // grid.width))
@@ -150,7 +164,8 @@ def minigrid_state(env: Any) -> MiniGridState:
         column = [grid.get(door_x, y) for y in range(grid.height)]
         if all(o is not None and o.type in ("wall", "door") for o in column):
             room = "left" if ax < door_x else ("doorway" if ax == door_x else "right")
-    return MiniGridState(carrying, tuple(floor), tuple(doors), front, on_goal, goal_distance, room)
+    return MiniGridState(carrying, tuple(floor), tuple(doors), front, on_goal, goal_distance, room,
+                         tuple(sorted(adjacent)))
 
 
 class _ScriptedPolicy:
@@ -551,7 +566,7 @@ class MissionPolicy(_ScriptedPolicy):
         c = menv.carrying
         return c is not None and c.type == "key" and c.color == color
 
-    def _fetch(self, menv: Any, objs: list) -> int | None:
+    def _fetch(self, menv: Any, objs: list, depth: int = 0) -> int | None:
         """Pick up one of ``objs`` (putting down what it holds first, unless it is the key of a locked
         door on the way; opening a box that hides one)."""
         carrying = menv.carrying
@@ -564,12 +579,12 @@ class MissionPolicy(_ScriptedPolicy):
                 return None
             if carrying is not None and not self._key_needed(menv, cells):
                 return self._put_down(menv)
-            return _TOGGLE if self._facing(menv, cells) else self._go(menv, cells, enter=False)
+            return _TOGGLE if self._facing(menv, cells) else self._go(menv, cells, enter=False, depth=depth)
         if carrying is not None and not self._key_needed(menv, cells):
             return self._put_down(menv)
         if self._facing(menv, cells):
             return _PICKUP if carrying is None else self._put_down(menv)
-        return self._go(menv, cells, enter=False)
+        return self._go(menv, cells, enter=False, depth=depth)
 
     def _key_needed(self, menv: Any, targets: set[tuple[int, int]]) -> bool:
         """Whether the agent holds the key of a locked door on its way to ``targets``."""
@@ -587,7 +602,7 @@ class MissionPolicy(_ScriptedPolicy):
         return _LEFT
 
 
-    def _go(self, menv: Any, targets: set[tuple[int, int]], *, enter: bool) -> int | None:
+    def _go(self, menv: Any, targets: set[tuple[int, int]], *, enter: bool, depth: int = 0) -> int | None:
         """The next action toward (``enter``: onto) a target cell, or facing one from a neighbour:
         a shortest path through closed doors, locked doors whose key it holds and movable objects;
         when only a locked door leads there, it fetches that door's key."""
@@ -603,7 +618,9 @@ class MissionPolicy(_ScriptedPolicy):
                 if obj is not None and obj.type in ("key", "ball", "box"):
                     break
                 if obj is not None and obj.type == "door" and obj.is_locked and not self._holds_key(menv, obj.color):
-                    return self._fetch(menv, [o for _, _, o in _find(menv, "key") if o.color == obj.color])
+                    if depth >= 2:  # that key is itself behind locked doors (or behind this one): give up
+                        return None
+                    return self._fetch(menv, [o for _, _, o in _find(menv, "key") if o.color == obj.color], depth + 1)
         ax, ay = int(menv.agent_pos[0]), int(menv.agent_pos[1])
         if not path:  # next to a target (or on it): face it
             near = [(tx, ty) for tx, ty in targets if abs(tx - ax) + abs(ty - ay) == 1]
