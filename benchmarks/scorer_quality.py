@@ -13,11 +13,16 @@ worker calls) and labels the same clips with the privileged oracle (``oracle:min
 ``oracle:robosuite`` / ``oracle:atari``, which read the env's event flags, not frames).
 
 Labels. A clip is *positive* when one of its real (``mask`` True) steps has a progress event
-(``("next", "progress_event")``: MiniGrid's first key pickup, first door opening, goal reached,
-task success; Lift's cube grasped, lifted or task success; Atari: a positive reward, the player
-scores). Per event type (MiniGrid, Lift), the env writes one
-flag each (``("next", "key_picked_up")``, ``"door_opened"``, ``"goal_reached"``, ``"success"``;
-Lift: ``"grasping"``, ``"lifted"``, ``"success"``) and the oracle reads that flag instead.
+(``("next", "progress_event")``: on MiniGrid / BabyAI a sub-goal of the episode's mission
+reached for the first time, or task success: the mission's own go to / pick up / open / put
+next to / reach the goal, in its order, and the sub-goals its layout implies, the doors on the
+way and the keys of locked ones; on DoorKey that is the first key pickup, the first door
+opening and the goal, as before missions were read; a mission outside the grammar keeps those
+generic events; Lift's cube grasped, lifted or task success; Atari: a positive reward, the player
+scores). Per event type (MiniGrid, Lift), the env writes
+one flag each (``("next", "key_picked_up")``, ``"door_opened"``, ``"goal_reached"``,
+``"success"``, ``"subgoal"``; Lift: ``"grasping"``, ``"lifted"``, ``"success"``) and the oracle
+reads that flag instead.
 A per-type row compares the clips showing that event (positives) with the clips showing *no*
 event at all (negatives); clips showing only other events are left out of it, so a scorer that
 detects every kind of progress is not charged with false positives for detecting the others.
@@ -42,8 +47,21 @@ action subset, see ``--actions``), ``scripted`` (``DoorKeyPolicy`` of
 episodes hold the near misses a learning agent makes: without them a scripted DoorKey episode
 is shorter than two clips and every clip of it shows an event; layouts with a goal tile only,
 an error says so otherwise),
-``mixed`` (alternating episodes, scripted first) and ``subgoal`` (``SubgoalPolicy``: walks
-between random objects of any layout and interacts with them). On robosuite Lift, ``random`` is
+``mixed`` (alternating episodes, scripted first), ``mixed-mission`` (alternating mission and
+random episodes, mission first), ``subgoal`` (``SubgoalPolicy``: walks
+between random objects of any layout and interacts with them) and ``mission``
+(``MissionPolicy``: follows the episode's mission, any MiniGrid / BabyAI mission the parser
+reads, with the same ``--epsilon`` and ``--burst-prob`` noise). ``--policy random,mission`` runs
+each in turn.
+
+Tasks. ``builtin:minigrid`` is told each episode's mission (``--task auto``, the default for it:
+its checks are derived from the mission, :mod:`vlmrb_torchrl.scorers.minigrid_prompts`); other
+scorers get no task unless ``--task mission``.
+
+Families. ``--env`` takes several ids separated by commas, or a family set: ``family-train``
+(envs the model and the mission parser were built and tuned on), ``family-held-out`` (envs never
+used for either), ``family`` (both), ``family-large`` (19-25-cell grids); the run then prints one
+row per env and policy, and ``--json`` writes every run. On robosuite Lift, ``random`` is
 uniform random actions (SAC's first frames) and ``scripted`` the noisy pick-and-lift
 :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy` (no random-motion episodes; a fifth of
 its episodes aim beside the cube). On Atari (Pong, Breakout), ``scripted`` is
@@ -62,6 +80,8 @@ Usage:
         --policy mixed --seed 1000
     python benchmarks/scorer_quality.py --scorer builtin:atari --env ALE/Pong-v5 --episodes 20 \\
         --policy mixed --epsilon 0.05 --seed 1000
+    python benchmarks/scorer_quality.py --scorer builtin:minigrid --env family --episodes 20 \\
+        --policy mixed-mission --seed 1000 --threads 1 --json family.json
 
 Prints a Markdown table (one row for all progress events, one per event type) and, with
 ``--json``, writes the same numbers plus the run's settings and the scorer's provenance.
@@ -97,7 +117,27 @@ ROBOSUITE_PREFIX = "robosuite/"
 ATARI_PREFIX = "ALE/"
 #: --max-steps' default on Atari: a scripted Pong game lasts ~2,600 steps
 ATARI_MAX_STEPS = 2_500
-POLICIES = ("random", "scripted", "mixed", "subgoal")
+POLICIES = ("random", "scripted", "mixed", "subgoal", "mission", "mixed-mission")
+#: The policies that alternate episodes: the scripted one (even episodes) and random (odd ones).
+MIXED = {"mixed": "scripted", "mixed-mission": "mission"}
+#: ``--task``: what the scorer is told per episode.
+TASK_MODES = ("auto", "mission", "none")
+#: missions (and the checks derived from them) recorded in the results, at most.
+MAX_TASKS_RECORDED = 50
+
+
+def _family_sets() -> dict[str, tuple[str, ...]]:
+    from vlmrb_torchrl.scorer_training.data import BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS
+
+    return {"family-train": BENCHMARK_TRAIN_ENVS, "family-held-out": HELD_OUT_LAYOUTS,
+            "family": BENCHMARK_TRAIN_ENVS + HELD_OUT_LAYOUTS, "family-large": LARGE_GRID_ENVS}
+
+
+#: ``--env`` names of env sets: the MiniGrid / BabyAI envs of the builtin:minigrid benchmark
+#: (``family-train``: envs its model and mission parser were built and tuned on;
+#: ``family-held-out``: envs never used for either; ``family``: both; ``family-large``: grids
+#: of 19-25 cells, where 64-pixel frames show 3-pixel tiles).
+FAMILY_SETS = _family_sets()
 FRAME_KEY = "pixels"  # the recipes' frame key (recipes.replay.FRAME_KEY)
 #: MiniGrid's goal flag, and the row that scores it against every other clip (``oracle:minigrid_goal``'s labels)
 GOAL, GOAL_ONLY = "goal_reached", "goal_only"
@@ -259,7 +299,8 @@ def _has_goal(env) -> bool:
 
 
 def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: float = 0.0) -> Callable:
-    """The ``random``, ``scripted`` or ``subgoal`` policy acting in ``env`` (``mixed`` picks one per episode).
+    """The ``random``, ``scripted``, ``subgoal`` or ``mission`` policy acting in ``env`` (``mixed`` picks one per
+    episode).
 
     ``scripted`` is :class:`~vlmrb_torchrl.envs.minigrid_policies.DoorKeyPolicy` (BFS to the
     key, the door, the goal): it plays layouts with a goal tile (DoorKey of every size, and
@@ -267,7 +308,9 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
     (UnlockPickup, KeyCorridor, Fetch, ...) it has no task to solve, and this raises instead of
     quietly acting at random. ``subgoal`` is
     :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` (walks between random objects
-    and interacts with them), for any layout. ``epsilon`` / ``burst_prob`` go to both.
+    and interacts with them), for any layout. ``mission`` is
+    :class:`~vlmrb_torchrl.envs.minigrid_policies.MissionPolicy` (follows the episode's mission:
+    any MiniGrid / BabyAI mission the parser reads). ``epsilon`` / ``burst_prob`` go to all three.
 
     On robosuite Lift ``scripted`` is :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`
     without random-motion episodes (``subgoal`` is refused).
@@ -277,7 +320,7 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
     """
     if name == "random":
         return RandomPolicy(env, seed)
-    if name not in ("scripted", "subgoal"):
+    if name not in ("scripted", "subgoal", "mission"):
         raise ValueError(f"unknown policy {name!r}: use one of {POLICIES}.")
     if _is_robosuite(env):
         if name != "scripted":
@@ -291,8 +334,10 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
         from vlmrb_torchrl.envs.atari_policies import AtariPolicy
 
         return AtariPolicy(env, seed=seed, random_share=0.0, epsilons=(epsilon,))
-    from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, SubgoalPolicy
+    from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, MissionPolicy, SubgoalPolicy
 
+    if name == "mission":
+        return MissionPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
     if name == "scripted":
         env.reset()  # the layout decides: DoorKeyPolicy plays toward a goal tile
         if not _has_goal(env):
@@ -313,9 +358,15 @@ def _is_atari(env) -> bool:
 
 
 def episode_policy(policy: str, episode: int) -> str:
-    """The policy of episode ``episode``: ``mixed`` alternates scripted (even) and random (odd)."""
-    if policy == "mixed":
-        return "scripted" if episode % 2 == 0 else "random"
+    """The policy of episode ``episode``: ``mixed`` alternates scripted (even) and random (odd),
+    ``mixed-mission`` mission (even) and random (odd).
+
+    Examples:
+        >>> [episode_policy("mixed-mission", i) for i in range(3)]
+        ['mission', 'random', 'mission']
+    """
+    if policy in MIXED:
+        return MIXED[policy] if episode % 2 == 0 else "random"
     return policy
 
 
@@ -328,13 +379,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--scorer", required=True, help="scorer spec for make_scorer (oracle:minigrid, "
                         "builtin:minigrid, clip:<dir>, hf:<dir>, python:mod:fn, ...)")
-    parser.add_argument("--env", required=True, help="a MiniGrid env id, e.g. MiniGrid-DoorKey-6x6-v0, "
-                        "robosuite/Lift or an ALE id, e.g. ALE/Pong-v5")
+    parser.add_argument("--env", required=True, help="a MiniGrid or BabyAI env id (e.g. MiniGrid-DoorKey-6x6-v0), "
+                        "several separated by commas, a family set (" + ", ".join(FAMILY_SETS) + ": "
+                        "docs/builtin_scorer.md), robosuite/Lift or an ALE id, e.g. ALE/Pong-v5")
     parser.add_argument("--episodes", type=int, required=True, help="episodes to roll out")
-    parser.add_argument("--policy", choices=POLICIES, default="random",
+    parser.add_argument("--task", choices=TASK_MODES, default="auto",
+                        help="mission: each episode's mission is the scorer's task= (builtin:minigrid derives its "
+                        "checks from it); none: no task (the scorer's default prompts); auto: mission for "
+                        "builtin:minigrid without a prompt, none otherwise. Default: auto")
+    parser.add_argument("--policy", default="random",
                         help="random (uniform actions), scripted (DoorKeyPolicy: key -> door -> goal; layouts with "
-                        "a goal tile), mixed (alternating episodes, scripted first) or subgoal (SubgoalPolicy: "
-                        "random objects of any layout). Default: random")
+                        "a goal tile), mixed (alternating episodes, scripted first), subgoal (SubgoalPolicy: "
+                        "random objects of any layout) or mission (MissionPolicy: follows the episode's mission, "
+                        "any MiniGrid/BabyAI mission the parser reads); several separated by commas run one after the "
+                        "other. Default: random")
     parser.add_argument("--epsilon", type=float, default=0.2,
                         help="scripted/subgoal: probability of a random action per step. Default: 0.2")
     parser.add_argument("--burst-prob", type=float, default=0.05,
@@ -474,8 +532,56 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
         parser.error(f"--env {args.env!r}: {err}")
 
 
+def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, scorer_kwargs: dict, base,
+                  make_scorer) -> Callable[[str], Any] | None:
+    """``mission -> scorer`` when each episode's mission is the scorer's task (``--task``), else ``None``.
+
+    ``builtin:minigrid`` scorers for other missions share the first one's model and frame cache
+    (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.with_mission`); other specs are built with
+    ``task=mission``. One scorer per distinct mission, kept for the run."""
+    mode = args.task
+    told = any(k in scorer_kwargs for k in ("prompt", "prompt_set", "task"))
+    if mode == "auto":
+        mode = "mission" if args.scorer == "builtin:minigrid" and not told else "none"
+    if mode == "none":
+        return None
+    if args.env.startswith(ROBOSUITE_PREFIX):
+        parser.error("--task mission: robosuite envs have no mission string; use --task none.")
+    if "task" in scorer_kwargs:
+        parser.error("--task mission gives the scorer each episode's mission: drop task from --scorer-kwargs.")
+    cache: dict[str, Any] = {}
+
+    def scorer_for(mission: str):
+        if mission not in cache:
+            if args.scorer == "builtin:minigrid" and hasattr(base, "with_prompt_set") and not told:
+                from vlmrb_torchrl.scorers.minigrid_prompts import with_mission
+
+                cache[mission] = with_mission(base, mission)
+            else:
+                try:
+                    cache[mission] = make_scorer(args.scorer, task=mission, **scorer_kwargs)
+                except (ValueError, TypeError) as err:
+                    parser.error(f"--task mission: --scorer {args.scorer!r} does not take task=: {err}")
+        return cache[mission]
+
+    scorer_for.cache = cache
+    return scorer_for
+
+
+def _expand_envs(value: str) -> list[str]:
+    """``--env``'s ids: one, several separated by commas, or a family set name (:data:`FAMILY_SETS`)."""
+    out: list[str] = []
+    for item in (v.strip() for v in value.split(",") if v.strip()):
+        out += list(FAMILY_SETS[item]) if item in FAMILY_SETS else [item]
+    return list(dict.fromkeys(out))
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Runs the benchmark; returns the results written with ``--json`` (NaN as ``None`` there).
+
+    With one env and one policy the results are one run's; with several (``--env a,b`` or a
+    family set, ``--policy random,mission``) they are ``{"runs": [...], "summary": [...]}``:
+    each run's results, and one row per (env, policy) with its all-progress F1 and AUROC.
 
     Errors in the arguments (an unknown env id, a scorer spec :func:`make_scorer` rejects, a
     policy the env does not support, a value out of range) exit through argparse with a message
@@ -483,6 +589,73 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    envs = _expand_envs(args.env)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad or not policies:
+        parser.error(f"--policy: invalid choice {bad or args.policy!r} (choose from {', '.join(POLICIES)}; "
+                     "several separated by commas)")
+    if not envs:
+        parser.error("--env: no env id given.")
+    runs = []
+    for env_id in envs:
+        for policy in policies:
+            one = argparse.Namespace(**{**vars(args), "env": env_id, "policy": policy})
+            if len(envs) * len(policies) > 1:
+                one.json, one.quiet = None, True
+            runs.append(_run(parser, one))
+            if len(envs) * len(policies) > 1 and not args.quiet:
+                print(_summary_row(runs[-1]), flush=True)
+    if len(runs) == 1:
+        return runs[0]
+    results = {"runs": runs, "summary": [row for r in runs for row in summary_rows(r)]}
+    if not args.quiet:
+        print("\n" + format_summary(results["summary"]))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_nan_to_none(results), indent=2) + "\n")
+    return results
+
+
+def summary_rows(results: dict) -> list[dict[str, Any]]:
+    """One run's lines of the family table: the run's, then (mixed policies) each policy's episodes'."""
+    rows = [summary_row(results)]
+    for name, report in results["by_policy"].items():
+        rows.append(summary_row(results, report=report, policy=name))
+    return rows
+
+
+def summary_row(results: dict, *, report: dict | None = None, policy: str | None = None) -> dict[str, Any]:
+    """One run's line of the family table: env, policy, clips, positives, F1, AUROC, F1 if all positive."""
+    m = (report or results["metrics"])[PROGRESS]
+    return {"env": results["config"]["env"], "policy": policy or results["config"]["policy"], "clips": m["clips"],
+            "positives": m["positives"], "precision": m["precision"], "recall": m["recall"], "f1": m["f1"],
+            "auroc": m["auroc"], "f1_all_positive": m["f1_all_positive"],
+            "successes": results["counts"]["successes"] if policy is None else None,
+            "episodes": results["counts"]["episodes"] if policy is None else None,
+            "held_out": results["config"]["env"] in FAMILY_SETS["family-held-out"]}
+
+
+def _summary_row(results: dict) -> str:
+    r = summary_row(results)
+    return (f"{r['env']} | {r['policy']} | {r['clips']} clips, {r['positives']} positive | F1 {_fmt(r['f1'])} "
+            f"AUROC {_fmt(r['auroc'])}")
+
+
+def format_summary(rows: list[dict]) -> str:
+    """The family table in Markdown: one row per (env, policy)."""
+    lines = ["| env | held out | policy | episodes solved | clips | positive | precision | recall | F1 | AUROC | "
+             "F1 if all positive |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        solved = "" if r["episodes"] is None else f"{r['successes']}/{r['episodes']}"
+        lines.append(f"| {r['env']} | {'yes' if r['held_out'] else ''} | {r['policy']} | {solved} | "
+                     f"{r['clips']} | {r['positives']} | {_fmt(r['precision'])} | "
+                     f"{_fmt(r['recall'])} | {_fmt(r['f1'])} | {_fmt(r['auroc'])} | {_fmt(r['f1_all_positive'])} |")
+    return "\n".join(lines)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """One env, one policy."""
     scorer_kwargs = _check_args(parser, args)
 
     from vlmrb_torchrl import ClipSpec, make_clip_scoring
@@ -506,8 +679,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             scorer = make_scorer(args.scorer, **scorer_kwargs)
         except (ValueError, TypeError, KeyError) as err:
             parser.error(f"--scorer {args.scorer!r}: {err}")
-        if args.label_noise > 0 or args.noise_std > 0:
-            scorer = NoisyScorer(scorer, flip_prob=args.label_noise, noise_std=args.noise_std, seed=args.seed)
+        scorer_for = _task_scorers(parser, args, scorer_kwargs, scorer, make_scorer)
+
+        def noisy(inner):
+            if args.label_noise > 0 or args.noise_std > 0:
+                return NoisyScorer(inner, flip_prob=args.label_noise, noise_std=args.noise_std, seed=args.seed)
+            return inner
+
+        scorer = noisy(scorer)
         threshold = _threshold(args, scorer)
         spec = ClipSpec(clip_len=args.clip_len, stride=args.stride, frames=args.frames)
         # the oracle's per-type flags ride along in the clips, next to what the scorer reads
@@ -526,7 +705,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                                  epsilon=args.epsilon, burst_prob=args.burst_prob)
                 except ValueError as err:
                     parser.error(f"--policy {args.policy}: {err}")
-            horizon = args.max_steps or (env.max_episode_steps if robosuite or atari else int(env.unwrapped.max_steps))
 
             all_scores, all_labels, clip_policy = [], {k: [] for k in label_keys}, []
             steps = successes = 0
@@ -538,9 +716,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     policies[name].reset()  # no random burst carried over from the last episode
                 env.set_seed(args.seed + episode)
                 t0 = time.perf_counter()
+                first = env.reset()  # BabyAI levels set max_steps at reset: the horizon is read after it
+                horizon = args.max_steps or (env.max_episode_steps if robosuite or atari else int(env.unwrapped.max_steps))
                 with torch.no_grad():
-                    rollout = env.rollout(horizon, policies[name], break_when_any_done=True)
+                    rollout = env.rollout(horizon, policies[name], break_when_any_done=True, auto_reset=False,
+                                          tensordict=first)
                 rollout_seconds += time.perf_counter() - t0
+                if scorer_for is not None:  # the episode's mission is the scorer's task
+                    transform.scorer = noisy(scorer_for(env.mission))
                 steps += rollout.numel()
                 if ("next", "success") in rollout.keys(True):  # (Atari has no success flag)
                     successes += int(rollout["next", "success"].any())
@@ -568,7 +751,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     clip_policy = np.asarray(clip_policy)
     report = quality_report(scores, labels, threshold)
     by_policy = {}
-    if args.policy == "mixed":
+    if args.policy in MIXED:
         for name in policy_names:
             keep = clip_policy == name
             by_policy[name] = quality_report(scores[keep], {k: v[keep] for k, v in labels.items()}, threshold)
@@ -580,10 +763,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "epsilon": args.epsilon, "burst_prob": args.burst_prob,
             "threshold": threshold, "label_noise": args.label_noise, "noise_std": args.noise_std,
             "actions": list(getattr(env, "action_names", ())), "max_steps": args.max_steps,
-            "frame_size": args.frame_size,
+            "frame_size": args.frame_size, "task": "per-episode mission" if scorer_for is not None else None,
             "rendered": stream.frame_key is not None, "torch_threads": args.threads or threads_before,
         },
         "provenance": _jsonable(getattr(scorer, "provenance", {})),
+        "tasks": {} if scorer_for is None else {
+            mission: getattr(s, "prompt", None) for mission, s in list(scorer_for.cache.items())[:MAX_TASKS_RECORDED]},
         "counts": {
             "episodes": args.episodes, "successes": successes, "steps": steps, "clips": n_clips,
             "step_events": step_events,

@@ -207,7 +207,14 @@ def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
         else:
             assert row["sampled_positive_fraction"] == ""
     assert summary["env_steps"] == 512 and summary["updates"] == (512 - 128) // 4 + 64 // 4
-    assert json.loads((run_dir / "config.json").read_text())["replay"] == replay
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["replay"] == replay
+    if replay.startswith("vlm"):  # builtin:minigrid's checks, derived from DoorKey's mission, are in the config
+        assert config["scorer_checks"]["checks_from"] == "mission"
+        assert config["scorer_checks"]["task"] == "use the key to open the door and then get to the goal"
+        assert config["scorer_checks"]["checks"][0] == 'progress("the agent holds the key" vs "the key is on the floor")'
+    else:
+        assert "scorer_checks" not in config
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "step_512" / "DONE").exists()
     state = torch.load(run_dir / "checkpoints" / "step_512" / "state.pt", weights_only=False)
@@ -236,6 +243,21 @@ def test_full_view_run_with_goal_labels_and_capped_evaluation(tmp_path):
     state = torch.load(tmp_path / "checkpoints" / "step_512" / "state.pt", weights_only=False)
     first = next(t for k, t in state["loss"].items() if k.endswith("weight"))
     assert first.shape == (36 * 17 + 36 + 4 + 15, 32)  # the full view's one-hot size, OneHotLinear's layout
+
+
+@pytest.mark.slow
+def test_a_task_that_changes_every_episode_is_scored_per_clip(tmp_path, capsys):
+    """BabyAI-GoToLocal draws a new mission every episode: the envs write it, builtin:minigrid scores each
+    clip with its own mission's checks, and the log says so."""
+    cfg = apply_overrides(DQNConfig(), {**TINY, "env": "BabyAI-GoToLocal-v0", "replay": "vlm",
+                                        "output_dir": str(tmp_path / "run")})
+    summary = dqn_main(cfg)
+    assert summary["env_steps"] == 512
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["scorer_checks"]["checks_from"] == "mission per clip"
+    assert "derived for each clip from its episode's mission" in capsys.readouterr().out
+    rows = read_metrics(tmp_path / "run")
+    assert float(rows[-1]["fraction_scored"]) > 0
 
 
 @pytest.mark.parametrize("replay", ["uniform", "vlm"])

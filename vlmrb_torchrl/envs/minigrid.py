@@ -11,6 +11,7 @@ gymnasium and minigrid are optional dependencies, imported when an env is built:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
+
+from vlmrb_torchrl.envs.minigrid_missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
            "DOORKEY_ACTIONS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "register_extra_envs"]
@@ -35,12 +38,14 @@ MISSING_MINIGRID = (
 )
 
 #: Boolean per-step event entries written by :class:`MiniGridEnv` (``("next", key)`` in
-#: collector data). ``"progress_event"`` is the OR of the others.
+#: collector data). ``"progress_event"`` is ``"subgoal"`` or ``"success"`` when the mission
+#: parses, else the OR of the others (see :class:`MiniGridEnv`).
 MINIGRID_EVENT_KEYS = (
     "key_picked_up",
     "door_opened",
     "goal_reached",
     "success",
+    "subgoal",
     "progress_event",
 )
 _FLAG_KEYS = (*MINIGRID_EVENT_KEYS, "terminated", "truncated", "done")
@@ -54,6 +59,12 @@ OBSERVATION_VIEWS = ("partial", "full", "both")
 #: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes
 #: epsilon-greedy DQN find the goal early.
 DOORKEY_ACTIONS = ("left", "right", "forward", "pickup", "toggle")
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_mission(text: str) -> Mission | None:
+    # missions repeat across episodes (most envs have a handful): parse each string once
+    return parse_mission(text)
 
 
 def _import_minigrid():
@@ -432,6 +443,11 @@ class MiniGridEnv(EnvBase):
             positions of the ones are padded with ``-1`` to ``3 * W * H + 4`` entries (a state has
             as many ones as it has non-empty cells and walls, plus ~4), and the spec is
             ``Bounded(-1, D - 1)``. Defaults to ``"partial"``.
+        write_mission (bool, optional): also write ``"mission"``, the episode's mission string
+            as uint8 ``[256]`` (UTF-8, zero-padded: :func:`~vlmrb_torchrl.envs.minigrid_missions.decode_mission`),
+            so that clips carry their episode's mission: what ``builtin:minigrid`` reads with
+            ``mission_key="mission"`` on envs whose mission changes every episode (BabyAI,
+            GoToObject, Fetch, ...). Defaults to ``False``.
 
     Entries written (all with ``batch_size=[]``; under ``"next"`` after a step):
 
@@ -442,13 +458,22 @@ class MiniGridEnv(EnvBase):
     - ``"pixels"`` (only if ``render=True``): uint8 ``[H, W, 3]`` full-grid RGB frame
       (``get_frame(highlight=False)``, without the agent's view highlight).
     - ``"key_picked_up"``, ``"door_opened"``, ``"goal_reached"``, ``"success"``,
-      ``"progress_event"``: bool ``[1]``, privileged progress events (all ``False`` on reset).
-      ``key_picked_up`` fires on the step a key becomes carried, ``door_opened`` on the step a
-      door's ``is_open`` flips to ``True``, each only the *first* time per episode for a given
-      key/door object (drop + re-pickup, close + reopen do not fire again; envs with several
-      doors fire once per door). ``goal_reached``: the agent stepped onto a goal tile.
-      ``success``: the episode terminated with a positive reward (the task was solved).
-      ``progress_event`` is their OR. Envs without keys or doors never fire those events.
+      ``"subgoal"``, ``"progress_event"``: bool ``[1]``, privileged progress events (all
+      ``False`` on reset). ``key_picked_up`` fires on the step a key becomes carried,
+      ``door_opened`` on the step a door's ``is_open`` flips to ``True``, each only the *first*
+      time per episode for a given key/door object (drop + re-pickup, close + reopen do not
+      fire again; envs with several doors fire once per door). ``goal_reached``: the agent
+      stepped onto a goal tile. ``success``: the episode terminated with a positive reward
+      (the task was solved). ``subgoal``: a sub-goal of the episode's mission was reached for
+      the first time (:class:`~vlmrb_torchrl.envs.minigrid_missions.MissionTracker`: the
+      mission's own go to / pick up / open / put next to / reach the goal, in the mission's
+      order, and the sub-goals its layout implies: the doors on the way to a target and the
+      keys of locked ones); never when the mission does not parse
+      (:func:`~vlmrb_torchrl.envs.minigrid_missions.parse_mission`). ``progress_event`` is what
+      ``oracle:minigrid`` labels: ``subgoal`` or ``success`` when the mission parses, else the
+      OR of the four others. On DoorKey (one key, one locked door, the goal: "use the key to
+      open the door and then get to the goal") both are the first key pickup, the first door
+      opening and the goal.
     - ``"reward"`` float32 ``[1]`` (MiniGrid's ``1 - 0.9 * step_count / max_steps`` on
       success, else 0), ``"done"``, ``"terminated"``, ``"truncated"`` bool ``[1]``; time limits
       are reported as ``truncated`` (not ``terminated``).
@@ -504,6 +529,7 @@ class MiniGridEnv(EnvBase):
         actions: Sequence[str] | None = None,
         observation: str = "onehot",
         view: str = "partial",
+        write_mission: bool = False,
     ) -> None:
         gymnasium, constants = _import_minigrid()
         if observation not in OBSERVATION_ENCODINGS:
@@ -524,6 +550,8 @@ class MiniGridEnv(EnvBase):
         self.max_episode_steps = max_episode_steps
         self.observation = observation
         self.view = view
+        self.write_mission = bool(write_mission)
+        self._mission_codes: dict[str, np.ndarray] = {}
         self._env_kwargs = dict(env_kwargs or {})
         try:
             self._gym_env = gymnasium.make(env_id, **self._env_kwargs)
@@ -575,6 +603,7 @@ class MiniGridEnv(EnvBase):
         self._opened_doors: set[int] = set()
         self._picked_keys: set[int] = set()
         self._goal_reached = False
+        self._tracker: MissionTracker | None = None
         self._make_specs(menv)
         if seed is not None:
             self.set_seed(seed)
@@ -597,6 +626,8 @@ class MiniGridEnv(EnvBase):
             obs["pixels"] = Bounded(
                 0, 255, shape=(menv.height * t, menv.width * t, 3), dtype=torch.uint8, device=self.device
             )
+        if self.write_mission:
+            obs["mission"] = Bounded(0, 255, shape=(MISSION_BYTES,), dtype=torch.uint8, device=self.device)
         for key in MINIGRID_EVENT_KEYS:
             obs[key] = flag.clone()
         self.observation_spec = Composite(obs, shape=(), device=self.device)
@@ -611,6 +642,12 @@ class MiniGridEnv(EnvBase):
     def mission(self) -> str:
         """The current mission string of the underlying MiniGrid env (set at each reset)."""
         return self._menv.mission
+
+    @property
+    def mission_tracker(self) -> MissionTracker | None:
+        """The episode's :class:`~vlmrb_torchrl.envs.minigrid_missions.MissionTracker` (its parsed mission,
+        the sub-goals the layout implies); ``None`` before the first reset or when the mission does not parse."""
+        return self._tracker
 
     @property
     def action_names(self) -> list[str]:
@@ -643,6 +680,12 @@ class MiniGridEnv(EnvBase):
         out = {"observation": self._obs(obs)}
         if self._renderer is not None:
             out["pixels"] = self._renderer(self._menv)
+        if self.write_mission:
+            mission = self._menv.mission
+            code = self._mission_codes.get(mission)
+            if code is None:
+                code = self._mission_codes[mission] = encode_mission(mission)
+            out["mission"] = code
         return out
 
     def _scan_doors(self) -> None:
@@ -651,6 +694,10 @@ class MiniGridEnv(EnvBase):
         self._opened_doors = set()
         self._picked_keys = set()
         self._goal_reached = False
+        mission = _parsed_mission(self._menv.mission)
+        self._tracker = None if mission is None else MissionTracker(mission)
+        if self._tracker is not None:
+            self._tracker.reset(self._menv)
 
     def _output(self, arrays: dict[str, np.ndarray], flags: list[bool], reward: float | None) -> TensorDictBase:
         # flags: the MINIGRID_EVENT_KEYS values, then terminated, truncated, done
@@ -708,8 +755,13 @@ class MiniGridEnv(EnvBase):
             if cell is not None and cell.type == "goal":
                 goal = self._goal_reached = True
         success = terminated and reward > 0
-        progress = key_picked or door_opened or goal or success
-        flags = [key_picked, door_opened, goal, success, progress, terminated, truncated, terminated or truncated]
+        if self._tracker is None:
+            subgoal, progress = False, key_picked or door_opened or goal or success
+        else:
+            subgoal = self._tracker.step()
+            progress = subgoal or success
+        flags = [key_picked, door_opened, goal, success, subgoal, progress, terminated, truncated,
+                 terminated or truncated]
         return self._arrays(obs), flags, float(reward)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
@@ -967,6 +1019,7 @@ def make_minigrid_env(
     actions: Sequence[str] | None = None,
     observation: str = "onehot",
     view: str = "partial",
+    write_mission: bool = False,
 ) -> MiniGridEnv:
     """Builds a :class:`MiniGridEnv`: symbolic one-hot observations, frames, progress events.
 
@@ -995,6 +1048,8 @@ def make_minigrid_env(
             positions of its ones, int16). Defaults to ``"onehot"``.
         view (str, optional): ``"partial"`` (the egocentric view) or ``"full"`` (the whole
             grid, the agent's cell and direction, the carried object). Defaults to ``"partial"``.
+        write_mission (bool, optional): write the episode's mission (``"mission"``, uint8
+            ``[256]``). Defaults to ``False``.
 
     Returns:
         MiniGridEnv: see its docstring for the entries written.
@@ -1023,4 +1078,5 @@ def make_minigrid_env(
         actions=actions,
         observation=observation,
         view=view,
+        write_mission=write_mission,
     )

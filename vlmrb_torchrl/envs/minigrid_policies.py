@@ -19,6 +19,7 @@ neither gymnasium nor minigrid.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["DoorKeyPolicy", "SubgoalPolicy", "MiniGridState", "minigrid_state"]
+__all__ = ["DoorKeyPolicy", "MissionPolicy", "SubgoalPolicy", "MiniGridState", "minigrid_state"]
 
 # MiniGrid's action values (minigrid.core.actions.Actions), fixed by the library
 _LEFT, _RIGHT, _FORWARD, _PICKUP, _DROP, _TOGGLE, _DONE = range(7)
@@ -69,6 +70,9 @@ class MiniGridState:
             without a goal).
         room (str or None): for layouts split by one wall column holding one door (DoorKey):
             ``"left"``, ``"doorway"`` or ``"right"``; ``None`` elsewhere.
+        adjacent (tuple): the pairs of objects side by side (a key, ball or box next to another
+            one or to a door; four-neighbourhood), each pair ``((colour, type), (colour, type))``
+            in sorted order, the pairs sorted.
     """
 
     carrying: tuple[str, str] | None
@@ -78,6 +82,7 @@ class MiniGridState:
     on_goal: bool
     goal_distance: int | None
     room: str | None
+    adjacent: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = ()
 
     @property
     def faces_goal(self) -> bool:
@@ -122,11 +127,21 @@ def minigrid_state(env: Any) -> MiniGridState:
     carrying = None if carried is None else (carried.color, carried.type)
     floor, doors, goals = [], [], []
     door_cells = []
+    adjacent = set()
     for i, obj in enumerate(grid.grid):
         if obj is None:
             continue
         if obj.type in ("key", "ball", "box"):
             floor.append((obj.color, obj.type))
+            x, y = i % grid.width, i // grid.width
+            for dx, dy in ((1, 0), (0, 1)):  # right and below: each pair once...
+                other = grid.get(x + dx, y + dy) if x + dx < grid.width and y + dy < grid.height else None
+                if other is not None and other.type in ("key", "ball", "box", "door"):
+                    adjacent.add(tuple(sorted(((obj.color, obj.type), (other.color, other.type)))))
+            for dx, dy in ((-1, 0), (0, -1)):  # ...and doors left and above
+                other = grid.get(x + dx, y + dy) if x + dx >= 0 and y + dy >= 0 else None
+                if other is not None and other.type == "door":
+                    adjacent.add(tuple(sorted(((obj.color, obj.type), (other.color, other.type)))))
         elif obj.type == "door":
             doors.append((obj.color, _door_state(obj)))
             door_cells.append((i % grid.width, i // grid.width))
@@ -149,7 +164,8 @@ def minigrid_state(env: Any) -> MiniGridState:
         column = [grid.get(door_x, y) for y in range(grid.height)]
         if all(o is not None and o.type in ("wall", "door") for o in column):
             room = "left" if ax < door_x else ("doorway" if ax == door_x else "right")
-    return MiniGridState(carrying, tuple(floor), tuple(doors), front, on_goal, goal_distance, room)
+    return MiniGridState(carrying, tuple(floor), tuple(doors), front, on_goal, goal_distance, room,
+                         tuple(sorted(adjacent)))
 
 
 class _ScriptedPolicy:
@@ -284,6 +300,12 @@ class _ScriptedPolicy:
         want = _DIR_VEC.index((found[0] - start[0], found[1] - start[1]))
         return _FORWARD if want == d else self._turn(d, want)
 
+    @staticmethod
+    def _front_free(menv: Any) -> bool:
+        fx, fy = int(menv.front_pos[0]), int(menv.front_pos[1])
+        grid = menv.grid
+        return 0 <= fx < grid.width and 0 <= fy < grid.height and grid.get(fx, fy) is None
+
     def _turn(self, d: int, want: int) -> int:
         diff = (want - d) % 4
         if diff == 0:
@@ -348,10 +370,6 @@ class DoorKeyPolicy(_ScriptedPolicy):
             return _TOGGLE if step is None else step
         return None
 
-    @staticmethod
-    def _front_free(menv: Any) -> bool:
-        fx, fy = menv.front_pos
-        return menv.grid.get(int(fx), int(fy)) is None
 
 
 class SubgoalPolicy(_ScriptedPolicy):
@@ -416,3 +434,261 @@ class SubgoalPolicy(_ScriptedPolicy):
         if obj.type == "door" and obj.is_locked and (menv.carrying is None or menv.carrying.type != "key"):
             return None
         return _TOGGLE
+
+
+class MissionPolicy(_ScriptedPolicy):
+    """Scripted agent for any MiniGrid / BabyAI mission the parser reads: follows the mission.
+
+    It parses the env's mission (:func:`~vlmrb_torchrl.envs.minigrid_missions.parse_mission`)
+    at each new episode and follows it with its own
+    :class:`~vlmrb_torchrl.envs.minigrid_missions.MissionTracker`: the next sub-goal of the
+    mission (in its order) decides what it does. Go to: walk until it faces a matching object
+    (then ``done``, which MiniGrid's GoTo tasks reward); pick up: put down what it holds, walk to
+    the object, pick it up; open: fetch the key of a locked door first; put next to: carry the
+    object to a free cell next to the fixed one and drop it; reach: walk onto the goal. Its paths
+    (breadth-first, full view of the grid) go through closed doors (it opens them), through
+    locked ones once it holds their key (it fetches it when a locked door is the only way), and
+    past objects in the way (it picks them up and puts them down elsewhere). A mission it cannot
+    parse, or a finished one, gives random actions. ``epsilon`` / ``burst_prob`` add random
+    actions and bursts as for :class:`DoorKeyPolicy`.
+
+    Args, Keyword Args: as :class:`DoorKeyPolicy`.
+
+    Examples:
+        >>> from vlmrb_torchrl.envs import MiniGridEnv
+        >>> env = MiniGridEnv("BabyAI-PutNextLocal-v0", seed=1, render=False)
+        >>> rollout = env.rollout(200, MissionPolicy(env, seed=0))
+        >>> env.mission, bool(rollout["next", "success"][-1])
+        ('put the yellow key next to the purple box', True)
+    """
+
+    def __init__(self, env: Any = None, **kwargs: Any) -> None:
+        super().__init__(env, **kwargs)
+        self._trackers: dict[int, tuple[Any, Any, Any]] = {}  # id(menv) -> (grid, tracker, step_count)
+        self._dropping: dict[int, int] = {}  # id(menv) -> turns made while putting down what it holds
+
+    def reset(self) -> None:
+        super().reset()
+        self._trackers.clear()
+        self._dropping.clear()
+
+    def _tracker(self, menv: Any):
+        from vlmrb_torchrl.envs.minigrid_missions import MissionTracker, parse_mission
+
+        entry = self._trackers.get(id(menv))
+        if entry is None or entry[0] is not menv.grid or menv.step_count < entry[2]:  # a new episode
+            mission = parse_mission(menv.mission)
+            tracker = None if mission is None else MissionTracker(mission)
+            if tracker is not None:
+                tracker.reset(menv)
+            entry = (menv.grid, tracker, menv.step_count)
+        elif menv.step_count > entry[2] and entry[1] is not None:
+            entry[1].step()  # what the last step did
+            entry = (menv.grid, entry[1], menv.step_count)
+        self._trackers[id(menv)] = entry
+        return entry[1]
+
+    def act(self, env: Any, allowed: Sequence[int] | None = None) -> int:
+        self._tracker(_raw(env))  # follow every step, random ones included
+        return super().act(env, allowed)
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, menv: Any) -> int | None:
+        tracker = self._tracker(menv)
+        if tracker is None:
+            return None
+        if tracker.complete:  # MiniGrid's GoTo tasks reward "done" next to the target
+            last = tracker.mission.steps[-1]
+            cells = self._cells_of(menv, [o for s in last if s.verb == "go_to" for o in tracker._objs[id(s)]])
+            return _DONE if self._facing(menv, cells) else None
+        key = id(menv)
+        if key in self._dropping:  # putting down what it holds: turn away from the way, then drop
+            turns = self._dropping[key]
+            if menv.carrying is None:
+                del self._dropping[key]
+            elif turns > 0 and self._front_free(menv):
+                del self._dropping[key]
+                return _DROP
+            elif turns >= 4:  # no free cell around (a corridor): walk on and try again
+                self._dropping[key] = 1
+                fx, fy = int(menv.front_pos[0]), int(menv.front_pos[1])
+                return _FORWARD if _passable(menv.grid.get(fx, fy)) else None
+            else:
+                self._dropping[key] = turns + 1
+                return _LEFT
+        sub = tracker.mission.steps[tracker._group][min(tracker._pending[tracker._group])]
+        objs = [o for o in tracker._objs[id(sub)] if (id(sub), id(o)) not in tracker._done]
+        if sub.verb == "reach":
+            return self._go(menv, {(x, y) for x, y, _ in _find(menv, "goal")}, enter=True)
+        if sub.verb == "go_to":
+            cells = self._cells_of(menv, objs)
+            if self._facing(menv, cells):
+                return _DONE
+            return self._go(menv, cells, enter=False)
+        if sub.verb == "open":
+            doors = [d for d in objs if not d.is_open]
+            if not doors:
+                return None
+            door = doors[0]
+            if door.is_locked and not self._holds_key(menv, door.color):
+                return self._fetch(menv, [o for _, _, o in _find(menv, "key") if o.color == door.color])
+            cells = self._cells_of(menv, doors)
+            return _TOGGLE if self._facing(menv, cells) else self._go(menv, cells, enter=False)
+        if sub.verb == "pick_up":
+            return self._fetch(menv, objs)
+        # put_next: carry the object to a free cell next to a fixed one, then drop it
+        carrying = menv.carrying
+        if carrying is None or not any(carrying is o for o in objs):
+            return self._fetch(menv, objs)
+        fixed = [o for o in tracker._fixed[id(sub)] if o is not carrying]
+        spots = set()
+        for fx, fy in self._cells_of(menv, fixed):
+            for dx, dy in _DIR_VEC:
+                x, y = fx + dx, fy + dy
+                if 0 <= x < menv.grid.width and 0 <= y < menv.grid.height and menv.grid.get(x, y) is None:
+                    spots.add((x, y))
+        spots.discard((int(menv.agent_pos[0]), int(menv.agent_pos[1])))
+        if self._facing(menv, spots):
+            return _DROP
+        return self._go(menv, spots, enter=False)
+
+    @staticmethod
+    def _cells_of(menv: Any, objs: list) -> set[tuple[int, int]]:
+        ids = {id(o) for o in objs}
+        return {(x, y) for kind in ("key", "ball", "box", "door", "goal") for x, y, o in _find(menv, kind) if id(o) in ids}
+
+    @staticmethod
+    def _facing(menv: Any, cells: set[tuple[int, int]]) -> bool:
+        return (int(menv.front_pos[0]), int(menv.front_pos[1])) in cells
+
+    @staticmethod
+    def _holds_key(menv: Any, color: str) -> bool:
+        c = menv.carrying
+        return c is not None and c.type == "key" and c.color == color
+
+    def _fetch(self, menv: Any, objs: list, depth: int = 0) -> int | None:
+        """Pick up one of ``objs`` (putting down what it holds first, unless it is the key of a locked
+        door on the way; opening a box that hides one)."""
+        carrying = menv.carrying
+        if carrying is not None and any(carrying is o for o in objs):
+            return None
+        cells = self._cells_of(menv, objs)
+        if not cells:  # hidden in a box: open the box
+            cells = {(x, y) for x, y, o in _find(menv, "box") if any(o.contains is b for b in objs)}
+            if not cells:
+                return None
+            if carrying is not None and not self._key_needed(menv, cells):
+                return self._put_down(menv)
+            return _TOGGLE if self._facing(menv, cells) else self._go(menv, cells, enter=False, depth=depth)
+        if carrying is not None and not self._key_needed(menv, cells):
+            return self._put_down(menv)
+        if self._facing(menv, cells):
+            return _PICKUP if carrying is None else self._put_down(menv)
+        return self._go(menv, cells, enter=False, depth=depth)
+
+    def _key_needed(self, menv: Any, targets: set[tuple[int, int]]) -> bool:
+        """Whether the agent holds the key of a locked door on its way to ``targets``."""
+        carrying = menv.carrying
+        if carrying is None or carrying.type != "key":
+            return False
+        path = self._path(menv, targets, enter=False, locked=False) or ()
+        return any((o := menv.grid.get(x, y)) is not None and o.type == "door" and o.is_locked
+                   and o.color == carrying.color for x, y in path)
+
+    def _put_down(self, menv: Any) -> int:
+        """Starts putting down what it holds: a turn first (the cell ahead is usually on its way), then
+        a drop on the first free cell it faces."""
+        self._dropping[id(menv)] = 1
+        return _LEFT
+
+
+    def _go(self, menv: Any, targets: set[tuple[int, int]], *, enter: bool, depth: int = 0) -> int | None:
+        """The next action toward (``enter``: onto) a target cell, or facing one from a neighbour:
+        a shortest path through closed doors, locked doors whose key it holds and movable objects;
+        when only a locked door leads there, it fetches that door's key."""
+        if not targets:
+            return None
+        path = self._path(menv, targets, enter=enter, locked=False)
+        if path is None:
+            path = self._path(menv, targets, enter=enter, locked=True)
+            if path is None:
+                return None
+            for x, y in path:  # the first locked door on the way: its key, unless an object blocks the way first
+                obj = menv.grid.get(x, y)
+                if obj is not None and obj.type in ("key", "ball", "box"):
+                    break
+                if obj is not None and obj.type == "door" and obj.is_locked and not self._holds_key(menv, obj.color):
+                    if depth >= 2:  # that key is itself behind locked doors (or behind this one): give up
+                        return None
+                    return self._fetch(menv, [o for _, _, o in _find(menv, "key") if o.color == obj.color], depth + 1)
+        ax, ay = int(menv.agent_pos[0]), int(menv.agent_pos[1])
+        if not path:  # next to a target (or on it): face it
+            near = [(tx, ty) for tx, ty in targets if abs(tx - ax) + abs(ty - ay) == 1]
+            return self._turn(int(menv.agent_dir), _DIR_VEC.index((near[0][0] - ax, near[0][1] - ay))) if near else None
+        nxt = path[0]
+        want = _DIR_VEC.index((nxt[0] - ax, nxt[1] - ay))
+        d = int(menv.agent_dir)
+        if want != d:
+            return self._turn(d, want)
+        obj = menv.grid.get(*nxt)
+        if obj is None or _passable(obj):
+            return _FORWARD
+        if obj.type == "door":
+            return _TOGGLE
+        # an object in the way: pick it up (putting down what it holds first), it gets dropped later
+        return _PICKUP if menv.carrying is None else self._put_down(menv)
+
+    @staticmethod
+    def _path(menv: Any, targets: set[tuple[int, int]], *, enter: bool, locked: bool) -> list | None:
+        """Cells from the agent to a target (``enter``) or to a cell next to one, excluding the start;
+        ``[]`` when already there; ``None`` when unreachable. Doors and objects cost more than floor."""
+        grid = menv.grid
+        start = (int(menv.agent_pos[0]), int(menv.agent_pos[1]))
+        if enter:
+            goals = set(targets)
+        else:
+            goals = {(tx + dx, ty + dy) for tx, ty in targets for dx, dy in _DIR_VEC}
+        if start in goals:
+            return []
+        carrying = menv.carrying
+        dist = {start: 0}
+        parent = {start: None}
+        frontier = [(0, start)]
+        found = None
+        while frontier:
+            cost, cell = heapq.heappop(frontier)
+            if cost > dist.get(cell, 1 << 30):
+                continue
+            if cell in goals:
+                found = cell
+                break
+            for dx, dy in _DIR_VEC:
+                nxt = (cell[0] + dx, cell[1] + dy)
+                if not (0 <= nxt[0] < grid.width and 0 <= nxt[1] < grid.height):
+                    continue
+                if not enter and nxt in targets:
+                    continue
+                obj = grid.get(*nxt)
+                step = 1
+                if obj is not None and not _passable(obj):
+                    if obj.type == "door":
+                        if obj.is_locked and not locked and not (carrying is not None and carrying.type == "key"
+                                                                 and carrying.color == obj.color):
+                            continue
+                        step = 3
+                    elif obj.type in ("key", "ball", "box"):
+                        step = 8
+                    else:
+                        continue
+                new = cost + step
+                if new < dist.get(nxt, 1 << 30):
+                    dist[nxt] = new
+                    parent[nxt] = cell
+                    heapq.heappush(frontier, (new, nxt))
+        if found is None:
+            return None
+        path = []
+        while found != start:
+            path.append(found)
+            found = parent[found]
+        return path[::-1]

@@ -31,7 +31,7 @@ from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
 from vlmrb_torchrl.recipes.envs import env_factory, is_minigrid, make_collector, minigrid_actions, probe_env
 from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
-from vlmrb_torchrl.recipes.replay import make_replay
+from vlmrb_torchrl.recipes.replay import make_replay, reads_mission
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
 from vlmrb_torchrl.recipes.run import Run, make_run_dir, prepare_run_dir, start_run
 
@@ -211,6 +211,8 @@ def main(cfg: DQNConfig) -> dict:
             env_kwargs["actions"] = actions
         if is_minigrid(cfg.env):
             env_kwargs.update(observation=cfg.observation, view=cfg.view)
+            if reads_mission(start.scorer):  # builtin:minigrid scores each clip with its episode's mission
+                env_kwargs["write_mission"] = True
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, **env_kwargs)
         eval_limit = min((n for n in (cfg.max_episode_steps, cfg.eval_max_episode_steps) if n is not None), default=None)
         eval_env_fn = env_factory(cfg.env, train=False, render=False,
@@ -245,7 +247,7 @@ def main(cfg: DQNConfig) -> dict:
         modules = checkpointed_modules({"loss": loss, "optim": optim, "explore": explore}, start.scorer)
         counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
         run = cleanup.enter_context(Run(cfg, recipe="dqn", total=cfg.total_frames,
-                                        resumed_from=counters["env_steps"]))
+                                        resumed_from=counters["env_steps"], scorer=start.scorer))
         training = cleanup.enter_context(Training(
             cfg, run=run, replay=replay, counters=counters, modules=modules, device=start.device,
             eval_policy=eval_policy, eval_env_fn=eval_env_fn,

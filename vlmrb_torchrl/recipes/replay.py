@@ -27,7 +27,8 @@ from vlmrb_torchrl.clip_scoring import reads_frames
 from vlmrb_torchrl.scorers.base import scorer_stats
 
 __all__ = ["FRAME_KEY", "VLM_MODES", "Replay", "UniformReplay", "PrioritizedReplay", "VLMReplay", "make_replay",
-           "make_scorer_from_config", "uses_scorer", "needs_frames", "sample_tensordict"]
+           "make_scorer_from_config", "uses_scorer", "needs_frames", "sample_tensordict", "scorer_task_kwargs",
+           "reads_mission", "scorer_checks", "MISSION_KEY"]
 
 #: Where the recipe envs write rendered frames (when the scorer reads them).
 FRAME_KEY = "pixels"
@@ -56,15 +57,76 @@ def needs_frames(scorer) -> bool:
     return scorer is not None and reads_frames(scorer, FRAME_KEY)
 
 
+#: What :func:`scorer_task_kwargs` tells ``builtin:minigrid`` of the task; the env writes each step's
+#: mission under this key when the scorer reads it.
+MISSION_KEY = "mission"
+
+
+def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
+    """What the recipe tells ``builtin:minigrid`` about its MiniGrid / BabyAI task, so that its
+    checks follow the task (:mod:`vlmrb_torchrl.scorers.minigrid_prompts`):
+
+    - the env's mission as ``task=`` when every episode has the same one (DoorKey, Unlock, Empty,
+      ...: one prompt set, derived from it);
+    - ``mission_key="mission"`` when the mission changes from episode to episode (GoToObject,
+      Fetch, most BabyAI levels, ...): the envs then write each step's mission
+      (:func:`reads_mission`) and each clip is scored with its own mission's checks.
+
+    Nothing for other scorers and envs, or when the config gives the scorer a prompt, a prompt
+    set, a task or a mission key itself. The first 8 episodes' missions decide (seeds from
+    ``cfg.seed``).
+
+    Examples:
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> scorer_task_kwargs(DQNConfig(env="MiniGrid-DoorKey-5x5-v0"))
+        {'task': 'use the key to open the door and then get to the goal'}
+        >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0"))
+        {'mission_key': 'mission'}
+        >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0", scorer="oracle:minigrid"))
+        {}
+    """
+    from vlmrb_torchrl.recipes.envs import is_minigrid, minigrid_missions
+
+    given = dict(cfg.scorer_kwargs or {})
+    if cfg.scorer != "builtin:minigrid" or not is_minigrid(cfg.env) or cfg.prompt is not None or any(
+            k in given for k in ("task", "prompt", "prompt_set", "mission_key")):
+        return {}
+    missions = minigrid_missions(cfg.env, seed=cfg.seed)
+    return {"task": missions[0]} if len(missions) == 1 else {"mission_key": MISSION_KEY}
+
+
+def reads_mission(scorer: Any) -> bool:
+    """Whether ``scorer`` reads each clip's mission (the envs must then write it: ``write_mission=True``)."""
+    return scorer is not None and MISSION_KEY in list(getattr(scorer, "in_keys", []))
+
+
+def scorer_checks(scorer: Any) -> dict[str, Any] | None:
+    """What the run's config and log show of a prompt-set scorer: where its checks come from, the task,
+    and the checks (``aggregation(positive vs negatives)``); ``None`` for scorers without checks."""
+    provenance = dict(getattr(scorer, "provenance", None) or {})
+    inner = getattr(scorer, "scorer", None)  # NoisyScorer / DistilledScorer: the wrapped one's checks
+    checks = getattr(scorer, "prompt_set", None) or getattr(inner, "prompt_set", None)
+    if "checks_from" not in provenance and inner is not None:
+        provenance = dict(getattr(inner, "provenance", None) or {})
+    if checks is None and "checks_from" not in provenance:
+        return None
+    from vlmrb_torchrl.scorers.prompts import prompt_set_text
+
+    return {"checks_from": provenance.get("checks_from", "given"), "task": provenance.get("task"),
+            "checks": [prompt_set_text([c])[len("max of "):] for c in checks] if checks else []}
+
+
 def make_scorer_from_config(cfg: Any):
-    """``make_scorer(cfg.scorer, prompt=cfg.prompt, **cfg.scorer_kwargs)``, wrapped in a
-    :class:`~vlmrb_torchrl.scorers.NoisyScorer` when ``cfg.label_noise > 0``, then (the noisy one
-    is the teacher) in a :class:`~vlmrb_torchrl.scorers.DistilledScorer` when ``cfg.distill``."""
+    """``make_scorer(cfg.scorer, prompt=cfg.prompt, **cfg.scorer_kwargs)`` (``builtin:minigrid`` also
+    gets the task, :func:`scorer_task_kwargs`), wrapped in a :class:`~vlmrb_torchrl.scorers.NoisyScorer`
+    when ``cfg.label_noise > 0``, then (the noisy one is the teacher) in a
+    :class:`~vlmrb_torchrl.scorers.DistilledScorer` when ``cfg.distill``."""
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
     kwargs = dict(cfg.scorer_kwargs or {})
     if cfg.prompt is not None:
         kwargs["prompt"] = cfg.prompt
+    kwargs.update(scorer_task_kwargs(cfg))
     scorer = make_scorer(cfg.scorer, **kwargs)
     if cfg.label_noise > 0:
         scorer = NoisyScorer(scorer, flip_prob=cfg.label_noise, seed=cfg.seed)

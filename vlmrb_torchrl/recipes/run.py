@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from vlmrb_torchrl.recipes.checkpoint import check_resume_config, latest_checkpoint
-from vlmrb_torchrl.recipes.replay import make_scorer_from_config, needs_frames, uses_scorer
+from vlmrb_torchrl.recipes.replay import make_scorer_from_config, needs_frames, scorer_checks, uses_scorer
 
 __all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "seed_everything", "resolve_device", "Run",
            "make_run_dir", "prepare_run_dir", "RUN_FILES"]
@@ -139,6 +139,24 @@ def _build_scorer(cfg: Any) -> Any:
         for said in (f"make_scorer({cfg.scorer!r}): ", f"make_scorer({cfg.scorer!r}) "):  # the spec is named once
             message = message[len(said):] if message.startswith(said) else message
         raise ConfigError(f"scorer={cfg.scorer!r}: {message}") from err
+def describe_checks(spec: str, checks: dict[str, Any]) -> str:
+    """The log lines of a scorer's checks (:func:`~vlmrb_torchrl.recipes.replay.scorer_checks`).
+
+    Examples:
+        >>> print(describe_checks("builtin:minigrid", {"checks_from": "mission", "task": "pick up the red ball",
+        ...                                            "checks": ['progress("the agent holds the red ball" vs "the red ball is on the floor")']}))
+        builtin:minigrid checks (from the mission 'pick up the red ball'), the clip's score is the best of:
+          progress("the agent holds the red ball" vs "the red ball is on the floor")
+    """
+    source = checks["checks_from"]
+    if source == "mission per clip":
+        return (f"{spec} checks: derived for each clip from its episode's mission (the mission changes every "
+                "episode; the envs write it under 'mission')")
+    where = {"mission": f"from the mission {checks['task']!r}",
+             "generic": f"generic: the mission {checks['task']!r} is outside the MiniGrid/BabyAI grammar",
+             "default": "the default set: no task", "given": "given"}.get(source, source)
+    return "\n".join([f"{spec} checks ({where}), the clip's score is the best of:",
+                      *(f"  {c}" for c in checks["checks"])])
 
 
 # ---------------------------------------------------------------------------------- run directory
@@ -165,7 +183,7 @@ class Run:
     """
 
     def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
-                 columns: list[str] | None = None) -> None:
+                 columns: list[str] | None = None, scorer: Any = None) -> None:
         if cfg.output_dir is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             env = cfg.env.replace("/", "-")
@@ -173,7 +191,12 @@ class Run:
         self.dir = Path(cfg.output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "checkpoints").mkdir(exist_ok=True)
-        (self.dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+        config = dataclasses.asdict(cfg)
+        checks = scorer_checks(scorer)
+        if checks is not None:  # what the scorer scores: its checks, derived from the task (builtin:minigrid)
+            config["scorer_checks"] = checks
+            print(describe_checks(cfg.scorer, checks), flush=True)
+        (self.dir / "config.json").write_text(json.dumps(config, indent=2))
         self.csv_path = self.dir / "metrics.csv"
         new_file = not self.csv_path.exists() or resumed_from == 0
         self._columns = list(columns or METRIC_COLUMNS)
@@ -194,7 +217,7 @@ class Run:
                 # purge what was logged after the checkpoint, not the row logged at it (kept in metrics.csv too)
                 self._tb = SummaryWriter(log_dir=str(self.dir / "tensorboard"),
                                          purge_step=resumed_from + 1 if resumed_from else None)
-                self._tb.add_text("config", "\n".join(f"    {k}: {v}" for k, v in dataclasses.asdict(cfg).items()))
+                self._tb.add_text("config", "\n".join(f"    {k}: {v}" for k, v in config.items()))
         self._pbar = None
         if cfg.progress:
             from tqdm.auto import tqdm
@@ -260,6 +283,7 @@ def _tb_tag(key: str) -> str:
     if key in ("env_steps_per_s", "time_s", "render_per_step"):
         return f"time/{key}"
     return f"train/{key}"
+
 
 
 # ---------------------------------------------------------------------------------- run directory checks

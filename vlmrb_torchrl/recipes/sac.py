@@ -121,7 +121,8 @@ def main(cfg: SACConfig) -> dict:
         modules = checkpointed_modules({"loss": loss, "optim": optim}, start.scorer)
         counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
         run = cleanup.enter_context(Run(cfg, recipe="sac", total=cfg.total_frames,
-                                        resumed_from=counters["env_steps"], columns=SAC_METRIC_COLUMNS))
+                                        resumed_from=counters["env_steps"], columns=SAC_METRIC_COLUMNS,
+                                        scorer=start.scorer))
         training = cleanup.enter_context(Training(
             cfg, run=run, replay=replay, counters=counters, modules=modules, device=start.device,
             eval_policy=eval_policy, eval_env_fn=eval_env_fn, eval_max_steps=cfg.max_episode_steps or 500,

@@ -2,13 +2,18 @@
 
 A frame's :class:`~vlmrb_torchrl.envs.minigrid_policies.MiniGridState` is turned into the set
 of *statements* true in it (:func:`true_statements`): what the agent holds, which objects lie
-on the floor, each door's state, what the agent faces, where the goal is, which room the agent
-is in. Statements are tuples such as ``("holds", "yellow", "key")`` or ``("door", "any",
+on the floor, each door's state, what the agent faces (and does not face), where the goal is,
+which room the agent is in, which objects lie next to each other (and which do not), which
+objects are absent. Statements are tuples such as ``("holds", "yellow", "key")`` or ``("door", "any",
 "open")``; every statement not in the set is false in that frame, which is what makes the
 contrastive loss's negatives exact. :func:`wordings` gives each statement 1-4 English
 sentences; a caption joins 1-3 true statements with "and". The vocabulary is compositional
 (6 colours x key/ball/box/door, door states, faced cells), so prompts for MiniGrid tasks the
-model was not trained on ("the agent holds the red ball") are made of words it knows.
+model was not trained on ("the agent holds the red ball") are made of words it knows. The
+complements ("the agent does not face the red ball", "the red ball is not next to the blue
+box", "there is no red ball") are statements of their own, so that a check of a mission's
+sub-goal (:mod:`vlmrb_torchrl.scorers.minigrid_prompts`) has a negative that is true exactly
+when its positive is false.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ OBJECTS = ("key", "ball", "box")
 # closed: not open; unlocked: closed and not locked; notlocked: open or closed, not locked
 DOOR_STATES = ("open", "closed", "locked", "unlocked", "notlocked")
 FACED = ("key", "ball", "box", "door", "goal", "wall", "lava", "floor")
+#: What "does not face", "is absent" and "is next to" statements name (colour or "any").
+NAMED = (*OBJECTS, "door")
 
 Statement = tuple[str, ...]
 
@@ -36,8 +43,10 @@ def true_statements(state: MiniGridState) -> frozenset[Statement]:
         >>> from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
         >>> s = MiniGridState(("yellow", "key"), (), (("yellow", "locked"),), ("yellow", "door", "locked"),
         ...                   False, 3, "left")
-        >>> sorted(true_statements(s))[:4]
+        >>> sorted(t for t in true_statements(s) if t[0] == "door")[:4]
         [('door', 'any', 'closed'), ('door', 'any', 'locked'), ('door', 'yellow', 'closed'), ('door', 'yellow', 'locked')]
+        >>> sorted(t for t in true_statements(s) if t[0] == "absent")[:3]
+        [('absent', 'any', 'ball'), ('absent', 'any', 'box'), ('absent', 'blue', 'ball')]
     """
     out: set[Statement] = set()
     if state.carrying is None:
@@ -65,6 +74,29 @@ def true_statements(state: MiniGridState) -> frozenset[Statement]:
             out.add(("faces_door", door))
             if door != "open":
                 out.add(("faces_door", "closed"))
+    for color in ("any", *COLORS):
+        for kind in NAMED:
+            if ("faces", color, kind) not in out:
+                out.add(("faces_not", color, kind))
+    present = {(c, k) for c, k in state.floor_objects} | {(c, "door") for c, _ in state.doors}
+    if state.carrying is not None:
+        present.add(tuple(state.carrying))
+    present |= {("any", k) for _, k in present}
+    for color in ("any", *COLORS):
+        for kind in NAMED:
+            if (color, kind) not in present:
+                out.add(("absent", color, kind))
+    adjacent = set(state.adjacent)
+    on_floor = sorted({(c, k) for c, k in state.floor_objects} | {(c, "door") for c, _ in state.doors})
+    for i, a in enumerate(on_floor):
+        for b in on_floor[i:]:
+            if a[1] == "door" and b[1] == "door":
+                continue
+            pair = (a, b)
+            if pair in adjacent:
+                out.add(("next", *a, *b))
+            elif a != b or state.floor_objects.count(a) > 1:
+                out.add(("apart", *a, *b))
     if state.goal_distance is not None:
         d = state.goal_distance
         out.add(("goal", "on" if d == 0 else ("next" if d == 1 else "far")))
@@ -124,6 +156,17 @@ def wordings(statement: Statement) -> tuple[str, ...]:
         if where == "next":
             return ("the agent is next to the goal", "the agent is beside the green goal")
         return ("the agent is far from the goal", "the green goal is far from the agent")
+    if head == "faces_not":
+        thing = _thing(statement[1], statement[2])
+        return (f"the agent does not face {thing}", f"{thing} is not in front of the agent")
+    if head == "absent":
+        name = statement[2] if statement[1] == "any" else f"{statement[1]} {statement[2]}"
+        return (f"there is no {name}", f"the grid has no {name}")
+    if head in ("next", "apart"):
+        a, b = _thing(*statement[1:3]), _thing(*statement[3:5])
+        if head == "next":
+            return (f"{a} is next to {b}", f"{b} is next to {a}", f"{a} is beside {b}")
+        return (f"{a} is not next to {b}", f"{b} is not next to {a}", f"{a} is away from {b}")
     if head == "room":
         if statement[1] == "doorway":
             return ("the agent is in the doorway", "the agent stands in the doorway")
@@ -147,6 +190,13 @@ def all_statements() -> list[Statement]:
     out += [("faces_door", s) for s in ("open", "closed", "locked")]
     out += [("goal", w) for w in ("on", "next", "far")]
     out += [("room", r) for r in ("left", "doorway", "right")]
+    out += [("faces_not", color, k) for color in ("any", *COLORS) for k in NAMED]
+    out += [("absent", color, k) for color in ("any", *COLORS) for k in NAMED]
+    things = sorted((c, k) for c in COLORS for k in NAMED)
+    for i, a in enumerate(things):
+        for b in things[i:]:
+            if a[1] != "door" or b[1] != "door":
+                out += [("next", *a, *b), ("apart", *a, *b)]
     return out
 
 

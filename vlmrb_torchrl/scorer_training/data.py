@@ -3,10 +3,11 @@
 Frames are rendered by the package's :class:`~vlmrb_torchrl.envs.MiniGridEnv` (``render=True``,
 ``frame_size=64``: the renderer and frame size the DQN recipe's scorer sees). Episodes come
 from :class:`~vlmrb_torchrl.envs.minigrid_policies.DoorKeyPolicy` (ε-random, with random
-bursts), :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` and uniform random
-agents; a fraction start from a perturbed state (the key already in hand, the door unlocked
-but closed or open, the agent dropped next to the goal) so rare states are common enough to
-learn. Each frame is stored with its :class:`~vlmrb_torchrl.envs.minigrid_policies.MiniGridState`
+bursts), :class:`~vlmrb_torchrl.envs.minigrid_policies.MissionPolicy` (follows the episode's
+mission), :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` and uniform random
+agents; a fraction start from a perturbed state (an object in hand, a door unlocked but closed
+or open, the agent dropped next to the goal or facing an object, an object moved next to
+another) so rare states are common enough to learn. Each frame is stored with its :class:`~vlmrb_torchrl.envs.minigrid_policies.MiniGridState`
 (the privileged information captions are made from: used at training time only).
 """
 
@@ -18,9 +19,16 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, MiniGridState, SubgoalPolicy, minigrid_state
+from vlmrb_torchrl.envs.minigrid_policies import (
+    DoorKeyPolicy,
+    MiniGridState,
+    MissionPolicy,
+    SubgoalPolicy,
+    minigrid_state,
+)
 
-__all__ = ["Layout", "TRAIN_LAYOUTS", "HELD_OUT_LAYOUTS", "FrameSet", "generate_frames"]
+__all__ = ["Layout", "TRAIN_LAYOUTS", "HELD_OUT_LAYOUTS", "BENCHMARK_TRAIN_ENVS", "LARGE_GRID_ENVS", "FrameSet",
+           "generate_frames"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +38,9 @@ class Layout:
     Attributes:
         env_id (str): the MiniGrid id.
         weight (float): share of the frames (normalised over the mixture).
-        scripted (str): the scripted agent, ``"doorkey"`` or ``"subgoal"``.
+        scripted (str): the scripted agent, ``"doorkey"`` (:class:`DoorKeyPolicy`), ``"mission"``
+            (:class:`MissionPolicy` three times in four, else :class:`SubgoalPolicy`) or
+            ``"subgoal"`` (:class:`SubgoalPolicy`).
         max_steps (int): episode length cap.
     """
 
@@ -40,32 +50,77 @@ class Layout:
     max_steps: int = 150
 
 
-#: The training mixture: DoorKey of every size (the default task) and other key / door / object
-#: layouts, so captions cover objects, colours and door states beyond DoorKey's.
+#: The training mixture: DoorKey of every size (the recipes' default task) and MiniGrid / BabyAI
+#: layouts of every verb of the mission grammar (go to, pick up, open, put next to, reach the
+#: goal), with keys, balls, boxes and doors of every colour, square and non-square grids. These
+#: envs (and only these) were used to build the model and to tune the mission parser's checks.
 TRAIN_LAYOUTS: tuple[Layout, ...] = (
-    Layout("MiniGrid-DoorKey-5x5-v0", 0.16),
-    Layout("MiniGrid-DoorKey-6x6-v0", 0.18),
-    Layout("MiniGrid-DoorKey-8x8-v0", 0.18),
-    Layout("MiniGrid-DoorKey-16x16-v0", 0.08, max_steps=250),
-    Layout("MiniGrid-KeyCorridorS3R1-v0", 0.06, "subgoal"),
-    Layout("MiniGrid-KeyCorridorS3R2-v0", 0.05, "subgoal"),
-    Layout("MiniGrid-UnlockPickup-v0", 0.07, "subgoal"),
-    Layout("MiniGrid-Fetch-5x5-N2-v0", 0.04, "subgoal"),
-    Layout("MiniGrid-Fetch-6x6-N2-v0", 0.04, "subgoal"),
-    Layout("MiniGrid-GoToObject-6x6-N2-v0", 0.04, "subgoal"),
-    Layout("MiniGrid-GoToObject-8x8-N2-v0", 0.04, "subgoal"),
-    Layout("MiniGrid-Empty-6x6-v0", 0.03, "subgoal"),
-    Layout("MiniGrid-Empty-Random-5x5-v0", 0.03, "subgoal"),
+    Layout("MiniGrid-DoorKey-5x5-v0", 0.07),
+    Layout("MiniGrid-DoorKey-6x6-v0", 0.08),
+    Layout("MiniGrid-DoorKey-8x8-v0", 0.08),
+    Layout("MiniGrid-DoorKey-16x16-v0", 0.06, max_steps=250),
+    Layout("MiniGrid-KeyCorridorS3R1-v0", 0.04, "mission"),
+    Layout("MiniGrid-KeyCorridorS3R2-v0", 0.04, "mission"),
+    Layout("MiniGrid-UnlockPickup-v0", 0.05, "mission"),
+    Layout("MiniGrid-Fetch-5x5-N2-v0", 0.03, "mission"),
+    Layout("MiniGrid-Fetch-8x8-N3-v0", 0.04, "mission"),
+    Layout("MiniGrid-GoToObject-6x6-N2-v0", 0.03, "mission"),
+    Layout("MiniGrid-GoToObject-8x8-N2-v0", 0.04, "mission"),
+    Layout("MiniGrid-GoToDoor-5x5-v0", 0.02, "mission"),
+    Layout("MiniGrid-GoToDoor-8x8-v0", 0.03, "mission"),
+    Layout("MiniGrid-PutNear-6x6-N2-v0", 0.04, "mission"),
+    Layout("MiniGrid-PutNear-8x8-N3-v0", 0.04, "mission"),
+    Layout("MiniGrid-Empty-6x6-v0", 0.02, "mission"),
+    Layout("MiniGrid-Empty-Random-5x5-v0", 0.02, "mission"),
+    Layout("MiniGrid-LavaGapS6-v0", 0.02, "mission"),
+    Layout("BabyAI-GoToLocal-v0", 0.05, "mission"),
+    Layout("BabyAI-PickupLoc-v0", 0.05, "mission"),
+    Layout("BabyAI-PutNextLocal-v0", 0.06, "mission"),
+    Layout("BabyAI-OpenRedDoor-v0", 0.03, "mission"),
+    Layout("BabyAI-OpenDoorsOrderN2-v0", 0.02, "mission", max_steps=100),
 )
 
-#: Tasks never seen in training, for measuring how the model transfers.
+#: The envs of ``benchmarks/scorer_quality.py --env family-train``: training layouts measured
+#: against the oracle (DoorKey of every size first: the recipes' task).
+BENCHMARK_TRAIN_ENVS: tuple[str, ...] = (
+    "MiniGrid-DoorKey-5x5-v0",
+    "MiniGrid-DoorKey-6x6-v0",
+    "MiniGrid-DoorKey-8x8-v0",
+    "MiniGrid-DoorKey-16x16-v0",
+    "MiniGrid-KeyCorridorS3R2-v0",
+    "MiniGrid-UnlockPickup-v0",
+    "MiniGrid-Fetch-8x8-N3-v0",
+    "MiniGrid-GoToObject-8x8-N2-v0",
+    "MiniGrid-PutNear-6x6-N2-v0",
+    "BabyAI-GoToLocal-v0",
+    "BabyAI-PickupLoc-v0",
+    "BabyAI-PutNextLocal-v0",
+    "BabyAI-OpenRedDoor-v0",
+)
+
+#: Tasks never used to build the model or to tune the mission parser: the held-out envs of the
+#: benchmark and of the model card's transfer metrics. Grids of at most 13 cells (5-pixel tiles
+#: or more at 64 pixels) with missions of the grammar: a locked door and its key (Unlock), a
+#: blocked locked door (BlockedUnlockPickup), a key behind a door and a ball behind a locked one
+#: (KeyCorridorS3R3), "then" (RedBlueDoors, MoveTwoAcross), "after you" and "and" across rooms
+#: (GoToSeqS5R2), put next to across two rooms (PutNextS5N2), go to among distractors in a
+#: new room shape (GoToObjS6), lava crossings to the goal (LavaCrossingS9N1), and BabyAI's
+#: mixed missions (MiniBossLevel).
 HELD_OUT_LAYOUTS: tuple[str, ...] = (
     "MiniGrid-Unlock-v0",
-    "MiniGrid-MultiRoom-N2-S4-v0",
-    "MiniGrid-LockedRoom-v0",
     "MiniGrid-BlockedUnlockPickup-v0",
+    "MiniGrid-KeyCorridorS3R3-v0",
     "MiniGrid-RedBlueDoors-6x6-v0",
+    "MiniGrid-LavaCrossingS9N1-v0",
+    "BabyAI-GoToObjS6-v1",
+    "BabyAI-PutNextS5N2-v0",
+    "BabyAI-MoveTwoAcrossS5N2-v0",
+    "BabyAI-GoToSeqS5R2-v0",
+    "BabyAI-MiniBossLevel-v0",
 )
+
+#: Grids of 19-25 cells: 64-pixel frames show 2.6-3.4-pixel tiles (measured, not a goal).
+LARGE_GRID_ENVS: tuple[str, ...] = ("MiniGrid-LockedRoom-v0", "MiniGrid-MultiRoom-N2-S4-v0")
 
 _EPSILONS = (0.0, 0.1, 0.2, 0.3, 0.5)
 
@@ -94,27 +149,53 @@ class FrameSet:
 
 def _perturb(menv, rng: np.random.Generator) -> None:
     """Moves a fresh episode to a rarer state: an object in hand, a door unlocked or open, the
-    agent next to (often facing) the goal."""
+    agent next to (often facing) the goal or facing an object, an object next to another."""
     grid = menv.grid
-    kind = rng.integers(4)
+    kind = rng.integers(6)
     doors = [o for o in grid.grid if o is not None and o.type == "door"]
-    if kind == 0:  # the agent holds an object taken from the floor (MiniGrid does not draw the
+    things = [(i, o) for i, o in enumerate(grid.grid) if o is not None and o.type in ("key", "ball", "box")]
+    agent = (int(menv.agent_pos[0]), int(menv.agent_pos[1]))
+    area = _inside(grid, agent, doors=True)
+    # GoToDoor leaves empty cells outside its walls, beyond its doors: there doors stay shut and the
+    # agent in its room (an open door would let it walk off the grid)
+    enclosed = not any(x in (0, grid.width - 1) or y in (0, grid.height - 1) for x, y in area)
+    if not enclosed:
+        area = _inside(grid, agent, doors=False)
+        doors = []
+    free = [c for c in area if grid.get(*c) is None and c != agent]
+    if kind == 0 and things:  # the agent holds an object taken from the floor (MiniGrid does not draw the
         # carried object: what the agent holds shows only as what is missing from the floor)
-        things = [(i, o) for i, o in enumerate(grid.grid) if o is not None and o.type in ("key", "ball", "box")]
-        if things:
-            i, thing = things[rng.integers(len(things))]
-            grid.grid[i] = None
-            menv.carrying = thing
+        i, thing = things[rng.integers(len(things))]
+        grid.grid[i] = None
+        menv.carrying = thing
+        thing.cur_pos = np.array([-1, -1])
     elif kind == 1 and doors:  # a door unlocked but closed, or open
         door = doors[rng.integers(len(doors))]
         door.is_locked = False
         door.is_open = bool(rng.integers(2))
+    elif kind == 2 and things and len(things) + len(doors) > 1:  # an object moved next to another one
+        i, thing = things[rng.integers(len(things))]
+        others = [j for j, o in enumerate(grid.grid) if o is not None and o.type in ("key", "ball", "box", "door")
+                  and j != i]
+        j = others[rng.integers(len(others))]
+        ox, oy = j % grid.width, j // grid.width
+        spots = [(ox + dx, oy + dy) for dx, dy in ((1, 0), (0, 1), (-1, 0), (0, -1)) if (ox + dx, oy + dy) in free]
+        if spots:
+            x, y = spots[rng.integers(len(spots))]
+            grid.grid[i] = None
+            grid.set(x, y, thing)
+            thing.cur_pos = np.array([x, y])
+    elif kind == 3 and (things or doors):  # the agent facing an object or a door
+        targets = [(i % grid.width, i // grid.width) for i, o in enumerate(grid.grid)
+                   if o is not None and o.type in ("key", "ball", "box", "door")]
+        tx, ty = targets[rng.integers(len(targets))]
+        spots = [((tx + dx, ty + dy), d) for d, (dx, dy) in enumerate(((-1, 0), (0, -1), (1, 0), (0, 1)))
+                 if (tx + dx, ty + dy) in free]
+        if spots:
+            (x, y), d = spots[rng.integers(len(spots))]
+            menv.agent_pos = (x, y)
+            menv.agent_dir = d  # facing (tx, ty): direction d points from (x, y) to the target
     else:  # the agent somewhere else: next to the goal (facing it half of those times) or anywhere
-        free = [
-            (i % grid.width, i // grid.width)
-            for i, o in enumerate(grid.grid)
-            if o is None and (i % grid.width, i // grid.width) != tuple(menv.agent_pos)
-        ]
         goals = [(i % grid.width, i // grid.width) for i, o in enumerate(grid.grid) if o is not None and o.type == "goal"]
         near = [c for c in free if any(abs(c[0] - g[0]) + abs(c[1] - g[1]) == 1 for g in goals)]
         pool = near if near and rng.random() < 0.7 else free
@@ -125,6 +206,23 @@ def _perturb(menv, rng: np.random.Generator) -> None:
             facing = [d for d, (dx, dy) in enumerate(((1, 0), (0, 1), (-1, 0), (0, -1))) if (x + dx, y + dy) in goals]
             if facing and rng.random() < 0.5:
                 menv.agent_dir = facing[0]
+
+
+def _inside(grid, start: tuple[int, int], *, doors: bool) -> list[tuple[int, int]]:
+    """The cells the agent's area reaches (through objects and, with ``doors``, doors; not walls)."""
+    seen, todo = {start}, [start]
+    while todo:
+        x, y = todo.pop()
+        for dx, dy in ((1, 0), (0, 1), (-1, 0), (0, -1)):
+            nxt = (x + dx, y + dy)
+            if nxt in seen or not (0 <= nxt[0] < grid.width and 0 <= nxt[1] < grid.height):
+                continue
+            obj = grid.get(*nxt)
+            if obj is not None and (obj.type == "wall" or (obj.type == "door" and not doors)):
+                continue
+            seen.add(nxt)
+            todo.append(nxt)
+    return sorted(seen)
 
 
 def generate_frames(
@@ -190,6 +288,9 @@ def generate_frames(
             policy = None
         elif lay.scripted == "doorkey":
             policy = DoorKeyPolicy(seed=agent_seed, epsilon=float(rng.choice(_EPSILONS)),
+                                   burst_prob=float(rng.choice((0.0, 0.03, 0.08))))
+        elif lay.scripted == "mission" and rng.random() < 0.75:
+            policy = MissionPolicy(seed=agent_seed, epsilon=float(rng.choice(_EPSILONS)),
                                    burst_prob=float(rng.choice((0.0, 0.03, 0.08))))
         else:
             policy = SubgoalPolicy(seed=agent_seed, epsilon=float(rng.choice((0.05, 0.2))), burst_prob=0.03)

@@ -277,6 +277,7 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
     frame_w = torch.from_numpy(frame_w / frame_w.sum())
     stmt_w = 1.0 / np.sqrt(np.maximum(freq, 1.0))  # caption statements: rare ones first
     active = np.flatnonzero(freq > 0)
+    stmt_p = stmt_w[active] / stmt_w[active].sum()
     wordings = domain.wordings
 
     model = build_model(len(tokenizer), size=cfg.size, seed=cfg.seed)
@@ -306,7 +307,10 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
             chosen = rng.choice(true, size=k, replace=False, p=p)
             texts.append(" and ".join(str(rng.choice(wordings(stmts.names[c]))) for c in chosen))
             rows.append(chosen)
-        for c in active:  # one wording of every statement seen in training
+        extra = active
+        if cfg.statement_texts is not None and len(active) > cfg.statement_texts:  # a draw, rare ones first
+            extra = rng.choice(active, size=cfg.statement_texts, replace=False, p=stmt_p)
+        for c in extra:  # one wording of every statement seen in training (or of a draw of them)
             texts.append(str(rng.choice(wordings(stmts.names[c]))))
             rows.append(np.array([c]))
         caption_hot = np.zeros((len(texts), len(stmts.names)), dtype=bool)

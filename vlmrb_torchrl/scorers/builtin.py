@@ -1,9 +1,13 @@
 """Scorers that ship with the package: ``make_scorer("builtin:minigrid")``, ``"builtin:lift"``, ``"builtin:atari"``.
 
 ``builtin:minigrid`` is a small CLIP model (~0.28M parameters, ~1.1 MB) trained by
-``vlmrb build-scorer minigrid`` on MiniGrid frames captioned from the simulator's state (see
-``docs/builtin_scorer.md`` and the ``MODEL_CARD.md`` next to the weights), scored with a prompt
-set: the best of three checks on the clip's frames,
+``vlmrb build-scorer minigrid`` on MiniGrid and BabyAI frames captioned from the simulator's
+state (see ``docs/builtin_scorer.md`` and the ``MODEL_CARD.md`` next to the weights), scored
+with a prompt set. Given the env's mission (``task=env.mission``, what the recipes pass), the
+set is derived from it (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.mission_prompt_set`: one
+check per sub-goal of the mission and per sub-goal it implies; a mission outside the MiniGrid /
+BabyAI grammar gives the generic checks and a warning). Without a task, and for DoorKey's
+mission, it is the best of three checks on the clip's frames,
 
 - the key: "the agent holds the key" against "the key is on the floor" (``progress``: the
   clip's last frame minus its first, so holding the key throughout scores 0);
@@ -121,6 +125,8 @@ def builtin_model_dir(name: str = "minigrid") -> Path:
 def make_builtin_scorer(
     name: str = "minigrid",
     *,
+    task: str | None = None,
+    mission_key: Any = None,
     prompt_set: Sequence[PromptCheck] | None = None,
     prompt: str | None = None,
     negatives: Sequence[str] | str | None = None,
@@ -135,8 +141,20 @@ def make_builtin_scorer(
             prompt set, :data:`MINIGRID_GOAL_PROMPT_SET`), ``"lift"`` or ``"atari"``. Defaults to ``"minigrid"``.
 
     Keyword Args:
+        task (str, optional): the env's mission / task text. ``builtin:minigrid`` derives its
+            checks from it when neither ``prompt_set`` nor ``prompt`` is given
+            (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.minigrid_task_checks`; an
+            unparsable mission falls back to the generic checks with a warning); it also fills
+            ``{task}`` placeholders of given prompts. Recorded in the provenance (``task``,
+            ``checks_from``: ``"mission"``, ``"generic"``, ``"default"`` or ``"given"``).
+        mission_key (NestedKey, optional): ``builtin:minigrid`` only: read each clip's mission
+            from this entry (a :class:`~vlmrb_torchrl.envs.MiniGridEnv` built with
+            ``write_mission=True`` writes ``"mission"``) and score it with that mission's checks:
+            a :class:`~vlmrb_torchrl.scorers.minigrid_prompts.MissionScorer`, for envs whose
+            mission changes every episode. Not with ``task``, ``prompt`` or ``prompt_set``.
         prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to the
-            model's (:data:`BUILTIN_PROMPT_SETS`: :data:`MINIGRID_PROMPT_SET`, :data:`LIFT_PROMPT_SET`).
+            mission's (above), else the model's (:data:`BUILTIN_PROMPT_SETS`:
+            :data:`MINIGRID_PROMPT_SET`, :data:`LIFT_PROMPT_SET`).
         prompt (str, optional): score one check instead: this positive against ``negatives``
             (e.g. ``prompt="the agent holds the red ball", negatives=["the agent holds
             nothing"]``), aggregated with ``aggregation``.
@@ -152,6 +170,9 @@ def make_builtin_scorer(
         ('clip', 3)
         >>> len(make_builtin_scorer("lift").prompt_set), len(make_builtin_scorer("minigrid_goal").prompt_set)
         (2, 1)
+        >>> scorer = make_builtin_scorer(task="go to the red ball, then pick up the blue key")
+        >>> scorer.provenance["checks_from"], [c.positive for c in scorer.prompt_set]
+        ('mission', ['the agent faces the red ball', 'the agent holds the blue key', 'the door is open', 'the door is unlocked'])
     """
     from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
 
@@ -167,8 +188,24 @@ def make_builtin_scorer(
             )
         negatives = (negatives,) if isinstance(negatives, str) else tuple(negatives)
         prompt_set = [PromptCheck(prompt, negatives, aggregation)]
-    checks = list(BUILTIN_PROMPT_SETS[name] if prompt_set is None else prompt_set)
-    return HFContrastiveScorer(str(path), prompt_set=checks, dtype=dtype, **kwargs)
+    if mission_key is not None:
+        if name != "minigrid" or task is not None or prompt_set is not None:
+            raise ValueError(f"builtin:{name}: mission_key= reads each clip's mission (builtin:minigrid only); "
+                             "do not pass task=, prompt= or prompt_set= with it.")
+        from vlmrb_torchrl.scorers.minigrid_prompts import GENERIC_CHECKS, MissionScorer
+
+        base = HFContrastiveScorer(str(path), prompt_set=list(GENERIC_CHECKS), dtype=dtype, **kwargs)
+        return MissionScorer(base, mission_key)
+    source = "given"
+    if prompt_set is None and name == "minigrid":
+        from vlmrb_torchrl.scorers.minigrid_prompts import minigrid_task_checks
+
+        prompt_set, source = minigrid_task_checks(task, owner=f"builtin:{name}")
+    elif prompt_set is None:
+        prompt_set, source = BUILTIN_PROMPT_SETS[name], "default"
+    scorer = HFContrastiveScorer(str(path), prompt_set=list(prompt_set), task=task, dtype=dtype, **kwargs)
+    scorer.provenance.update(task=task, checks_from=source)
+    return scorer
 
 
 def _make_builtin(rest: str, **kwargs: Any):

@@ -250,16 +250,12 @@ class HFContrastiveScorer:
         )
         self._padding = "max_length" if model_type in _MAX_LENGTH_PADDING else True
         self._pil = importlib.import_module("PIL.Image")
-        with torch.inference_mode():
-            # each check's texts embedded together, as a single-prompt scorer of that check does
-            per_check = [self._embed_text([c.positive, *c.negatives]) for c in self.prompt_set]
-        self.text_embeds = torch.cat(per_check)
-        sizes = [len(e) for e in per_check]
-        starts = np.cumsum([0, *sizes[:-1]]).tolist()
-        self._check_rows = [slice(a, a + n) for a, n in zip(starts, sizes)]
+        self._embed_checks()
         specific = {}
         if prompt_set is not None:
             specific["prompt_set"] = [[c.positive, list(c.negatives), c.aggregation] for c in self.prompt_set]
+        if task is not None:
+            specific["task"] = task
         self.provenance = _hf.provenance(
             "clip", model, where, self.model, prompt=self.prompt, dtype=self.dtype, max_frames=max_frames,
             transformers=transformers,
@@ -269,6 +265,55 @@ class HFContrastiveScorer:
             logit_scale=scale,
             **specific,
         )
+
+    def _embed_checks(self) -> None:
+        with torch.inference_mode():
+            # each check's texts embedded together, as a single-prompt scorer of that check does
+            per_check = [self._embed_text([c.positive, *c.negatives]) for c in self.prompt_set]
+        self.text_embeds = torch.cat(per_check)
+        sizes = [len(e) for e in per_check]
+        starts = np.cumsum([0, *sizes[:-1]]).tolist()
+        self._check_rows = [slice(a, a + n) for a, n in zip(starts, sizes)]
+
+    def with_prompt_set(
+        self, prompt_set: Sequence[PromptCheck | tuple[str, Sequence[str], str]], *, task: str | None = None
+    ) -> HFContrastiveScorer:
+        """The same model scoring other checks: a new scorer that shares this one's weights,
+        processor, lock and frame-embedding cache (a frame embedded by either is not embedded
+        again), with ``prompt_set``'s texts embedded. Building it costs the text embeddings only,
+        not a model load: what a per-episode task (MiniGrid missions) needs.
+
+        Args:
+            prompt_set (sequence of PromptCheck or (positive, negatives, aggregation)): the checks.
+
+        Keyword Args:
+            task (str, optional): fills ``{task}`` placeholders; recorded in the provenance.
+
+        Examples:
+            >>> from vlmrb_torchrl.scorers import PromptCheck, make_scorer
+            >>> scorer = make_scorer("builtin:minigrid")
+            >>> other = scorer.with_prompt_set([PromptCheck("the agent holds the red ball",
+            ...                                             ["the red ball is on the floor"], "progress")])
+            >>> other.model is scorer.model, len(other.prompt_set), other.provenance["prompt_hash"] != scorer.provenance["prompt_hash"]
+            (True, 1, True)
+        """
+        owner = type(self).__name__
+        new = object.__new__(type(self))  # not copy.copy: __reduce__ pickles as arguments and reloads the weights
+        new.__dict__.update(self.__dict__)
+        new.prompt_set = _check_prompt_set(prompt_set, task, owner=owner)
+        new.prompt = prompt_set_text(new.prompt_set)
+        new.negatives = list(dict.fromkeys(n for check in new.prompt_set for n in check.negatives))
+        new.aggregation = "max of checks"
+        new._init_kwargs = {**self._init_kwargs, "prompt": None, "negatives": None, "aggregation": None,
+                            "prompt_set": list(new.prompt_set), "task": task}
+        new._embed_checks()
+        new.provenance = {k: v for k, v in self.provenance.items() if k != "task"}
+        new.provenance.update(
+            prompt=new.prompt, prompt_hash=prompt_hash(new.prompt), negatives=list(new.negatives),
+            negatives_hash=prompt_hash("\n".join(new.negatives)), aggregation=new.aggregation,
+            prompt_set=[[c.positive, list(c.negatives), c.aggregation] for c in new.prompt_set],
+            **({} if task is None else {"task": task}))
+        return new
 
     def _embed_text(self, texts: list[str]) -> torch.Tensor:
         inputs = self.processor(text=texts, return_tensors="pt", padding=self._padding, truncation=True)

@@ -1,0 +1,312 @@
+"""The checks ``builtin:minigrid`` scores a MiniGrid / BabyAI task with, derived from its mission string.
+
+:func:`mission_prompt_set` parses the mission (:func:`~vlmrb_torchrl.envs.minigrid_missions.parse_mission`)
+and turns every sub-goal into a :class:`~vlmrb_torchrl.scorers.PromptCheck` made of the
+statements the shipped model was trained on (their canonical wordings,
+:func:`~vlmrb_torchrl.scorer_training.captions.wordings`), each positive against the
+statements that are true exactly when it is false:
+
+========================  ====================================================  ==========================================================  ===========
+sub-goal                  positive                                              negatives                                                   aggregation
+========================  ====================================================  ==========================================================  ===========
+pick up X                 the agent holds X                                     X is on the floor                                           progress
+unlock X (a locked door)  X is unlocked                                         X is locked                                                 progress
+open X                    X is open                                             X is closed; there is no X                                  rise
+go to X                   the agent faces X                                     the agent does not face X                                   max
+put X next to Y           X is next to Y                                        X is not next to Y; the agent holds X                       progress
+get to the goal           the agent is on the goal                              the agent is next to the goal; ... is far from the goal     max
+========================  ====================================================  ==========================================================  ===========
+
+plus the sub-goals the mission implies: "open X" adds "pick up X's key" (the key of the door,
+if it is locked), "put X next to Y" adds "pick up X", and a mission whose targets may lie
+behind a door (the goal, an object) and that names no door itself adds "a door is open"
+(``rise``) and "a door is unlocked" (``progress``), and "the agent holds a key" (the key of
+a locked door on the way) unless it names a key itself. Checks repeat nothing: the set is the
+distinct checks in the mission's order. "X" without a colour is the colour-free statement
+("the key"); BabyAI's "object" (a key, ball or box) gives one check per type; locations ("on
+your left") are dropped (a frame shows where things are, not where they were at the start).
+
+DoorKey's mission, "use the key to open the door and then get to the goal", gives exactly
+:data:`~vlmrb_torchrl.scorers.builtin.MINIGRID_PROMPT_SET` (key, lock, goal), the set every
+DoorKey measurement and study used.
+
+Examples:
+    >>> for check in mission_prompt_set("put the red ball next to the blue box"):
+    ...     print(check.aggregation, check.positive, "|", "; ".join(check.negatives))
+    progress the red ball is next to the blue box | the red ball is not next to the blue box; the agent holds the red ball
+    progress the agent holds the red ball | the red ball is on the floor
+    rise the door is open | the door is closed; there is no door
+    progress the door is unlocked | the door is locked
+    progress the agent holds the key | the key is on the floor
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, Mission, Subgoal, Thing, parse_mission
+from vlmrb_torchrl.scorers.prompts import PromptCheck
+
+__all__ = ["GENERIC_CHECKS", "MissionScorer", "mission_prompt_set", "minigrid_task_checks", "with_mission"]
+
+
+def _say(*statement: str, wording: int = 0) -> str:
+    from vlmrb_torchrl.scorer_training.captions import wordings
+
+    return wordings(tuple(statement))[wording]
+
+
+def _color(thing: Thing) -> str:
+    return thing.color or "any"
+
+
+def _kinds(thing: Thing) -> tuple[str, ...]:
+    return CARRYABLE if thing.kind == "object" else (thing.kind,)
+
+
+def _holds(thing: Thing) -> list[PromptCheck]:
+    return [PromptCheck(_say("holds", _color(thing), k), (_say("floor", _color(thing), k),), "progress")
+            for k in _kinds(thing)]
+
+
+def _goal() -> PromptCheck:
+    return PromptCheck(_say("goal", "on"), (_say("goal", "next"), _say("goal", "far")), "max")
+
+
+def _unlocked(color: str) -> PromptCheck:
+    return PromptCheck(_say("door", color, "notlocked"), (_say("door", color, "locked"),), "progress")
+
+
+def _opened(color: str) -> PromptCheck:
+    return PromptCheck(_say("door", color, "open"), (_say("door", color, "closed"), _say("absent", color, "door")),
+                       "rise")
+
+
+def _checks(sub: Subgoal) -> list[PromptCheck]:
+    target = sub.target
+    if sub.verb == "reach":
+        return [_goal()]
+    if sub.verb == "pick_up":
+        return _holds(target)
+    if sub.verb == "open":
+        if sub.locked:
+            return [_unlocked(_color(target))]
+        return [_opened(_color(target)), *_holds(Thing("key", target.color))]
+    if sub.verb == "go_to":
+        return [PromptCheck(_say("faces", _color(target), k), (_say("faces_not", _color(target), k),), "max")
+                for k in _kinds(target)]
+    # put_next: colour-specific statements only (the model's "next to" statements name both colours)
+    other = sub.other
+    if target.color is None or other.color is None or "object" in (target.kind, other.kind):
+        return _holds(target)
+    a, b = sorted([(target.color, target.kind), (other.color, other.kind)])
+    order = 0 if a == (target.color, target.kind) else 1  # the wording that names the moved object first
+    placed = PromptCheck(_say("next", *a, *b, wording=order),
+                         (_say("apart", *a, *b, wording=order), _say("holds", target.color, target.kind)), "progress")
+    return [placed, *_holds(target)]
+
+
+def mission_prompt_set(mission: str | Mission) -> tuple[PromptCheck, ...] | None:
+    """The checks of a MiniGrid / BabyAI mission (see the module docstring); ``None`` when it does not parse.
+
+    Args:
+        mission (str or Mission): the env's mission string, or a parsed one.
+
+    Examples:
+        >>> from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET
+        >>> mission_prompt_set("use the key to open the door and then get to the goal") == MINIGRID_PROMPT_SET
+        True
+        >>> [c.positive for c in mission_prompt_set("go to the purple key, then open the red door")]
+        ['the agent faces the purple key', 'the red door is open', 'the agent holds the red key']
+        >>> mission_prompt_set("go to the matching object at the end of the hallway") is None
+        True
+    """
+    parsed = parse_mission(mission) if isinstance(mission, str) else mission
+    if parsed is None:
+        return None
+    checks: list[PromptCheck] = []
+    for sub in parsed.subgoals:
+        checks += _checks(sub)
+    subs = parsed.subgoals
+    names_door = any(s.verb == "open" or s.target.kind == "door" or (s.other is not None and s.other.kind == "door")
+                     for s in subs)
+    names_key = any(s.target.kind in ("key", "object") for s in subs if s.verb in ("pick_up", "put_next", "go_to"))
+    if not names_door and any(s.verb in ("reach", "pick_up", "go_to", "put_next") for s in subs):
+        # the door to the target's room, and the key of a locked one
+        checks += [_opened("any"), _unlocked("any")]
+        if not names_key:
+            checks += _holds(Thing("key"))
+    return tuple(dict.fromkeys(checks))
+
+
+#: The checks of an unparsable mission (and of ``builtin:minigrid`` without a task): DoorKey's
+#: key, lock and goal (:data:`~vlmrb_torchrl.scorers.builtin.MINIGRID_PROMPT_SET`).
+GENERIC_CHECKS: tuple[PromptCheck, ...] = (
+    PromptCheck(_say("holds", "any", "key"), (_say("floor", "any", "key"),), "progress"),
+    _unlocked("any"),
+    _goal(),
+)
+
+
+def minigrid_task_checks(task: str | None, *, owner: str = "builtin:minigrid") -> tuple[tuple[PromptCheck, ...], str]:
+    """The checks for ``task`` and where they come from: ``"mission"`` (derived), ``"generic"`` (the
+    mission does not parse: :data:`GENERIC_CHECKS`, with a one-line warning) or ``"default"`` (no task).
+
+    Examples:
+        >>> checks, source = minigrid_task_checks("pick up the blue ball")
+        >>> source, checks[0].positive
+        ('mission', 'the agent holds the blue ball')
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     checks, source = minigrid_task_checks("go to the matching object at the end of the hallway")
+        >>> source, checks == GENERIC_CHECKS, str(caught[0].message)[:52]
+        ('generic', True, "builtin:minigrid: cannot read the mission 'go to the")
+    """
+    if task is None:
+        return GENERIC_CHECKS, "default"
+    checks = mission_prompt_set(task)
+    if checks is None:
+        warnings.warn(f"{owner}: cannot read the mission {task!r} (outside the MiniGrid/BabyAI grammar); scoring "
+                      "with the generic checks (key picked up, door unlocked, goal reached).", UserWarning, stacklevel=3)
+        return GENERIC_CHECKS, "generic"
+    return checks, "mission"
+
+
+def with_mission(scorer, mission: str | None, *, owner: str = "builtin:minigrid"):
+    """``scorer`` (an :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer`, e.g. ``builtin:minigrid``)
+    scoring the checks of another mission, sharing its model and frame-embedding cache
+    (:meth:`~vlmrb_torchrl.scorers.HFContrastiveScorer.with_prompt_set`): for envs whose mission
+    changes every episode (most BabyAI levels, GoToObject, Fetch, PutNear, ...).
+
+    Examples:
+        >>> from vlmrb_torchrl.scorers import make_scorer
+        >>> base = make_scorer("builtin:minigrid")
+        >>> scorer = with_mission(base, "pick up the green box")
+        >>> scorer.provenance["checks_from"], scorer.prompt_set[0].positive, scorer.model is base.model
+        ('mission', 'the agent holds the green box', True)
+    """
+    checks, source = minigrid_task_checks(mission, owner=owner)
+    out = scorer.with_prompt_set(checks, task=mission)
+    out.provenance.update(task=mission, checks_from=source)
+    return out
+
+
+class MissionScorer:
+    """``builtin:minigrid`` scoring each clip with the checks of its own episode's mission.
+
+    For envs whose mission changes every episode (most BabyAI levels, GoToObject, Fetch,
+    PutNear, KeyCorridor, ...), one prompt set cannot follow the task. The env writes each
+    step's mission (:class:`~vlmrb_torchrl.envs.MiniGridEnv` with ``write_mission=True``: the
+    ``"mission"`` entry, :func:`~vlmrb_torchrl.envs.minigrid_missions.encode_mission`), clips
+    carry it, and this scorer groups a batch's clips by the mission of their first real step and
+    scores each group with :func:`with_mission`'s checks for it: the same model, one frame
+    embedding per frame whatever the number of missions (the checks share the base scorer's
+    frame cache), the derived checks kept for the last ``cache_size`` missions.
+
+    Args:
+        base (HFContrastiveScorer): the model (``make_scorer("builtin:minigrid")``).
+        mission_key (NestedKey, optional): the clips' mission entry. Defaults to ``"mission"``.
+
+    Keyword Args:
+        cache_size (int, optional): missions whose checks are kept. Defaults to ``1024``.
+
+    Attributes:
+        in_keys: the base scorer's (frames, mask) and ``mission_key``.
+        prompt (str): says that the checks come from each clip's mission.
+        provenance (dict): the base scorer's, with ``task="per-clip mission"``,
+            ``checks_from="mission per clip"`` and ``mission_key``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl.envs.minigrid_missions import encode_mission
+        >>> from vlmrb_torchrl.scorers import make_scorer
+        >>> scorer = make_scorer("builtin:minigrid", mission_key="mission")
+        >>> missions = torch.stack([torch.from_numpy(encode_mission(m)) for m in ("go to the red ball", "open the door")])
+        >>> clips = TensorDict(pixels=torch.zeros(2, 3, 64, 64, 3, dtype=torch.uint8),
+        ...                    mask=torch.ones(2, 3, dtype=torch.bool),
+        ...                    mission=missions.unsqueeze(1).expand(2, 3, -1), batch_size=[2, 3])
+        >>> scorer.score(clips).shape, sorted(scorer.missions_seen())
+        (torch.Size([2]), ['go to the red ball', 'open the door'])
+    """
+
+    def __init__(self, base, mission_key="mission", *, cache_size: int = 1024) -> None:
+        import threading
+        from collections import OrderedDict
+
+        from vlmrb_torchrl._keys import is_nested_key
+
+        if not hasattr(base, "with_prompt_set"):
+            raise TypeError(f"MissionScorer needs a contrastive scorer with with_prompt_set (builtin:minigrid), "
+                            f"got {type(base).__name__}.")
+        if not is_nested_key(mission_key):
+            raise TypeError(f"MissionScorer.mission_key must be a str or a tuple of str, got {mission_key!r}.")
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"MissionScorer.cache_size must be an int >= 1, got {cache_size!r}.")
+        self.base = base
+        self.mission_key = mission_key
+        self.cache_size = cache_size
+        self.frame_key, self.mask_key = base.frame_key, base.mask_key
+        self.max_frames = base.max_frames
+        self.in_keys = [*base.in_keys, mission_key]
+        self.name = f"MissionScorer({base.name})"
+        self.provenance = {**base.provenance, "task": "per-clip mission", "checks_from": "mission per clip",
+                           "mission_key": mission_key}
+        from vlmrb_torchrl.scorers._hashing import prompt_hash
+
+        for key in ("prompt_set", "negatives", "negatives_hash"):
+            self.provenance.pop(key, None)
+        self.prompt = "checks derived per clip from its episode's mission (builtin:minigrid)"
+        self.provenance.update(prompt=self.prompt, prompt_hash=prompt_hash(self.prompt))
+        self._scorers: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.RLock()
+
+    def scorer_for(self, mission: str):
+        """The base model scoring ``mission``'s checks (built once per mission, then kept)."""
+        with self._lock:
+            scorer = self._scorers.get(mission)
+            if scorer is None:
+                scorer = self._scorers[mission] = with_mission(self.base, mission)
+                while len(self._scorers) > self.cache_size:
+                    self._scorers.popitem(last=False)
+            else:
+                self._scorers.move_to_end(mission)
+            return scorer
+
+    def missions_seen(self) -> list[str]:
+        """The missions whose checks are kept (most recent last)."""
+        with self._lock:
+            return list(self._scorers)
+
+    def score(self, clips):
+        """Each clip scored with its mission's checks: float32 ``[B]`` in ``[0, 1]``."""
+        import torch
+
+        from vlmrb_torchrl.envs.minigrid_missions import decode_mission
+        from vlmrb_torchrl.scorers.base import check_clips, validate_scores
+
+        batch = check_clips(clips, self.in_keys, scorer=self)
+        codes = clips.get(self.mission_key)
+        mask = clips.get(self.mask_key).bool()
+        first = mask.int().argmax(1)  # the first real step (a clip has at least one)
+        rows = codes[torch.arange(batch), first].reshape(batch, -1).cpu().numpy()
+        groups: dict[bytes, list[int]] = {}
+        for i, row in enumerate(rows):
+            groups.setdefault(row.tobytes(), []).append(i)
+        out = torch.zeros(batch, dtype=torch.float32)
+        for code, idx in groups.items():
+            mission = decode_mission(rows[idx[0]])
+            index = torch.tensor(idx)
+            out[index] = self.scorer_for(mission).score(clips[index]).float().cpu()
+        return validate_scores(out, batch, scorer=self)
+
+    def __reduce__(self):
+        # the base pickles as its arguments (a reload); the per-mission checks are rebuilt on demand
+        return (type(self), (self.base, self.mission_key), {"cache_size": self.cache_size})
+
+    def __setstate__(self, state: dict) -> None:
+        self.cache_size = state["cache_size"]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base={self.base!r}, mission_key={self.mission_key!r})"
