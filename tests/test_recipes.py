@@ -303,6 +303,24 @@ def _equal_metrics(a, b):
         assert {k: v for k, v in ra.items() if k not in timing} == {k: v for k, v in rb.items() if k not in timing}
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_closing_a_batched_env_keeps_torch_threads(threads):
+    """TorchRL's SerialEnv.close() raises torch's threads by its workers; the recipes' keeps the learner's."""
+    from vlmrb_torchrl.envs.minigrid import make_minigrid_env
+    from vlmrb_torchrl.recipes.envs import make_batched_env
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        env = make_batched_env(lambda: make_minigrid_env("MiniGrid-Empty-5x5-v0"), 2)  # not a partial: SerialEnv
+        assert type(env).__name__ == "SerialEnv"
+        env.rollout(3)
+        env.close()
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_distilled_scorer_is_checkpointed_with_the_run(tmp_path):
     from vlmrb_torchrl.recipes.config import ConfigError
 

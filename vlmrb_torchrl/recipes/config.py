@@ -131,6 +131,15 @@ class RecipeConfig:
         """(name, ok, allowed) triples; a subclass adds its own and calls ``super()._checks()``."""
         return []
 
+    def updates_for(self, frames: int) -> int:
+        """Gradient updates for a collector batch of ``frames`` frames once learning started.
+
+        Examples:
+            >>> DQNConfig(train_every=4).updates_for(128), SACConfig(utd_ratio=0.5, train_every=1).updates_for(200)
+            (32, 100)
+        """
+        return frames // self.train_every
+
     def validate(self):
         """Checks every value (types first, converting what converts losslessly: ``3e5`` for an int key, ``1``
         for a float key); raises :class:`ConfigError` naming the key and what it accepts.
@@ -328,12 +337,22 @@ class SACConfig(RecipeConfig):
     reward_shaping: bool = _field(False, "robosuite's dense shaped reward instead of the sparse success reward")
     render_clip_frames_only: bool = _field(True, "render only the steps whose frames some clip sends to the scorer")
     # learning
-    lr: float = _field(3e-4, "Adam learning rate (actor, critics, temperature)")
+    lr: float = _field(3e-4, "Adam learning rate of the actor, the critics and the temperature unless policy_lr / "
+                             "q_lr say otherwise")
+    policy_lr: float | None = _field(None, "Adam learning rate of the actor (CleanRL's policy_lr; None = lr)")
+    q_lr: float | None = _field(None, "Adam learning rate of the critics and the entropy temperature (CleanRL's q_lr; "
+                                      "None = lr)")
+    policy_frequency: int = _field(1, "critic updates per actor update: every policy_frequency-th update also updates "
+                                      "the actor and temperature, policy_frequency times on its sample (CleanRL's "
+                                      "delayed policy update; 1 = every update, as TorchRL's SAC)")
     batch_size: int = _field(256, "learner batch size")
     buffer_size: int = _field(1_000_000, "replay capacity")
     learning_starts: int = _field(5_000, "random-action frames collected before the first update")
-    train_every: int = _field(1, "frames per gradient update (1 = one update per frame)")
-    tau: float = _field(0.005, "target-network soft-update rate (SoftUpdate eps = 1 - tau)")
+    train_every: int = _field(1, "frames per gradient update (1 = one update per frame); or set utd_ratio")
+    utd_ratio: float | None = _field(None, "gradient updates per env step (CleanRL/TorchRL's update-to-data ratio: 2 = "
+                                           "two updates per frame, 0.5 = one per two frames); None = 1 / train_every. "
+                                           "utd_ratio * frames_per_batch must be a whole number")
+    tau: float = _field(0.005, "target-network soft-update rate (Q' <- (1 - tau) Q' + tau Q)")
     alpha_init: float = _field(1.0, "initial entropy temperature (tuned automatically)")
     # replay
     scorer: str = _field("builtin:lift", "scorer spec for vlm modes: builtin:lift (the small CLIP shipped with the "
@@ -344,7 +363,7 @@ class SACConfig(RecipeConfig):
     eval_episodes: int = _field(10, "episodes per evaluation (deterministic actor)")
     eval_envs: int = _field(1, "env copies stepped together during evaluation (robosuite copies are heavy)")
 
-    _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "frame_size")
+    _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "frame_size", "policy_frequency")
     _UNIT_NUMBERS = (*RecipeConfig._UNIT_NUMBERS, "tau")
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "alpha_init")
 
@@ -358,10 +377,21 @@ class SACConfig(RecipeConfig):
                 ("camera", not lift_scorer or self.camera == "agentview",
                  "agentview with scorer=builtin:lift (the camera it was trained on)"),
                 ("frame_size", not lift_scorer or self.frame_size == 64,
-                 "64 with scorer=builtin:lift (the frame size it was trained on)")]
+                 "64 with scorer=builtin:lift (the frame size it was trained on)"),
+                ("policy_lr", self.policy_lr is None or self.policy_lr > 0, "None or a number > 0"),
+                ("q_lr", self.q_lr is None or self.q_lr > 0, "None or a number > 0"),
+                ("utd_ratio", self.utd_ratio is None or (self.utd_ratio > 0 and self.train_every == 1
+                                                         and float(self.utd_ratio * self.frames_per_batch).is_integer()),
+                 f"None or a number > 0 with train_every=1 (give one of the two) such that utd_ratio * "
+                 f"frames_per_batch={self.frames_per_batch} is a whole number of updates")]
 
     def validate(self) -> SACConfig:
         return super().validate()
+
+    def updates_for(self, frames: int) -> int:
+        if self.utd_ratio is None:
+            return super().updates_for(frames)
+        return round(frames * self.utd_ratio)
 
 
 QUICK_PRESETS: dict[str, dict[str, Any]] = {

@@ -134,7 +134,33 @@ def make_batched_env(env_fn: Callable[[], Any], num_envs: int, *, parallel: bool
     batched = _batched_env_class(env_fn)
     if batched is not None and not (parallel and batched.__name__ == "BatchedMiniGridEnv"):
         return batched(num_envs, *env_fn.args, **env_fn.keywords)
-    return (ParallelEnv if parallel else SerialEnv)(num_envs, env_fn)
+    return _closing_keeps_threads(ParallelEnv if parallel else SerialEnv)(num_envs, env_fn)
+
+
+@functools.cache
+def _closing_keeps_threads(base: type) -> type:
+    """TorchRL's ``SerialEnv`` or ``ParallelEnv`` whose ``close()`` leaves torch's thread count as it found it.
+
+    TorchRL's batched envs raise the process's intra-op threads by their number of workers when
+    they close (``min(initial threads, threads + workers)``: a ParallelEnv's workers give their
+    cores back). A recipe closes a ``SerialEnv`` after every evaluation and collector, so the
+    learner, pinned to ``torch_threads``, ran with 2 threads after the first one: on 2 shared
+    cores that oversubscribes, and a run resumed from a checkpoint (1 thread until its first
+    close) computed with another rounding than the uninterrupted run.
+    """
+    import torch
+
+    class Batched(base):
+        def close(self, *args, **kwargs):
+            threads = torch.get_num_threads()
+            try:
+                return super().close(*args, **kwargs)
+            finally:
+                torch.set_num_threads(threads)
+
+    Batched.__name__ = Batched.__qualname__ = base.__name__
+    Batched.__doc__ = f"TorchRL's ``{base.__name__}``; closing it keeps torch's thread count."
+    return Batched
 
 
 def has_batched_env(env_fn: Callable[[], Any]) -> bool:

@@ -38,7 +38,7 @@ class Training:
         with Training(cfg, ...) as training:
             for batch in training.batches():            # counts frames and episodes
                 replay.store(batch, batch)
-                for sample in training.samples(batch):  # frames // train_every once learning started
+                for sample in training.samples(batch):  # cfg.updates_for(frames) once learning started
                     ...                                 # one gradient step on `sample`
                 training.end_batch({"loss": loss_value}, show=["loss"])
 
@@ -58,7 +58,7 @@ class Training:
 
     Args:
         cfg: the recipe config (``total_frames``, ``stop_at``, ``learning_starts``,
-            ``train_every``, ``eval_*``, ``checkpoint_every``, ``seed``).
+            ``updates_for(frames)``, ``eval_*``, ``checkpoint_every``, ``seed``).
 
     Keyword Args:
         run (Run): the run directory.
@@ -150,7 +150,7 @@ class Training:
             self._previous_handler = None
 
     def samples(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
-        """The learner batches for the frames of ``batch``: ``len(batch) // train_every`` of them
+        """The learner batches for the frames of ``batch``: ``cfg.updates_for(len(batch))`` of them
         once ``learning_starts`` frames are collected, none before.
 
         ``counters["updates"]`` already counts the update being made when a sample arrives; after
@@ -159,7 +159,7 @@ class Training:
         """
         if self.counters["env_steps"] < self.cfg.learning_starts:
             return
-        for _ in range(batch.numel() // self.cfg.train_every):
+        for _ in range(self.cfg.updates_for(batch.numel())):
             sample = self.replay.sample().to(self.device)
             self.counters["updates"] += 1
             yield sample

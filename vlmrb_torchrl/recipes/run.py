@@ -111,7 +111,7 @@ def start_run(cfg: Any) -> RunStart:
         scorer = _build_scorer(cfg) if uses_scorer(cfg.replay) else None
         return RunStart(generator=generator, device=resolve_device(cfg.device), scorer=scorer,
                         needs_frames=needs_frames(scorer),
-                        updates_total=max(0, cfg.total_frames - cfg.learning_starts) // cfg.train_every,
+                        updates_total=cfg.updates_for(max(0, cfg.total_frames - cfg.learning_starts)),
                         threads_before=threads_before)
     except BaseException:
         torch.set_num_threads(threads_before)

@@ -6,9 +6,12 @@ collect-store-learn loop, outputs. Every replay mode shares everything but the r
 collector, evaluations, progress and checkpoints around the loop body written here. Entry point:
 ``vlmrb train sac key=value ...``.
 
-TorchRL's SAC recipe (``sota-implementations/sac``): tanh-normal ``ProbabilisticActor``, twin
-``ValueOperator`` critics, ``SACLoss`` with automatic entropy tuning, ``SoftUpdate`` targets.
-Priorities go back through ``update_tensordict_priority(sample)`` (``Training.samples``) (TorchRL's recipe calls
+TorchRL's SAC recipe (``sota-implementations/sac``): a tanh-normal ``ProbabilisticActor`` collects;
+the update is :class:`~vlmrb_torchrl.recipes.sac_loss.SACLearner`, what ``SACLoss`` (twin critics,
+automatic entropy tuning) + Adam + ``SoftUpdate`` compute, on tensors, with the twin critics as one
+:class:`~vlmrb_torchrl.modules.EnsembleMLP` (tested equal to ``SACLoss``). CleanRL's knobs:
+``policy_lr`` / ``q_lr``, ``policy_frequency``, ``utd_ratio``. Priorities go back through
+``update_tensordict_priority(sample)`` (``Training.samples``) (TorchRL's recipe calls
 ``update_priority(td)``, a ``TypeError`` in 0.14.1). The first ``learning_starts`` frames use
 uniform random actions.
 """
@@ -22,10 +25,10 @@ import torch
 from tensordict.nn import InteractionType, NormalParamExtractor, TensorDictModule
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
-from torchrl.objectives import SACLoss, SoftUpdate
+from torchrl.modules import MLP, ProbabilisticActor, TanhNormal
 
 from vlmrb_torchrl.clips import ClipSpec
+from vlmrb_torchrl.modules import EnsembleMLP
 from vlmrb_torchrl.recipes.config import SACConfig
 from vlmrb_torchrl.recipes.envs import env_factory, make_collector, probe_env
 from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
@@ -33,10 +36,20 @@ from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
 from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, make_run_dir, prepare_run_dir, start_run
+from vlmrb_torchrl.recipes.sac_loss import SACLearner
+
+
+#: What the learner reads of a stored transition (the replay stores only these: sampling copies every stored
+#: entry, and a collector batch also holds the policy's loc/scale, event flags, step counts, ...).
+LEARNER_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated"),
+                ("next", "done"))
 
 
 def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
-    """MLP -> (loc, scale) -> TanhNormal squashed into the action bounds."""
+    """MLP -> (loc, scale) -> TanhNormal squashed into the action bounds.
+
+    ``actor.module[0].module`` is the network ``observation -> (loc, scale)`` the learner trains.
+    """
     net = nn.Sequential(MLP(in_features=obs_dim, out_features=2 * action_spec.shape[-1], num_cells=[hidden, hidden],
                             activation_class=nn.ReLU),
                         NormalParamExtractor(scale_mapping="biased_softplus_1.0", scale_lb=1e-4))
@@ -46,9 +59,9 @@ def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
                               default_interaction_type=InteractionType.RANDOM, return_log_prob=False)
 
 
-def make_critic(obs_dim: int, action_dim: int, hidden: int) -> ValueOperator:
-    return ValueOperator(MLP(in_features=obs_dim + action_dim, out_features=1, num_cells=[hidden, hidden],
-                             activation_class=nn.ReLU), in_keys=["action", "observation"])
+def make_critic(obs_dim: int, action_dim: int, hidden: int) -> nn.Module:
+    """A ``ValueOperator``'s network: ``[action, observation]`` -> Q (2x``hidden`` MLP)."""
+    return MLP(in_features=obs_dim + action_dim, out_features=1, num_cells=[hidden, hidden], activation_class=nn.ReLU)
 
 
 class _Deterministic(nn.Module):
@@ -93,21 +106,16 @@ def main(cfg: SACConfig) -> dict:
         probe.close()
         make_run_dir(cfg, checkpoint)  # the scorer and the env built: a failed start wrote nothing
 
-        # --- networks, loss, optimizers
+        # --- networks, learner, optimizer
         actor = make_actor(obs_dim, action_spec, cfg.hidden).to(start.device)
-        critic = make_critic(obs_dim, action_spec.shape[-1], cfg.hidden).to(start.device)
-        with torch.no_grad():  # initialise lazy shapes / check the wiring on a fake step
+        with torch.no_grad():  # check the wiring on a fake step
             actor(fake.to(start.device))
-            critic(fake.to(start.device))
-        loss = SACLoss(actor, critic, num_qvalue_nets=2, loss_function="l2", delay_actor=False, delay_qvalue=True,
-                       alpha_init=cfg.alpha_init, action_spec=action_spec)
-        loss.make_value_estimator(gamma=cfg.gamma)
-        target_update = SoftUpdate(loss, eps=1.0 - cfg.tau)
-        optim = torch.optim.Adam([
-            {"params": list(loss.actor_network_params.flatten_keys().values())},
-            {"params": list(loss.qvalue_network_params.flatten_keys().values())},
-            {"params": [loss.log_alpha]},
-        ], lr=cfg.lr)
+        # twin critics, one ensemble: each member drawn as its own MLP would be
+        critic = EnsembleMLP.from_mlps([make_critic(obs_dim, action_spec.shape[-1], cfg.hidden) for _ in range(2)])
+        learner = SACLearner(actor.module[0].module, critic, action_low=action_spec.space.low,
+                             action_high=action_spec.space.high, gamma=cfg.gamma, tau=cfg.tau,
+                             alpha_init=cfg.alpha_init).to(start.device)
+        optim = learner.make_optimizer(policy_lr=cfg.policy_lr or cfg.lr, q_lr=cfg.q_lr or cfg.lr)
         eval_policy = _Deterministic(actor)
 
         # --- replay: the only thing that differs between replay modes
@@ -118,7 +126,7 @@ def main(cfg: SACConfig) -> dict:
                        if start.needs_frames and cfg.gallery_clips > 0 else None)
 
         # --- resume
-        modules = checkpointed_modules({"loss": loss, "optim": optim}, start.scorer)
+        modules = checkpointed_modules({"learner": learner, "optim": optim}, start.scorer)
         counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
         run = cleanup.enter_context(Run(cfg, recipe="sac", total=cfg.total_frames,
                                         resumed_from=counters["env_steps"], columns=SAC_METRIC_COLUMNS,
@@ -133,23 +141,17 @@ def main(cfg: SACConfig) -> dict:
                 init_random_frames=max(0, cfg.learning_starts - env_steps))))
 
         # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
-        losses = {"loss": float("nan"), "loss_actor": float("nan"), "loss_qvalue": float("nan"),
-                  "alpha": float(loss.log_alpha.detach().exp()), "entropy": float("nan")}
+        last = {"alpha": learner.log_alpha.detach().exp()}  # the last update's losses (the actor's: its last update)
         for batch in training.batches():
-            replay.store(batch, batch)
-            loss_td = None
-            for sample in training.samples(batch):
-                loss_td = loss(sample)
-                total = loss_td["loss_actor"] + loss_td["loss_qvalue"] + loss_td["loss_alpha"]
-                optim.zero_grad()
-                total.backward()
-                optim.step()
-                target_update.step()
-            if loss_td is not None:  # the last update's losses
-                losses = {"loss": float(total.detach()),
-                          "loss_actor": float(loss_td["loss_actor"].detach()),
-                          "loss_qvalue": float(loss_td["loss_qvalue"].detach()),
-                          "alpha": float(loss_td["alpha"]), "entropy": float(loss_td["entropy"])}
+            replay.store(batch.select(*LEARNER_KEYS, strict=False), batch)  # clips are cut from `batch`
+            for sample in training.samples(batch):  # counters["updates"] counts this update
+                # CleanRL's delayed policy update: the actor every policy_frequency-th update, that many times
+                due = (counters["updates"] - 1) % cfg.policy_frequency == 0
+                last.update(learner.update(sample, optim, actor_steps=cfg.policy_frequency if due else 0))
+            losses = {key: float(last.get(key, float("nan"))) for key in
+                      ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy")}
+            losses["loss"] = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
+            del losses["loss_alpha"]
             training.end_batch(losses, show=("loss", "alpha"))
 
         # --- outputs: clip gallery (frames rendered every step here), summary
