@@ -99,7 +99,7 @@ def build(capacity=10_000, delay=0.0, fail_after=None, clip_len=5, **kwargs):
 
 class TestConstruction:
     @pytest.mark.parametrize("kwargs, match", [
-        ({"backend": "ray2"}, "backend must be one of"),
+        ({"backend": "ray2"}, "AsyncScorer runs backend 'thread' or 'process', got backend='ray2'"),
         ({"on_full": "drop_newest"}, "on_full must be one of"),
         ({"max_pending": 0}, "max_pending must be an int >= 1"),
         ({"batch_size": -1}, "batch_size must be an int >= 1"),

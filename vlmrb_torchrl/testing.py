@@ -17,7 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from vlmrb_torchrl.scorers import Scorer, scorer_stats
 
-__all__ = ["make_clips", "check_scorer", "ScorerContract"]
+__all__ = ["B", "T", "make_clips", "check_scorer", "ScorerContract"]
 
 #: clips and steps of the default :func:`make_clips`.
 B, T = 5, 4

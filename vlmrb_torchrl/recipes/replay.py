@@ -78,9 +78,9 @@ def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
 
     Examples:
         >>> from vlmrb_torchrl.recipes.config import DQNConfig
-        >>> scorer_task_kwargs(DQNConfig(env="MiniGrid-DoorKey-5x5-v0"))
+        >>> scorer_task_kwargs(DQNConfig(env="MiniGrid-DoorKey-5x5-v0").validate())  # scorer=auto: builtin:minigrid
         {'task': 'use the key to open the door and then get to the goal'}
-        >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0"))
+        >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0").validate())
         {'mission_key': 'mission'}
         >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0", scorer="oracle:minigrid"))
         {}
