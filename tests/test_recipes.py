@@ -52,6 +52,24 @@ class TestConfig:
         with pytest.raises(ConfigError, match=match):
             apply_overrides(DQNConfig(), [override]).validate()
 
+    def test_over_sampling_ceiling_defaults_per_recipe(self):
+        # DQN: the paper's sampler (a ceiling of 4 switches VLM-RB off where goal clips are rare, issue 30);
+        # SAC keeps 4 (robosuite Lift); either recipe's default reaches the sampler, and both can be overridden.
+        from vlmrb_torchrl.recipes.config import SACConfig
+        from vlmrb_torchrl.recipes.replay import make_replay
+        from vlmrb_torchrl.scorers import make_scorer
+
+        assert DQNConfig().max_oversampling is None and SACConfig().max_oversampling == 4.0
+        for cfg, expected in ((DQNConfig(replay="vlm", buffer_size=64), None),
+                              (apply_overrides(DQNConfig(replay="vlm", buffer_size=64), ["max_oversampling=4"]), 4.0),
+                              (SACConfig(replay="vlm", buffer_size=64), 4.0)):
+            replay = make_replay(cfg, generator=torch.Generator().manual_seed(0), updates=10,
+                                 scorer=make_scorer("oracle:minigrid"))
+            try:
+                assert replay.buffer.sampler.max_oversampling == expected
+            finally:
+                replay.close()
+
     def test_zero_eps_with_importance_weights_and_only_prioritised_replay_is_refused(self):
         with pytest.raises(ConfigError, match="vlm_eps=0.0 is invalid: expected a number > 0 when vlm_beta > 0"):
             apply_overrides(DQNConfig(), ["vlm_eps=0", "vlm_beta=0.4", "lambda_max=1"]).validate()

@@ -80,8 +80,8 @@ class RecipeConfig:
     vlm_beta: float = _field(0.0, "importance-sampling exponent for vlm modes (paper: 0)")
     max_oversampling: float | None = _field(
         4.0, "vlm modes: ceiling on how many times as often as under uniform replay any transition is drawn; lambda "
-             "is lowered while it would be exceeded (rare positives: robosuite Lift). 4 does not bind on DoorKey "
-             "with the paper's warm-up (<= 3x there). None = the paper's sampler (docs/sampler.md)")
+             "is lowered while it would be exceeded (rare positives: robosuite Lift). None = the paper's sampler "
+             "(docs/sampler.md); each recipe sets its own default (docs/recipes.md)")
     default_priority: str = _field("mean", "priority of unscored transitions: mean | max | <float>")
     label_noise: float = _field(0.0, "flip scorer outputs with this probability (NoisyScorer): an imperfect VLM")
     distill: bool = _field(False, "score with a DistilledScorer: a small student on the frames, trained online from "
@@ -245,6 +245,13 @@ class DQNConfig(RecipeConfig):
                                  "builtin:atari (small CLIPs shipped with the package, scoring rendered frames), "
                                  "oracle:minigrid (privileged event flags), oracle:atari (privileged: a positive "
                                  "reward on a step of the clip), python:mod:fn, clip:<id or dir>, hf:<id or dir>, ...")
+    # No ceiling for DQN (issue 30): where VLM-RB is meant to help, goal clips are 0.4-2% of a DoorKey-12x12/16x16
+    # buffer, and a ceiling of 4 lowers lambda from 0.5 to 0.04-0.1, i.e. switches the method off.
+    max_oversampling: float | None = _field(
+        None, "vlm modes: ceiling on how many times as often as under uniform replay any transition is drawn (lambda "
+              "is lowered while it would be exceeded). None (the default, the paper's sampler): on DoorKey-12x12/16x16, "
+              "where goal clips are 0.4-2% of the buffer, a ceiling of 4 lowers lambda from 0.5 to 0.04-0.1 "
+              "(docs/recipes.md)")
     # collection
     eps_start: float = _field(1.0, "initial exploration epsilon")
     eps_end: float = _field(0.05, "final exploration epsilon")
