@@ -209,6 +209,29 @@ def test_other_minigrid_envs(env_id):
         assert math.isnan(results["metrics"]["key_picked_up"]["f1"])
 
 
+@needs_minigrid
+def test_mission_policy_and_several_envs(capsys):
+    """The mission policy on tasks of the family, several envs in one run: one summary row per env (and
+    per policy of a mixed run); the oracle scores itself perfectly on the mission's sub-goals."""
+    results = sq.main(["--scorer", "oracle:minigrid", "--env", "BabyAI-PutNextLocal-v0,BabyAI-GoToLocalS6N2-v0",
+                       "--episodes", "2", "--policy", "mixed-mission", "--max-steps", "60", "--clip-len", "8"])
+    out = capsys.readouterr().out
+    assert "| env | held out | policy |" in out and "| BabyAI-PutNextLocal-v0 |  | mixed-mission |" in out
+    rows = results["summary"]
+    assert [(r["env"], r["policy"]) for r in rows] == [
+        ("BabyAI-PutNextLocal-v0", "mixed-mission"), ("BabyAI-PutNextLocal-v0", "mission"),
+        ("BabyAI-PutNextLocal-v0", "random"), ("BabyAI-GoToLocalS6N2-v0", "mixed-mission"),
+        ("BabyAI-GoToLocalS6N2-v0", "mission"), ("BabyAI-GoToLocalS6N2-v0", "random")]
+    for run in results["runs"]:
+        overall = run["metrics"][sq.PROGRESS]
+        assert overall["positives"] > 0 and overall["f1"] == 1.0
+        assert run["metrics"]["subgoal"]["positives"] > 0
+        assert run["config"]["task"] is None  # the oracle is told nothing
+    assert results["runs"][0]["counts"]["successes"] >= 1  # the mission episode puts the object in place
+    assert set(sq.FAMILY_SETS) == {"family-train", "family-held-out", "family", "family-large"}
+    assert not set(sq.FAMILY_SETS["family-train"]) & set(sq.FAMILY_SETS["family-held-out"])
+
+
 def _error(capsys, argv) -> str:
     with pytest.raises(SystemExit) as info:
         sq.main(argv)
@@ -230,6 +253,8 @@ def test_bad_arguments_exit_with_a_clear_message(capsys):
     assert "--scorer 'nope:x'" in _error(capsys, ["--scorer", "nope:x", "--env", DOORKEY5, "--episodes", "1"])
     assert "--scorer-kwargs" in _error(capsys, [*base, "--env", DOORKEY5, "--scorer-kwargs", "[1]"])
     assert "invalid choice" in _error(capsys, [*base, "--env", DOORKEY5, "--policy", "greedy"])
+    assert "no mission string" in _error(capsys, ["--scorer", "oracle:robosuite", "--env", "robosuite/Lift",
+                                                  "--episodes", "1", "--task", "mission"])
 
 
 needs_robosuite = pytest.mark.skipif(importlib.util.find_spec("robosuite") is None,

@@ -18,6 +18,7 @@ from vlmrb_torchrl.envs.minigrid import (
     make_minigrid_env,
     register_extra_envs,
 )
+from vlmrb_torchrl.envs.minigrid_missions import MissionTracker, parse_mission
 from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS, ClipRenderSteps, RobosuiteEnv, make_robosuite_env
 
 __all__ = [
@@ -30,11 +31,13 @@ __all__ = [
     "DOORKEY_ACTIONS",
     "MINIGRID_EVENT_KEYS",
     "MiniGridEnv",
+    "MissionTracker",
     "ROBOSUITE_EVENT_KEYS",
     "RobosuiteEnv",
     "atari_prompt",
     "make_atari_env",
     "make_minigrid_env",
     "make_robosuite_env",
+    "parse_mission",
     "register_extra_envs",
 ]

@@ -116,15 +116,34 @@ class Domain:
 
 
 def save_frames(data: FrameSet, path: str | Path) -> None:
-    """Writes a :class:`FrameSet` to ``path`` (``.npz``: the frames as one uint8 array, the states pickled)."""
-    np.savez(path, frames=np.stack(data.frames), layout=data.layout, episode=data.episode,
-             layouts=np.asarray(data.layouts), states=np.frombuffer(pickle.dumps(data.states), dtype=np.uint8))
+    """Writes a :class:`FrameSet` to ``path`` (``.npz``: the frames' pixels as one flat uint8 array and their
+    shapes, frames of different sizes included (MiniGrid's grids differ); the states pickled)."""
+    np.savez(path, pixels=np.concatenate([f.reshape(-1) for f in data.frames]),
+             shapes=np.asarray([f.shape for f in data.frames], dtype=np.int64), layout=data.layout,
+             episode=data.episode, layouts=np.asarray(data.layouts),
+             states=np.frombuffer(pickle.dumps(data.states), dtype=np.uint8))
 
 
 def load_frames(path: str | Path) -> FrameSet:
-    """Reads what :func:`save_frames` wrote (a cache the build itself wrote: its states are unpickled)."""
+    """Reads what :func:`save_frames` wrote (a cache the build itself wrote: its states are unpickled).
+
+    Examples:
+        >>> import tempfile
+        >>> frames = [np.zeros((2, 2, 3), np.uint8), np.ones((1, 3, 3), np.uint8)]
+        >>> data = FrameSet(frames, ["a", "b"], np.array([0, 0]), np.array([0, 1]), ["env"])
+        >>> path = Path(tempfile.mkdtemp()) / "f.npz"
+        >>> save_frames(data, path)
+        >>> [f.shape for f in load_frames(path).frames], load_frames(path).states
+        ([(2, 2, 3), (1, 3, 3)], ['a', 'b'])
+    """
     with np.load(path) as f:
-        return FrameSet(list(f["frames"]), pickle.loads(f["states"].tobytes()), f["layout"], f["episode"],
+        if "frames" in f:  # written before frames of several sizes were kept
+            frames = list(f["frames"])
+        else:
+            pixels, shapes = f["pixels"], f["shapes"]
+            ends = np.cumsum(shapes.prod(1))
+            frames = [pixels[e - n: e].reshape(shape) for e, n, shape in zip(ends, shapes.prod(1), shapes)]
+        return FrameSet(frames, pickle.loads(f["states"].tobytes()), f["layout"], f["episode"],
                         [str(x) for x in f["layouts"]])
 
 

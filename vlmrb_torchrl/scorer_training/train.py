@@ -237,9 +237,12 @@ def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say) -> FrameS
         say(f"reading the frames from {path}")
         return load_frames(path)
     data = domain.generate(cfg.frames, cfg.seed)
-    if path is not None:
-        cache.mkdir(parents=True, exist_ok=True)
-        save_frames(data, path)
+    if path is not None:  # a cache that cannot be written is not worth the generated frames: go on without it
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            save_frames(data, path)
+        except (OSError, ValueError) as err:
+            say(f"could not keep the frames in {path} ({type(err).__name__}: {err}); training goes on")
     return data
 
 

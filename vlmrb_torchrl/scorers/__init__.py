@@ -3,7 +3,8 @@
 Build one from a spec string with :func:`make_scorer` (``"hf:<hub id or local dir>"``,
 ``"clip:<hub id or local dir>"``, ``"openai:<base_url>#<model>"``, ``"oracle:minigrid"``,
 ``"python:<module>:<callable>"``, ``"distill:<teacher spec>"`` (:class:`DistilledScorer`), ``"builtin:minigrid"`` (the small CLIP shipped with the
-package, :func:`make_builtin_scorer`), a bare local model directory, or any backend added with
+package, :func:`make_builtin_scorer`; it derives its checks from a MiniGrid / BabyAI mission,
+:func:`mission_prompt_set`, :class:`MissionScorer`), a bare local model directory, or any backend added with
 :func:`register_scorer`), wrap a function with :class:`CallableScorer`, or write any class
 following the :class:`Scorer` protocol. The VLM backends import transformers / Pillow only when
 a scorer is built (``pip install 'vlmrb-torchrl[vlm]'``); their modules themselves (``contrastive``,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # imported lazily at run time: see __getattr__
     from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET, builtin_model_dir, make_builtin_scorer
     from vlmrb_torchrl.scorers.distill import ClipStudent, DistilledScorer
     from vlmrb_torchrl.scorers.openai import OpenAIScorer, OpenAIScorerError
+    from vlmrb_torchrl.scorers.minigrid_prompts import MissionScorer, mission_prompt_set, with_mission
 
 #: names of the backend modules, imported on first access: name -> module.
 _LAZY_NAMES = {
@@ -49,6 +51,9 @@ _LAZY_NAMES = {
     "MINIGRID_PROMPT_SET": "vlmrb_torchrl.scorers.builtin",
     "DistilledScorer": "vlmrb_torchrl.scorers.distill",
     "ClipStudent": "vlmrb_torchrl.scorers.distill",
+    "MissionScorer": "vlmrb_torchrl.scorers.minigrid_prompts",
+    "mission_prompt_set": "vlmrb_torchrl.scorers.minigrid_prompts",
+    "with_mission": "vlmrb_torchrl.scorers.minigrid_prompts",
 }
 
 __all__ = [
@@ -80,6 +85,9 @@ __all__ = [
     "make_builtin_scorer",
     "builtin_model_dir",
     "MINIGRID_PROMPT_SET",
+    "MissionScorer",
+    "mission_prompt_set",
+    "with_mission",
 ]
 
 
