@@ -187,7 +187,10 @@ def test_env_writes_the_mission():
     assert decode_mission(td["mission"]) == env.mission
     assert "mission" not in MiniGridEnv("BabyAI-GoToLocal-v0", render=False).observation_spec.keys()
     batched = BatchedMiniGridEnv(3, "BabyAI-GoToLocal-v0", render=False, write_mission=True, seed=0)
-    rollout = batched.rollout(4, break_when_any_done=False)
-    assert [decode_mission(m) for m in rollout["mission"][:, 0]] == batched.mission
+    td = batched.reset()
+    at_reset = list(batched.mission)  # read now: an episode that ends during the rollout draws a new mission
+    assert [decode_mission(m) for m in td["mission"]] == at_reset
+    rollout = batched.rollout(4, auto_reset=False, tensordict=td, break_when_any_done=False)
+    assert [decode_mission(m) for m in rollout["mission"][:, 0]] == at_reset
     with pytest.raises(ValueError, match="bytes"):
         encode_mission("go to the red ball " * 20)
