@@ -9,7 +9,8 @@ Two things live here, both reading the emulator behind an :class:`~vlmrb_torchrl
   with per-episode epsilon-random actions and random bursts; a share of its episodes play
   uniformly at random. Called with a TensorDict it is a TorchRL policy for the env
   (``env.rollout(n, policy)``).
-- :func:`ball_position` reads where the ball is from the RAM (addresses of the AtariARI
+- :func:`score_digit` reads the last digit of the agent's score (it changes with every point);
+  :func:`ball_position` reads where the ball is from the RAM (addresses of the AtariARI
   annotations, Anand et al. 2019), with thresholds checked against the games' own events: in Pong
   the ball comes back from the orange paddle at x >= 66 (the paddle's column is x = 64) and from
   the green one at x <= 192 (column 188); in Breakout every brick hit happens with the ball at
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["AtariPolicy", "ATARI_POLICY_GAMES", "ball_position", "BALL_POSITIONS"]
+__all__ = ["AtariPolicy", "ATARI_POLICY_GAMES", "ball_position", "BALL_POSITIONS", "score_digit"]
 
 #: The games :class:`AtariPolicy` and :func:`ball_position` know.
 ATARI_POLICY_GAMES = ("Pong", "Breakout")
@@ -74,6 +75,21 @@ def ball_position(game: str, ram: np.ndarray) -> str:
     if game == "Pong":
         return "behind_orange" if x < 64 else "behind_green" if x > 192 else "field"
     return "bricks" if y <= 92 else "bottom" if y >= 180 else "middle"
+
+
+def score_digit(game: str, ram: np.ndarray) -> int:
+    """The last digit of the agent's score, from the RAM (Pong: the green player's points, ``ram[14]``;
+    Breakout: the score's BCD low byte, ``ram[77]``). It changes with every point the agent scores:
+    Pong counts one per point, Breakout 1, 4 or 7 per brick.
+
+    Examples:
+        >>> ram = np.zeros(128, dtype=np.uint8); ram[77] = 0x17  # Breakout score 17
+        >>> score_digit("Breakout", ram), score_digit("Pong", ram)
+        (7, 0)
+    """
+    if game == "Pong":
+        return int(ram[14]) % 10
+    return int(ram[77]) & 0x0F
 
 
 class AtariPolicy:

@@ -1,9 +1,14 @@
 """Captioned Pong and Breakout frames: statements from the RAM and the reward events, and the frames themselves.
 
-A frame makes three statements true, one of each kind (every other statement is false in it, so
+A frame makes four statements true, one of each kind (every other statement is false in it, so
 the contrastive loss's negatives are exact):
 
 - the game: "this is a game of pong" / "... breakout";
+- the last digit of the agent's score, read from the RAM
+  (:func:`~vlmrb_torchrl.envs.atari_policies.score_digit`): "the green score ends in three" (Pong:
+  the big green digits on the right) / "the score ends in three" (Breakout: the small digits at
+  the top left). Every point the agent scores changes it, and nothing else does: a clip in which
+  it changes is a clip with a positive reward, what ``oracle:atari`` labels;
 - where the ball is, read from the RAM (:func:`~vlmrb_torchrl.envs.atari_policies.ball_position`):
   Pong behind the orange paddle (the agent is about to score), behind the green one, in the
   field, not on the court; Breakout at the bricks, in the middle, at the paddle or below, not
@@ -38,6 +43,9 @@ __all__ = ["AtariFrameState", "ATARI_STATEMENTS", "ATARI_QUESTIONS", "ATARI_EPIS
 
 Statement = tuple[str, ...]
 
+#: The score digits' words.
+DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
 #: The events per game (the last one: nothing happened).
 EVENTS = {"Pong": ("player_scores", "opponent_scores", "none"), "Breakout": ("brick", "lost", "none")}
 
@@ -50,11 +58,13 @@ class AtariFrameState:
         game (str): ``"Pong"`` or ``"Breakout"``.
         ball (str): one of ``BALL_POSITIONS[game]``.
         event (str): one of ``EVENTS[game]``.
+        digit (int): the last digit of the agent's score.
     """
 
     game: str
     ball: str
     event: str
+    digit: int = 0
 
 
 def all_statements() -> list[Statement]:
@@ -63,6 +73,7 @@ def all_statements() -> list[Statement]:
     for game in ATARI_POLICY_GAMES:
         g = game.lower()
         out += [(g, "ball", p) for p in BALL_POSITIONS[game]] + [(g, "event", e) for e in EVENTS[game]]
+        out += [(g, "score", d) for d in DIGITS]
     return out
 
 
@@ -73,7 +84,8 @@ ATARI_STATEMENTS: tuple[Statement, ...] = tuple(all_statements())
 ATARI_QUESTIONS: dict[str, tuple[Statement, ...]] = {
     "game": tuple(("game", g.lower()) for g in ATARI_POLICY_GAMES),
     **{f"{g.lower()}_{kind}": tuple((g.lower(), kind, v) for v in values)
-       for g in ATARI_POLICY_GAMES for kind, values in (("ball", BALL_POSITIONS[g]), ("event", EVENTS[g]))},
+       for g in ATARI_POLICY_GAMES for kind, values in (("ball", BALL_POSITIONS[g]), ("event", EVENTS[g]),
+                                                        ("score", DIGITS))},
 }
 
 _WORDINGS: dict[Statement, tuple[str, ...]] = {
@@ -97,6 +109,8 @@ _WORDINGS: dict[Statement, tuple[str, ...]] = {
     ("breakout", "event", "brick"): ("the ball breaks a brick", "a brick breaks", "the ball hits a brick"),
     ("breakout", "event", "lost"): ("the ball is lost", "the ball falls past the paddle", "the player loses a life"),
     ("breakout", "event", "none"): ("no brick breaks", "the ball bounces without breaking a brick"),
+    **{("pong", "score", d): (f"the green score ends in {d}", f"the green player's points end in {d}") for d in DIGITS},
+    **{("breakout", "score", d): (f"the score ends in {d}", f"the player's score ends in {d}") for d in DIGITS},
 }
 
 #: What the frames' ``layout`` index names: the game and the kind of episode a frame comes from.
@@ -104,14 +118,15 @@ ATARI_EPISODE_KINDS = tuple(f"{g}/{mode}" for g in ATARI_POLICY_GAMES for mode i
 
 
 def true_statements(state: AtariFrameState) -> frozenset[Statement]:
-    """The three statements true in ``state``.
+    """The four statements true in ``state``.
 
     Examples:
-        >>> sorted(true_statements(AtariFrameState("Pong", "behind_orange", "player_scores")))
-        [('game', 'pong'), ('pong', 'ball', 'behind_orange'), ('pong', 'event', 'player_scores')]
+        >>> sorted(true_statements(AtariFrameState("Pong", "behind_orange", "player_scores", 3)))
+        [('game', 'pong'), ('pong', 'ball', 'behind_orange'), ('pong', 'event', 'player_scores'),
+         ('pong', 'score', 'three')]
     """
     g = state.game.lower()
-    return frozenset({("game", g), (g, "ball", state.ball), (g, "event", state.event)})
+    return frozenset({("game", g), (g, "ball", state.ball), (g, "event", state.event), (g, "score", DIGITS[state.digit])})
 
 
 def wordings(statement: Statement) -> tuple[str, ...]:
@@ -194,7 +209,7 @@ def generate_atari_frames(
         (20, (64, 64, 3))
     """
     from vlmrb_torchrl.envs.atari import AtariEnv
-    from vlmrb_torchrl.envs.atari_policies import AtariPolicy, ball_position
+    from vlmrb_torchrl.envs.atari_policies import AtariPolicy, ball_position, score_digit
 
     rng = np.random.default_rng(seed)
     envs = {game: AtariEnv(f"ALE/{game}-v5", train=False, render=True, frame_size=frame_size,
@@ -215,12 +230,16 @@ def generate_atari_frames(
             policy.reset()
             ale = env.unwrapped.ale
             steps = int(rng.integers(episode_steps[0], episode_steps[1] + 1))
-            ep_frames, balls, rewards, lost = [td["pixels"].numpy()], [ball_position(game, ale.getRAM())], [0.0], [False]
+            ram = ale.getRAM()
+            ep_frames, balls, digits, rewards, lost = [td["pixels"].numpy()], [ball_position(game, ram)], \
+                [score_digit(game, ram)], [0.0], [False]
             lives = env.lives
             for _ in range(min(steps, n_frames - len(frames) - 1)):
                 nxt = env.step(policy(td))["next"]
                 ep_frames.append(nxt["pixels"].numpy())
-                balls.append(ball_position(game, ale.getRAM()))
+                ram = ale.getRAM()
+                balls.append(ball_position(game, ram))
+                digits.append(score_digit(game, ram))
                 rewards.append(float(nxt["raw_reward"]))
                 lost.append(env.lives < lives)
                 lives = env.lives
@@ -229,7 +248,7 @@ def generate_atari_frames(
                 td = nxt
             events = frame_events(game, np.asarray(rewards), np.asarray(lost))
             frames += ep_frames
-            states += [AtariFrameState(game, b, e) for b, e in zip(balls, events)]
+            states += [AtariFrameState(game, b, e, d) for b, e, d in zip(balls, events, digits)]
             kinds += [ATARI_EPISODE_KINDS.index(f"{game}/{policy.mode}")] * len(ep_frames)
             episodes += [episode] * len(ep_frames)
             episode += 1

@@ -311,7 +311,8 @@ def _atari_intro(report: dict) -> str:
 `config.json`) trained from scratch on Pong and Breakout frames rendered by `vlmrb_torchrl.envs.AtariEnv`
 (`frame_size=64`, the max-pooled RGB screen resized as `BatchedAtariEnv`, the DQN recipe's env, resizes it
 for its scorer), with captions generated from the emulator's RAM and the reward events: which game it is,
-where the ball is (Pong: behind the orange paddle, behind the green one, in the field, gone; Breakout: at the
+the last digit of the agent's score (Pong: the green digits; Breakout: the score at the top left), where
+the ball is (Pong: behind the orange paddle, behind the green one, in the field, gone; Breakout: at the
 bricks, in the middle, at the paddle, not in play) and what happens (Pong: the green paddle, the agent,
 scores a point; the orange one does; nothing; Breakout: a brick breaks; the ball is lost; nothing). An
 event at a step labels the frames after and before that step. The RAM and rewards are privileged
