@@ -113,7 +113,7 @@ def instrument(prof: Profile) -> None:
     from torchrl.modules import MLP
 
     from vlmrb_torchrl.envs import minigrid as mg
-    from vlmrb_torchrl.recipes import dqn, evaluate, loop, replay, run
+    from vlmrb_torchrl.recipes import checkpoint, dqn, evaluate, loop, replay
     from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
 
     def in_eval(parent):
@@ -132,10 +132,14 @@ def instrument(prof: Profile) -> None:
     for name in ("step_and_maybe_reset", "step", "reset"):
         w(EnvBase, name, lambda p: "eval: env" if in_eval(p) else "env: TorchRL EnvBase step/reset wrappers")
     w(MLP, "forward", lambda p: "eval: policy" if in_eval(p) else
-      ("policy: Q-network forward" if p == "policy: modules" else "loss: Q-network forwards"))
+      ("policy: Q-network forward" if p in ("policy: modules", "policy: act") else "loss: Q-network forwards"))
+    w(dqn.EGreedyQPolicy, "act", lambda p: "eval: policy" if in_eval(p) else "policy: act")
     w(Collector, "rollout", "collector: rollout plumbing")
+    w(mg.BatchedMiniGridCollector, "rollout", "collector: rollout plumbing")
+    w(mg.BatchedMiniGridCollector, "_batch", "collector: batch TensorDict")
     w(Collector, "update_policy_weights_", "collector: policy weight sync")
     w(Collector, "shutdown", "collector: create/shutdown")
+    w(mg.BatchedMiniGridCollector, "shutdown", "collector: create/shutdown")
     w(dqn, "make_collector", "collector: create/shutdown")
     # the policy: the TensorDictSequential the collector calls (the explore policy) and the eval policy
     from tensordict.nn import TensorDictSequential
@@ -155,7 +159,7 @@ def instrument(prof: Profile) -> None:
     w(torch.optim.Optimizer, "zero_grad", "learner: zero_grad")
     w(dqn.LinearEGreedy, "step", "learner: epsilon schedule")
     w(evaluate, "evaluate", "eval (rest)")
-    w(run, "checkpoint_now", "end of batch: checkpoint")
+    w(checkpoint, "checkpoint_now", "end of batch: checkpoint")
     w(loop.Training, "end_batch", "end of batch: metrics, progress")
     w(dqn, "main", "loop (other)")
 

@@ -596,6 +596,71 @@ class TestFullView:
             make_minigrid_env(DOORKEY, view="global")
 
 
+class TestGridCodeCache:
+    """The views re-encode the grid only when a cell changed (_GridWatcher): every way a cell changes
+    shows in the next observation, which stays equal to MiniGrid's own encodings."""
+
+    @staticmethod
+    def reference_both(menv) -> np.ndarray:
+        return np.concatenate([reference_observation(menv), reference_full_state(menv)])
+
+    @pytest.mark.parametrize(
+        "env_id, env_kwargs",
+        [
+            ("MiniGrid-Dynamic-Obstacles-6x6-v0", None),  # obstacles move by themselves
+            ("MiniGrid-MultiRoom-N2-S4-v0", None),  # doors open and close
+            ("MiniGrid-DoorKey-8x8-v0", {"agent_view_size": 9}),  # a wider view than the 7x7 default
+            ("MiniGrid-FourRooms-v0", {"agent_view_size": 15}),  # the widest fast view, walls to see past
+            ("MiniGrid-LavaGapS5-v0", {"agent_view_size": 3}),
+        ],
+    )
+    def test_both_views_match_minigrid_through_a_random_walk(self, env_id, env_kwargs):
+        env = make_minigrid_env(env_id, seed=2, render=False, view="both", env_kwargs=env_kwargs)
+        assert env.fast_obs
+        menv = env.unwrapped
+        rng = np.random.default_rng(1)
+        td = env.reset()
+        for _ in range(300):
+            np.testing.assert_array_equal(td["observation"].numpy(), self.reference_both(menv))
+            action = int(rng.choice([LEFT, RIGHT, FORWARD, FORWARD, PICKUP, DROP, TOGGLE]))
+            td = env.step(step_input(td, action))["next"]
+            if td["done"].item():
+                np.testing.assert_array_equal(td["observation"].numpy(), self.reference_both(menv))
+                td = env.reset()
+
+    def test_changes_made_outside_a_step_are_seen(self):
+        from minigrid.core.world_object import Ball, Door
+
+        env = make_minigrid_env(DOORKEY, seed=0, render=False, view="both")
+        td = env.reset()
+        menv = env.unwrapped
+        (door_pos,) = find_cells(menv, "door")
+        door = menv.grid.get(*door_pos)
+        before = td["observation"]
+        agent = (int(menv.agent_pos[0]), int(menv.agent_pos[1]))
+        x, y = next((i, j) for j in range(menv.height) for i in range(menv.width)
+                    if menv.grid.get(i, j) is None and (i, j) != agent)
+        edits = [
+            lambda: menv.grid.set(x, y, Ball("purple")),  # an object placed
+            lambda: setattr(door, "is_locked", False),  # a door's state: its code and see-through flag
+            lambda: setattr(door, "is_open", True),
+            lambda: menv.grid.set(*door_pos, Door("red", is_open=True)),  # replaced by an equal-looking object
+            lambda: menv.grid.set(x, y, None),  # removed
+            lambda: setattr(menv, "grid", menv.grid.copy()),  # a new grid
+        ]
+        for edit in edits:
+            edit()
+            obs = env._obs(menv.gen_obs())
+            np.testing.assert_array_equal(obs, self.reference_both(menv))
+        assert not np.array_equal(obs, before.numpy())  # the door is open now
+
+    def test_views_wider_than_15_cells_use_minigrid_own_code(self):
+        env = make_minigrid_env(EMPTY, seed=0, render=False, env_kwargs={"agent_view_size": 17})
+        assert not env.fast_obs
+        td = env.reset()
+        np.testing.assert_array_equal(td["observation"].numpy(), reference_observation(env.unwrapped))
+
+
 def test_doorkey_12x12_is_registered():
     env = make_minigrid_env("MiniGrid-DoorKey-12x12-v0", seed=0, render=True)
     td = env.reset()
