@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _checkouts import checkout  # benchmarks/_checkouts.py (the script's folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = {
     "plain": None,
@@ -87,28 +89,21 @@ def main() -> None:
     unknown = [arm for arm in arms if arm not in ARMS]
     if unknown:
         parser.error(f"unknown arms {unknown}; choose from {list(ARMS)}")
-    with tempfile.TemporaryDirectory(prefix="sac_throughput_") as tmp:
+    if args.before:
+        arms.append("before-uniform")
+    results: dict[str, list[float]] = {arm: [] for arm in arms}
+    load: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sac_throughput_") as tmp, \
+            checkout(ROOT, args.before, Path(tmp) / "before") as before:
         work = Path(tmp)
-        before = None
-        if args.before:
-            before = work / "before"
-            subprocess.run(["git", "worktree", "add", "--detach", str(before), args.before], cwd=ROOT, check=True,
-                           capture_output=True)
-            arms.append("before-uniform")
-        results: dict[str, list[float]] = {arm: [] for arm in arms}
-        load: list[float] = []
-        try:
-            for round_ in range(args.rounds):
-                for arm in arms:
-                    start = time.perf_counter()
-                    results[arm].append(run_arm(arm, frames=args.frames, learning_starts=args.learning_starts,
-                                                before=before, work=work))
-                    load.append(os.getloadavg()[0])
-                    print(f"round {round_} {arm:16s} {results[arm][-1]:7.1f} env-steps/s  "
-                          f"({time.perf_counter() - start:5.0f} s, load {load[-1]:.1f})", flush=True)
-        finally:
-            if before is not None:
-                subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
+        for round_ in range(args.rounds):
+            for arm in arms:
+                start = time.perf_counter()
+                results[arm].append(run_arm(arm, frames=args.frames, learning_starts=args.learning_starts,
+                                            before=before, work=work))
+                load.append(os.getloadavg()[0])
+                print(f"round {round_} {arm:16s} {results[arm][-1]:7.1f} env-steps/s  "
+                      f"({time.perf_counter() - start:5.0f} s, load {load[-1]:.1f})", flush=True)
     median = {arm: statistics.median(values) for arm, values in results.items()}
     print(f"\nrobosuite Lift, {args.frames} frames (learning after {args.learning_starts}), median of {args.rounds} "
           f"interleaved rounds; 1-min load average during the run {min(load):.1f}-{max(load):.1f} on "
