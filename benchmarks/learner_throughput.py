@@ -49,6 +49,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _checkouts import checkout  # benchmarks/_checkouts.py (the script's folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 SCORERS = {"oracle": "oracle:minigrid", "builtin": "builtin:minigrid"}
 
@@ -122,24 +124,16 @@ def main() -> None:
     if args.before:
         arms += [arm.replace("recipe:", "before:", 1) for arm in arms if arm.startswith("recipe:")]
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="learner_throughput_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="learner_throughput_") as tmp, \
+            checkout(ROOT, args.before, Path(tmp) / "before") as before:
         work = Path(tmp)
-        before = None
-        if args.before:
-            before = work / "before"
-            subprocess.run(["git", "worktree", "add", "--detach", str(before), args.before], cwd=ROOT, check=True,
-                           capture_output=True)
-        try:
-            results: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
-            for round_ in range(args.rounds):
-                for arm in arms:
-                    results[arm].append(run_arm(arm, frames=frames, before=before, work=work, mode=args.mode))
-                    r = results[arm][-1]
-                    print(f"round {round_} {arm:22s} {r['env_steps_per_s']:7.1f} env-steps/s  {r['wall_s']:6.1f} s "
-                          f"wall  {r['cpu_s']:6.1f} s CPU  (load {os.getloadavg()[0]:.1f})", flush=True)
-        finally:
-            if before is not None:
-                subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
+        results: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
+        for round_ in range(args.rounds):
+            for arm in arms:
+                results[arm].append(run_arm(arm, frames=frames, before=before, work=work, mode=args.mode))
+                r = results[arm][-1]
+                print(f"round {round_} {arm:22s} {r['env_steps_per_s']:7.1f} env-steps/s  {r['wall_s']:6.1f} s "
+                      f"wall  {r['cpu_s']:6.1f} s CPU  (load {os.getloadavg()[0]:.1f})", flush=True)
     load_after = os.getloadavg()
     keys = ("env_steps_per_s", "wall_s", "cpu_s")
     median = {arm: {k: statistics.median(r[k] for r in rs) for k in keys} for arm, rs in results.items()}

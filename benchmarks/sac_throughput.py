@@ -1,89 +1,123 @@
-"""SAC loop throughput on robosuite Lift: env steps/s with and without VLM frames, as ratios.
+"""The SAC recipe's env-steps/s on robosuite Lift against a plain sequential SAC loop, in one run.
 
-Runs the real recipe (``vlmrb_torchrl.recipes.sac.main``) for a few hundred frames per setting
-and reads ``env_steps_per_s`` (collection + storing + learning, evaluation excluded). Also times
-one offscreen render. Usage: ``python benchmarks/sac_throughput.py [--frames 600]``.
+One run, interleaved: every round runs each arm once, one process at a time, so that a machine
+getting busier or idler moves every arm alike. Arms:
+
+- ``plain``: :mod:`benchmarks/plain_sac.py <plain_sac>`, a CleanRL-style PyTorch SAC (one file,
+  separate Q-networks, one fused Adam, step the envs then update; imports nothing from this
+  package);
+- ``uniform``: ``vlmrb train sac replay=uniform`` (the default learner and collection: the fast
+  learner, collection in a child process one batch ahead);
+- ``uniform-sync``: the same with ``async_collection=false`` (collect, then learn, one process);
+- ``vlm_td-builtin``: ``replay=vlm_td scorer=builtin:lift`` (VLM-RB with the shipped pixel scorer:
+  every step's ``agentview`` frame rendered, 64 px, fast rendering; scoring in a thread);
+- ``vlm_td-oracle``: ``replay=vlm_td scorer=oracle:robosuite`` (no frames);
+- ``before-uniform`` (with ``--before REV``): the recipe of an earlier commit, uniform replay.
+
+All with the recipe's defaults (Lift, 2 envs, 200-frame batches, batch 256, 2x256 MLPs, one update
+per frame) for ``--frames`` frames, learning after ``--learning-starts``; one evaluation episode at
+the end (not timed), no checkpoint before the end. Reported per arm: env-steps/s (the recipe's own
+``env_steps_per_s``: collection + storing + learning, from the first frame; the plain loop's
+counterpart), median over rounds, and its ratio to ``plain`` and to ``uniform``.
+
+Usage::
+
+    MUJOCO_GL=egl python benchmarks/sac_throughput.py --frames 6000 --learning-starts 1000 --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-os.environ.setdefault("MUJOCO_GL", "egl")
+from _checkouts import checkout  # benchmarks/_checkouts.py (the script's folder is on sys.path)
 
-import torch  # noqa: E402
-
-from vlmrb_torchrl.recipes.config import SACConfig, apply_overrides  # noqa: E402
-from vlmrb_torchrl.recipes.sac import main  # noqa: E402
-
-PIXELS = f"python:{__name__}:pixel_scorer"  # "__main__" when run as a script
-
-
-class _PixelScorer:
-    """Reads the frames (so the env renders them) and returns their mean brightness."""
-
-    prompt = "mean brightness"
-    in_keys = ["pixels", "mask"]
-    provenance = {"backend": "benchmark"}
-
-    def score(self, clips):
-        return (clips["pixels"].float().mean((-1, -2, -3, -4)) / 255.0).clamp(0, 1)
-
-
-def pixel_scorer(**kwargs):
-    return _PixelScorer()
-
-
-def render_cost(frame_size: int, n: int = 50) -> float:
-    from vlmrb_torchrl.envs.robosuite import RobosuiteEnv
-
-    env = RobosuiteEnv("Lift", seed=0, render=True, frame_size=frame_size, render_steps=lambda k: False)
-    env.reset()
-    env.render_frame()  # context warm-up
-    start = time.perf_counter()
-    for _ in range(n):
-        env.rand_step()
-        env.render_frame()
-    per = (time.perf_counter() - start) / n
-    start = time.perf_counter()
-    for _ in range(n):
-        env.rand_step()
-    env.close()
-    return per - (time.perf_counter() - start) / n
-
-
-SETTINGS = {
-    "uniform (no scoring)": {"replay": "uniform"},
-    "vlm_td + oracle:robosuite (no frames)": {"replay": "vlm_td", "scorer": "oracle:robosuite"},
-    "vlm_td + pixel scorer, stride 1 (every step rendered)": {"replay": "vlm_td", "scorer": PIXELS},
-    "vlm_td + pixel scorer, stride 16, 4 frames (4/16 rendered)": {
-        "replay": "vlm_td", "scorer": PIXELS, "clip_stride": 16, "clip_frames": 4},
-    "uniform, env_backend=parallel": {"replay": "uniform", "env_backend": "parallel"},
+ROOT = Path(__file__).resolve().parents[1]
+ARMS = {
+    "plain": None,
+    "uniform": ["replay=uniform"],
+    "uniform-sync": ["replay=uniform", "async_collection=false"],
+    "vlm_td-builtin": ["replay=vlm_td", "scorer=builtin:lift"],
+    "vlm_td-oracle": ["replay=vlm_td", "scorer=oracle:robosuite"],
 }
 
 
-def run(frames: int) -> None:
-    for size in (64, 128):
-        print(f"render {size}x{size}: {render_cost(size) * 1e3:.1f} ms/frame")
-    base = None
-    for name, overrides in SETTINGS.items():
-        with tempfile.TemporaryDirectory() as tmp:
-            cfg = apply_overrides(SACConfig(), {
-                "total_frames": frames, "learning_starts": frames // 3, "num_envs": 2, "frames_per_batch": 100,
-                "max_episode_steps": 200, "buffer_size": 10_000, "eval_every": frames, "eval_episodes": 1,
-                "checkpoint_every": frames, "gallery_clips": 0, "progress": False, "tensorboard": False,
-                "output_dir": tmp, **overrides})
-            summary = main(cfg)
-        sps = summary["env_steps_per_s"]
-        base = base or sps
-        print(f"{name:60s} {sps:7.1f} env steps/s  ratio {sps / base:.2f}")
+def recipe_command(overrides: list[str], frames: int, learning_starts: int, out: Path) -> list[str]:
+    return [sys.executable, "-m", "vlmrb_torchrl.cli", "train", "sac", *overrides, f"total_frames={frames}",
+            f"learning_starts={learning_starts}", f"eval_every={frames}", "eval_episodes=1",
+            f"checkpoint_every={10 * frames}", "gallery_clips=0", "progress=false", "tensorboard=false", "seed=0",
+            f"output_dir={out}", "overwrite=true"]
+
+
+def run_arm(arm: str, *, frames: int, learning_starts: int, before: Path | None, work: Path) -> float:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    if arm == "plain":
+        command = [sys.executable, str(ROOT / "benchmarks" / "plain_sac.py"), "--frames", str(frames),
+                   "--learning-starts", str(learning_starts)]
+        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])["env_steps_per_s"]
+    old = arm.startswith("before-")
+    cwd = before if old else ROOT
+    env["PYTHONPATH"] = str(cwd)  # that checkout's package, not the installed one
+    out_dir = work / arm
+    overrides = ARMS[arm.removeprefix("before-")]
+    subprocess.run(recipe_command(overrides, frames, learning_starts, out_dir), cwd=cwd, env=env, check=True,
+                   capture_output=True)
+    with open(out_dir / "metrics.csv", newline="") as f:
+        return float(list(csv.DictReader(f))[-1]["env_steps_per_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=6_000)
+    parser.add_argument("--learning-starts", type=int, default=1_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--before", default=None, help="git revision of the recipe to compare with (uniform replay)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the per-round results as JSON here")
+    args = parser.parse_args()
+    arms = args.arms.split(",")
+    unknown = [arm for arm in arms if arm not in ARMS]
+    if unknown:
+        parser.error(f"unknown arms {unknown}; choose from {list(ARMS)}")
+    if args.before:
+        arms.append("before-uniform")
+    results: dict[str, list[float]] = {arm: [] for arm in arms}
+    load: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sac_throughput_") as tmp, \
+            checkout(ROOT, args.before, Path(tmp) / "before") as before:
+        work = Path(tmp)
+        for round_ in range(args.rounds):
+            for arm in arms:
+                start = time.perf_counter()
+                results[arm].append(run_arm(arm, frames=args.frames, learning_starts=args.learning_starts,
+                                            before=before, work=work))
+                load.append(os.getloadavg()[0])
+                print(f"round {round_} {arm:16s} {results[arm][-1]:7.1f} env-steps/s  "
+                      f"({time.perf_counter() - start:5.0f} s, load {load[-1]:.1f})", flush=True)
+    median = {arm: statistics.median(values) for arm, values in results.items()}
+    print(f"\nrobosuite Lift, {args.frames} frames (learning after {args.learning_starts}), median of {args.rounds} "
+          f"interleaved rounds; 1-min load average during the run {min(load):.1f}-{max(load):.1f} on "
+          f"{os.cpu_count()} cores")
+    print("| arm | env-steps/s | vs plain | vs uniform |")
+    print("|---|---:|---:|---:|")
+    for arm, value in median.items():
+        vs_plain = f"{value / median['plain']:.2f}x" if "plain" in median else ""
+        vs_uniform = f"{value / median['uniform']:.2f}x" if "uniform" in median else ""
+        print(f"| {arm} | {value:.1f} | {vs_plain} | {vs_uniform} |")
+    if args.out:
+        args.out.write_text(json.dumps({"frames": args.frames, "learning_starts": args.learning_starts,
+                                        "rounds": results, "load": load}, indent=2))
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--frames", type=int, default=600)
-    torch.set_num_threads(1)
-    run(parser.parse_args().frames)
+    main()

@@ -421,6 +421,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="truncate episodes after this many steps (default: MiniGrid's own max_steps; "
                         f"robosuite: 200, the SAC recipe's; Atari: {ATARI_MAX_STEPS})")
     parser.add_argument("--frame-size", type=int, default=64, help="rendered frame size (recipes: 64)")
+    parser.add_argument("--full-render", action="store_true",
+                        help="robosuite: render with reflections, shadows and multisampling (the recipes render "
+                             "without them: RobosuiteEnv(fast_render=True))")
     parser.add_argument("--batch-size", type=int, default=64, help="clips per score_clips call")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the run")
     parser.add_argument("--json", type=Path, default=None, help="write the results as JSON to this file")
@@ -516,7 +519,8 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
 
         # the recipe's camera and episode rules (ends on success); a construction seed fixes the cube's size
         return make_robosuite_env(args.env, render=render, frame_size=args.frame_size, camera="agentview",
-                                  max_episode_steps=args.max_steps or 200, seed=args.seed)
+                                  max_episode_steps=args.max_steps or 200, seed=args.seed,
+                                  fast_render=not args.full_render)
     from vlmrb_torchrl.envs.minigrid import make_minigrid_env
     from vlmrb_torchrl.recipes.envs import minigrid_actions
 

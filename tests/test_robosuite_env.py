@@ -108,3 +108,30 @@ class TestRenderOnlyClipFrames:
         assert rollout["next", "pixels"][-1].any()  # the truncating step's observation is rendered
         assert rollout["pixels"].shape == (20, 32, 32, 3) and rollout["pixels"].dtype == torch.uint8
         env.close()
+
+
+def test_fast_render_switches_off_costly_effects_and_keeps_the_picture():
+    """fast_render: no reflections, shadows or multisampling, a buffer of the frame's size; the frame of a state is
+    robosuite's default frame up to edges and shadows, the same every time, and each env renders its own scene
+    when several live in one process (robosuite leaves the last-built env's GL context current)."""
+    import mujoco
+
+    fast = RobosuiteEnv("Lift", seed=0, render=True, frame_size=48, render_steps=lambda k: False)
+    full = RobosuiteEnv("Lift", seed=0, render=True, frame_size=48, fast_render=False, render_steps=lambda k: False)
+    for env in (fast, full):
+        env.set_seed(0)
+        env.reset()
+    frame = fast.render_frame()
+    assert frame.shape == (48, 48, 3) and frame.dtype == torch.uint8
+    reference = full.render_frame()  # the other env's context is made current
+    assert torch.equal(fast.render_frame(), frame)  # and then this one's again
+    difference = (frame.float() - reference.float()).abs().mean().item()
+    assert 0 < difference < 8  # same scene (mean brightness ~220), aliased edges, no shadows
+    context, model = fast.unwrapped.sim._render_context_offscreen, fast.unwrapped.sim.model._model
+    assert context.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] == 0
+    assert context.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] == 0
+    assert (model.vis.quality.offsamples, model.vis.global_.offwidth, model.vis.global_.offheight) == (0, 48, 48)
+    default = full.unwrapped.sim._render_context_offscreen
+    assert default.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] == 1 and full.unwrapped.sim.model._model.vis.quality.offsamples > 0
+    fast.close()
+    full.close()

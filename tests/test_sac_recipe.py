@@ -37,6 +37,10 @@ class TestSACConfig:
         ("frame_size=128", "frame_size=128 is invalid: expected 64 with scorer=builtin:lift"),
         ("camera=frontview", "camera='frontview' is invalid: expected agentview with scorer=builtin:lift"),
         ("max_oversampling=0.5", "max_oversampling=0.5 is invalid: expected None or a number >= 1"),
+        ("policy_frequency=0", "policy_frequency=0 is invalid: expected an integer >= 1"),
+        ("env_backend=parallel", "async_collection=True is invalid: expected false with env_backend=parallel"),
+        ("q_lr=-1", "q_lr=-1.0 is invalid"),
+        ("utd_ratio=0.007", "utd_ratio=0.007 is invalid: .* whole number"),  # 1.4 updates per 200-frame batch
     ])
     def test_bad_values(self, override, match):
         with pytest.raises(ConfigError, match=match):
@@ -51,11 +55,20 @@ class TestSACConfig:
                           ["max_oversampling=none"]):
             apply_overrides(SACConfig(), overrides).validate()
 
+    def test_updates_per_batch(self):
+        assert SACConfig().updates_for(200) == 200  # one update per frame
+        assert apply_overrides(SACConfig(), ["train_every=2"]).validate().updates_for(200) == 100
+        assert apply_overrides(SACConfig(), ["utd_ratio=0.25"]).validate().updates_for(200) == 50
+        assert apply_overrides(SACConfig(), ["utd_ratio=2"]).validate().updates_for(200) == 400
+        with pytest.raises(ConfigError, match="give one of the two"):
+            apply_overrides(SACConfig(), ["utd_ratio=2", "train_every=2"]).validate()
+
     def test_cli_help(self, capsys):
         with pytest.raises(SystemExit):
             cli_main(["train", "sac", "--help"])
         out = capsys.readouterr().out
-        for key in ("tau=", "alpha_init=", "camera=", "replay='vlm_td'"):
+        for key in ("tau=", "alpha_init=", "camera=", "replay='vlm_td'", "policy_lr=", "q_lr=", "policy_frequency=",
+                    "utd_ratio=", "async_collection=", "fast_render="):
             assert key in out
 
 
@@ -113,13 +126,44 @@ def mean_pixel_scorer(**kwargs):
 
 
 @pytest.mark.slow  # two short training runs
-def test_a_seed_gives_the_same_run(tmp_path):
-    """robosuite draws Lift's cube size when it builds the model: the recipe seeds that build too."""
+@pytest.mark.parametrize("async_collection", [True, False])
+def test_a_seed_gives_the_same_run(tmp_path, async_collection):
+    """robosuite draws Lift's cube size when it builds the model: the recipe seeds that build too. Collecting in a
+    child process one batch ahead (weights sent by value with each batch request) is reproducible as well."""
     settings = {**TINY, "replay": "uniform", "total_frames": 300, "eval_every": 100, "checkpoint_every": 1_000,
-                "tensorboard": False, "seed": 3}
+                "tensorboard": False, "seed": 3, "async_collection": async_collection}
     runs = []
     for name in ("a", "b"):
         sac_main(apply_overrides(SACConfig(), {**settings, "output_dir": str(tmp_path / name)}))
         runs.append([{k: v for k, v in row.items() if k not in ("env_steps_per_s", "time_s")}
                      for row in read_metrics(tmp_path / name)])
     assert len(runs[0]) == 3 and runs[0] == runs[1]
+
+
+def _rows_without_timing(run_dir):
+    timing = {"env_steps_per_s", "time_s", "scorer_clips_per_s"}
+    return [{k: v for k, v in row.items() if k not in timing} for row in read_metrics(run_dir)]
+
+
+@pytest.mark.slow  # three short training runs
+@pytest.mark.parametrize("replay", ["per", "vlm_td"])
+def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
+    """A run stopped at a checkpoint and resumed logs what the uninterrupted run logs and ends with the same
+    learner (networks, targets, temperature, optimizer) — bit for bit (synchronous scoring)."""
+    import torch
+
+    base = {**TINY, "replay": replay, "scorer": "oracle:robosuite", "async_scoring": False, "total_frames": 300,
+            "eval_every": 100, "checkpoint_every": 200, "tensorboard": False, "policy_frequency": 2}
+    full = sac_main(apply_overrides(SACConfig(), {**base, "output_dir": str(tmp_path / "full")}))
+    sac_main(apply_overrides(SACConfig(), {**base, "stop_at": 200, "output_dir": str(tmp_path / "split")}))
+    resumed = sac_main(apply_overrides(SACConfig(), {**base, "resume": str(tmp_path / "split"),
+                                                     "output_dir": str(tmp_path / "split")}))
+    assert _rows_without_timing(tmp_path / "full") == _rows_without_timing(tmp_path / "split")
+    for key in ("env_steps", "episodes", "updates"):
+        assert full[key] == resumed[key]
+    a = torch.load(tmp_path / "full" / "checkpoints" / "step_300" / "state.pt", weights_only=False)
+    b = torch.load(tmp_path / "split" / "checkpoints" / "step_300" / "state.pt", weights_only=False)
+    assert a["learner"].keys() == b["learner"].keys() and any("target_critic" in k for k in a["learner"])
+    for name, tensor in a["learner"].items():
+        assert torch.equal(tensor, b["learner"][name]), name
+    assert a["optim"]["state"].keys() == b["optim"]["state"].keys()

@@ -337,12 +337,17 @@ class SACConfig(RecipeConfig):
     num_envs: int = _field(2, "environments stepped in parallel (see env_backend)")
     frames_per_batch: int = _field(200, "frames per collector batch (all envs together)")
     env_backend: Literal["serial", "parallel"] = _field(
-        "serial", "serial: SerialEnv in the learner process | parallel: ParallelEnv, one process per env")
+        "serial", "serial: the envs stepped one after the other | parallel: ParallelEnv, one process per env")
+    async_collection: bool = _field(True, "collect in a child process, one batch ahead of the learner (the envs and "
+                                          "their frames on one core, the learner on the other; reproducible for a "
+                                          "seed); False = collect, then learn, in one process")
     # env
     camera: str = _field("agentview", "offscreen camera rendered for the VLM")
     frame_size: int = _field(64, "VLM frame width/height in pixels")
     reward_shaping: bool = _field(False, "robosuite's dense shaped reward instead of the sparse success reward")
     render_clip_frames_only: bool = _field(True, "render only the steps whose frames some clip sends to the scorer")
+    fast_render: bool = _field(True, "render VLM frames without reflections, shadows and multisampling (~4x cheaper "
+                                     "on a CPU; False = robosuite's default image)")
     # learning
     lr: float = _field(3e-4, "Adam learning rate of the actor, the critics and the temperature unless policy_lr / "
                              "q_lr say otherwise")
@@ -378,6 +383,8 @@ class SACConfig(RecipeConfig):
         lift_scorer = self.scorer == "builtin:lift" and self.replay in ("vlm", "vlm_td")
         return [*super()._checks(), ("env", self.env.startswith("robosuite/"), "robosuite/<Task>, e.g. robosuite/Lift"),
                 ("env_backend", self.env_backend in ("serial", "parallel"), "'serial' or 'parallel'"),
+                ("async_collection", not (self.async_collection and self.env_backend == "parallel"),
+                 "false with env_backend=parallel (the collector process steps the envs itself)"),
                 ("scorer", not lift_scorer or self.env == "robosuite/Lift",
                  "a scorer for this task (builtin:lift knows Lift's scene only; pass scorer=oracle:robosuite, "
                  "clip:<dir>, hf:<dir>, openai:<url>#<model> or python:<module>:<callable>)"),

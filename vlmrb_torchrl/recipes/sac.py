@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import torch
 from tensordict.nn import InteractionType, NormalParamExtractor, TensorDictModule
@@ -35,6 +36,7 @@ from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
+from vlmrb_torchrl.recipes.collector_process import CollectorProcess
 from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, make_run_dir, prepare_run_dir, start_run
 from vlmrb_torchrl.recipes.sac_loss import SACLearner
 
@@ -64,6 +66,13 @@ def make_critic(obs_dim: int, action_dim: int, hidden: int) -> nn.Module:
     return MLP(in_features=obs_dim + action_dim, out_features=1, num_cells=[hidden, hidden], activation_class=nn.ReLU)
 
 
+def _collector(env_fn, policy, *, env_steps: int, learning_starts: int, **kwargs):
+    """The training collector for the frames after ``env_steps``: random actions until ``learning_starts``
+    (a picklable factory: :class:`~vlmrb_torchrl.recipes.collector_process.CollectorProcess` calls it in its child)."""
+    return make_collector(env_fn, policy, env_steps=env_steps, init_random_frames=max(0, learning_starts - env_steps),
+                          **kwargs)
+
+
 class _Deterministic(nn.Module):
     """The actor at its mode (tanh of the mean): the evaluation and gallery policy."""
 
@@ -90,7 +99,7 @@ def main(cfg: SACConfig) -> dict:
         # seed: robosuite draws the scene (Lift: the cube's size) when it builds the model, before any
         # set_seed; an unseeded build made two runs of one seed differ from the first update on
         env_kwargs = {"max_episode_steps": cfg.max_episode_steps, "camera": cfg.camera, "frame_size": cfg.frame_size,
-                      "reward_shaping": cfg.reward_shaping, "seed": cfg.seed}
+                      "fast_render": cfg.fast_render, "reward_shaping": cfg.reward_shaping, "seed": cfg.seed}
         render_steps = None
         if start.needs_frames and cfg.render_clip_frames_only:
             from vlmrb_torchrl.envs.robosuite import ClipRenderSteps
@@ -128,17 +137,20 @@ def main(cfg: SACConfig) -> dict:
         # --- resume
         modules = checkpointed_modules({"learner": learner, "optim": optim}, start.scorer)
         counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
+        # --- collection: in a child process one batch ahead of the learner (the second core), or in this one
+        collector_fn = functools.partial(
+            _collector, train_env_fn, actor, num_envs=cfg.num_envs, frames_per_batch=cfg.frames_per_batch,
+            total_frames=cfg.total_frames, seed=cfg.seed, learning_starts=cfg.learning_starts,
+            parallel=cfg.env_backend == "parallel")
+        if cfg.async_collection:
+            collector_fn = cleanup.enter_context(CollectorProcess(collector_fn, actor, seed=cfg.seed)).collector
         run = cleanup.enter_context(Run(cfg, recipe="sac", total=cfg.total_frames,
                                         resumed_from=counters["env_steps"], columns=SAC_METRIC_COLUMNS,
                                         scorer=start.scorer))
         training = cleanup.enter_context(Training(
             cfg, run=run, replay=replay, counters=counters, modules=modules, device=start.device,
             eval_policy=eval_policy, eval_env_fn=eval_env_fn, eval_max_steps=cfg.max_episode_steps or 500,
-            make_collector=lambda env_steps: make_collector(
-                train_env_fn, actor, num_envs=cfg.num_envs, frames_per_batch=cfg.frames_per_batch,
-                total_frames=cfg.total_frames, seed=cfg.seed, env_steps=env_steps,
-                parallel=cfg.env_backend == "parallel",
-                init_random_frames=max(0, cfg.learning_starts - env_steps))))
+            make_collector=lambda env_steps: collector_fn(env_steps=env_steps)))
 
         # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
         last = {"alpha": learner.log_alpha.detach().exp()}  # the last update's losses (the actor's: its last update)

@@ -150,9 +150,10 @@ def generate_lift_frames(
     from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
 
     rng = np.random.default_rng(seed)
-    # a seed at construction too: robosuite draws the cube's size (2.0-2.2 cm) when it builds the model
+    # a seed at construction too: robosuite draws the cube's size (2.0-2.2 cm) when it builds the model;
+    # robosuite's default rendering (shadows, reflections, multisampling): the frames the shipped model was trained on
     env = RobosuiteEnv("Lift", render=True, camera=camera, frame_size=frame_size, max_episode_steps=episode_steps[1],
-                       terminate_on_success=False, seed=int(rng.integers(2**20, 2**31)))
+                       terminate_on_success=False, seed=int(rng.integers(2**20, 2**31)), fast_render=False)
     policy = LiftPolicy(env, seed=int(rng.integers(2**31)), random_share=random_share, miss_share=miss_share)
     frames: list[np.ndarray] = []
     states: list[LiftState] = []
