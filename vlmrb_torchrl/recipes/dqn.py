@@ -221,7 +221,7 @@ def main(cfg: DQNConfig) -> dict:
         obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec
         probe.close()
-        make_run_dir(cfg, checkpoint)  # the scorer and the env built: a failed start wrote nothing
+        make_run_dir(cfg, checkpoint, recipe="dqn")  # the scorer and the env built: a failed start wrote nothing
 
         # --- networks, loss, optimizer
         q_values = make_q_network(obs_spec, action_spec.space.n, cfg.hidden).to(start.device)

@@ -104,7 +104,7 @@ def main(cfg: SACConfig) -> dict:
         action_spec = probe.action_spec
         fake = probe.fake_tensordict()
         probe.close()
-        make_run_dir(cfg, checkpoint)  # the scorer and the env built: a failed start wrote nothing
+        make_run_dir(cfg, checkpoint, recipe="sac")  # the scorer and the env built: a failed start wrote nothing
 
         # --- networks, learner, optimizer
         actor = make_actor(obs_dim, action_spec, cfg.hidden).to(start.device)

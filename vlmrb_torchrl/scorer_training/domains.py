@@ -20,7 +20,7 @@ Three ship: ``"minigrid"`` (``builtin:minigrid``), ``"lift"`` (robosuite Lift, `
 from __future__ import annotations
 
 import dataclasses
-import pickle
+import json
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -115,17 +115,56 @@ class Domain:
     held_out: Callable[[int, int], FrameSet] | None = None
 
 
+#: The frame states a cache may hold (class name -> module): nothing else is rebuilt from a cache file.
+_STATE_CLASSES = {"MiniGridState": "vlmrb_torchrl.envs.minigrid_policies",
+                  "LiftState": "vlmrb_torchrl.envs.robosuite_policies",
+                  "AtariFrameState": "vlmrb_torchrl.scorer_training.atari"}
+
+
 def save_frames(data: FrameSet, path: str | Path) -> None:
-    """Writes a :class:`FrameSet` to ``path`` (``.npz``: the frames as one uint8 array, the states pickled)."""
+    """Writes a :class:`FrameSet` to ``path`` (``.npz``: the frames as one uint8 array, the states as JSON).
+
+    Examples:
+        >>> import tempfile
+        >>> from vlmrb_torchrl.envs.robosuite_policies import LiftState
+        >>> data = FrameSet([np.zeros((2, 2, 3), np.uint8)], [LiftState(True, False, False, False)],
+        ...                 np.zeros(1, np.int64), np.zeros(1, np.int64), ["Lift"])
+        >>> path = Path(tempfile.mkdtemp()) / "frames.npz"
+        >>> save_frames(data, path)
+        >>> load_frames(path).states
+        [LiftState(gripper_open=True, near=False, grasped=False, lifted=False)]
+    """
+    states = [[type(s).__name__, [getattr(s, f.name) for f in dataclasses.fields(s)]] for s in data.states]
+    unknown = sorted({name for name, _ in states} - set(_STATE_CLASSES))
+    if unknown:
+        raise TypeError(f"save_frames: states of type {', '.join(unknown)} cannot be cached (known: "
+                        f"{', '.join(_STATE_CLASSES)}).")
     np.savez(path, frames=np.stack(data.frames), layout=data.layout, episode=data.episode,
-             layouts=np.asarray(data.layouts), states=np.frombuffer(pickle.dumps(data.states), dtype=np.uint8))
+             layouts=np.asarray(data.layouts), states_json=np.frombuffer(json.dumps(states).encode(), dtype=np.uint8))
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def load_frames(path: str | Path) -> FrameSet:
-    """Reads what :func:`save_frames` wrote (a cache the build itself wrote: its states are unpickled)."""
-    with np.load(path) as f:
-        return FrameSet(list(f["frames"]), pickle.loads(f["states"].tobytes()), f["layout"], f["episode"],
-                        [str(x) for x in f["layouts"]])
+    """Reads what :func:`save_frames` wrote, without pickle: a cache directory from elsewhere cannot run code.
+
+    Raises:
+        ValueError: the file is not a frame cache of this format (an older one held pickled states).
+    """
+    import importlib
+
+    with np.load(path, allow_pickle=False) as f:
+        if "states_json" not in f.files:
+            raise ValueError(f"{path} is not a frame cache of this version (no states_json); delete it to rebuild.")
+        states = []
+        for name, values in json.loads(f["states_json"].tobytes()):
+            if name not in _STATE_CLASSES:
+                raise ValueError(f"{path}: unknown state type {name!r}.")
+            cls = getattr(importlib.import_module(_STATE_CLASSES[name]), name)
+            states.append(cls(*(_tuples(v) for v in values)))
+        return FrameSet(list(f["frames"]), states, f["layout"], f["episode"], [str(x) for x in f["layouts"]])
 
 
 # ------------------------------------------------------------------------------------------ MiniGrid

@@ -232,7 +232,8 @@ def build_lift_scorer(
 
 def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say) -> FrameSet:
     """The training frames: generated, or read from ``cache`` where an earlier build kept them."""
-    path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}.npz"
+    # "-v2": states as JSON (older caches held them pickled; they are not read)
+    path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}-v2.npz"
     if path is not None and path.is_file():
         say(f"reading the frames from {path}")
         return load_frames(path)
