@@ -52,3 +52,38 @@ def test_remote_model_code_is_off_by_default(where, name):
 
     cls = getattr(importlib.import_module(where), name)
     assert inspect.signature(cls).parameters["trust_remote_code"].default is False
+
+
+def test_every_test_docs_reliability_names_exists():
+    """docs/reliability.md maps each promise to its tests: every test it names must exist."""
+    import re
+
+    doc = (PACKAGE.parent / "docs" / "reliability.md").read_text()
+    tests = PACKAGE.parent / "tests"
+    source = {p.relative_to(PACKAGE.parent).as_posix(): p.read_text() for p in tests.rglob("test_*.py")}
+    missing, checked = [], 0
+    section = None  # the first test file named in a section: the file of a row that names none
+    for row in doc.splitlines():
+        if row.startswith("#"):
+            section = None
+        current = section
+        for ref in re.findall(r"`([^`]+)`", row):
+            file, _, rest = ref.rpartition(".py::") if ".py::" in ref else ("", "", ref)
+            if file:
+                current = file + ".py"
+            elif ref.endswith(".py") and ref.startswith("tests/"):
+                current = ref
+            section = section or current
+            if ref.endswith(".py"):
+                continue
+            if current is None or not re.fullmatch(r"(Test\w+::)?test_\w+|Test\w+", rest):
+                continue
+            text = source.get(current, "")
+            checked += 1
+            for name in rest.split("::"):
+                kind = "class" if name.startswith("Test") else "def"
+                if not re.search(rf"^\s*{kind} {name}\b", text, re.M):
+                    missing.append(f"{current}::{rest}")
+    assert not any(ref.startswith("tests/") and not (PACKAGE.parent / ref).exists()
+                   for ref in re.findall(r"`(tests/[\w/]+\.py)", doc))
+    assert missing == [] and checked > 40
