@@ -115,7 +115,9 @@ class _Call:
                 pass
 
 
-class _HTTPConnection(http.client.HTTPConnection):
+class _CallSockets:
+    """A connection that hands its socket to its :class:`_Call` (mixed into http.client's classes)."""
+
     def __init__(self, *args, call: _Call, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._call = call
@@ -125,14 +127,12 @@ class _HTTPConnection(http.client.HTTPConnection):
         self._call.add(self.sock)
 
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args, call: _Call, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._call = call
+class _HTTPConnection(_CallSockets, http.client.HTTPConnection):
+    pass
 
-    def connect(self) -> None:
-        super().connect()
-        self._call.add(self.sock)
+
+class _HTTPSConnection(_CallSockets, http.client.HTTPSConnection):
+    pass
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
