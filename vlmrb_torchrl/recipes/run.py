@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from vlmrb_torchrl.recipes.replay import make_scorer_from_config, needs_frames, scorer_checks, uses_scorer
-from vlmrb_torchrl.recipes.run_dir import RUN_FILES, make_run_dir, prepare_run_dir, release_run_dir
+from vlmrb_torchrl.recipes.run_dir import RUN_FILES, make_run_dir, prepare_run_dir
 
 __all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "seed_everything", "resolve_device", "Run",
            "make_run_dir", "prepare_run_dir", "RUN_FILES"]
@@ -256,7 +256,8 @@ class Run:
         return summary
 
     def close(self) -> None:
-        """Closes the files and releases the run directory (:func:`~vlmrb_torchrl.recipes.run_dir.release_run_dir`)."""
+        """Closes the files (the recipe releases the run directory once everything is closed:
+        :func:`~vlmrb_torchrl.recipes.run_dir.release_run_dir`)."""
         if self._csv is None and not self._csv_file.closed:  # nothing logged: the header alone
             self._start_csv({})
         self._csv_file.close()
@@ -264,7 +265,6 @@ class Run:
             self._tb.close()
         if self._pbar is not None:
             self._pbar.close()
-        release_run_dir(self.dir)
 
     def __enter__(self) -> Run:
         return self

@@ -7,7 +7,7 @@ what a run does on SIGTERM.
 - :data:`LOCK` (``.vlmrb-run.lock``) is locked (``flock``, exclusive) for as long as a run uses the
   directory: a second process resuming or overwriting the same run is refused with the first one's pid.
   The lock goes away with the process, however it ends.
-- From :func:`make_run_dir` until the run's :class:`~vlmrb_torchrl.recipes.run.Run` closes,
+- From :func:`make_run_dir` until the recipe releases the directory (:func:`release_run_dir`),
   SIGTERM (what schedulers send on preemption) raises :class:`Stopped` in the main thread, so the
   run unwinds like Ctrl-C: the replay, its scorer (and a scorer's child process) and the run's files
   are closed. Inside the training loop the first SIGTERM or Ctrl-C instead finishes the batch and
@@ -98,7 +98,7 @@ def _lock(out: Path, output_dir: str) -> Any:
 
 def release_run_dir(path: str | Path) -> None:
     """Releases the lock this process holds on the run directory ``path`` (and restores SIGTERM's handler);
-    nothing when it holds none. :meth:`Run.close <vlmrb_torchrl.recipes.run.Run.close>` calls it."""
+    nothing when it holds none. The recipes call it last, once everything they opened is closed."""
     with _HELD_LOCK:
         file, handler = _HELD.pop(Path(path).resolve(), (None, None))
     if file is not None:
@@ -177,7 +177,8 @@ def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run") -> N
     locks the directory (:data:`LOCK`; another process running there is refused), checks again under the
     lock what :func:`prepare_run_dir` checked, deletes an overwritten run's files (:data:`RUN_FILES`), writes
     :data:`MARKER`, creates ``checkpoints/`` and checks that it is writable. A refusal leaves the directory
-    as it was. The lock is held until :func:`release_run_dir` (the run's ``Run.close()``) or the process ends.
+    as it was. The lock is held until :func:`release_run_dir` (the recipe calls it once all it opened is
+    closed) or the process ends.
     """
     from vlmrb_torchrl.recipes.config import ConfigError
 
