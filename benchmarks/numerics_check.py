@@ -80,34 +80,94 @@ def _same(a, b) -> bool:
 
 
 def checkpoint_leaves(path: Path) -> dict[str, object]:
-    """Every leaf of the final checkpoint: ``state.pt`` and the replay directory's tensors and JSON files.
-
-    The replay storage's tensors are compared on their filled rows only: the rows beyond the
-    storage's length are allocated but never written (their bytes are whatever memory held).
+    """Every leaf of a checkpoint, in one form for both checkpoint formats (TorchRL's ``rb.dumps``
+    directory of earlier versions, ``replay.pt`` + ``replay.json`` since issue 35): the modules' and
+    optimizer's tensors, the counters, the RNG states, the replay's filled storage rows, writer,
+    generator and sampler state (a VLM sampler's per-slot arrays at full capacity, a TorchRL
+    ``PrioritizedSampler``'s priorities of the filled slots).
     """
+    import torch
+
+    state = torch.load(path / "state.pt", weights_only=False, map_location="cpu")  # (our own runs' files)
+    rng = state.get("rng", {})
+    if isinstance(rng.get("numpy"), tuple):  # the older form: NumPy's and Python's state tuples
+        name, keys, pos, has_gauss, cached = rng["numpy"]
+        rng["numpy"] = {"name": name, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
+                        "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+    if isinstance(rng.get("python"), tuple):
+        version, internal, gauss = rng["python"]
+        rng["python"] = [version, list(internal), gauss]
+    leaves = dict(_flatten(state, "state"))
+    replay = path / "replay"
+    leaves.update(_replay_leaves(replay) if (replay / "replay.json").exists() else _dumps_leaves(replay))
+    return leaves
+
+
+def _replay_leaves(replay: Path) -> dict[str, object]:
+    import json
+
+    import torch
+
+    from vlmrb_torchrl.recipes.replay_checkpoint import expand
+
+    meta = json.loads((replay / "replay.json").read_text())
+    tensors = torch.load(replay / "replay.pt", weights_only=True)
+    leaves = {"replay/len": meta["len"], "replay/writer/cursor": meta["writer"]["_cursor"],
+              "replay/writer/write_count": meta["writer"]["_write_count"], "replay/batch_size": meta["batch_size"]}
+    if "rng" in tensors:
+        leaves["replay/rng"] = tensors["rng"]
+    for key, stored, note in zip(meta["storage_keys"], tensors["storage"], meta["storage_notes"]):
+        leaves["replay/storage/" + "/".join(key)] = expand(stored, note)
+    sampler = meta["sampler"]
+    if sampler["kind"] == "vlm":
+        for name, note in sampler["notes"].items():
+            used = expand(tensors["sampler"][name], note)
+            full = torch.zeros((sampler["capacity"], *used.shape[1:]), dtype=used.dtype)
+            full[: sampler["used"]] = used
+            leaves[f"replay/sampler/{name}"] = full
+        leaves.update(_flatten(json.loads(json.dumps(sampler["scalars"])), "replay/sampler"))
+    elif sampler["kind"] == "prioritized":
+        leaves["replay/sampler/sum"] = tensors["sampler"]["sum"].double()
+        leaves["replay/sampler/min"] = tensors["sampler"]["min"].double()
+        leaves.update(_flatten([float(x) for x in tensors["sampler"]["max_priority"]], "replay/sampler/max_priority"))
+    return leaves
+
+
+def _dumps_leaves(replay: Path) -> dict[str, object]:
+    """The same leaves from TorchRL's ``rb.dumps`` directory (checkpoints before issue 35)."""
     import json
 
     import numpy as np
     import torch
+    from tensordict import TensorDict
 
-    leaves = dict(_flatten(torch.load(path / "state.pt", weights_only=False, map_location="cpu"), "state"))
-    storage = path / "replay" / "storage"
-    filled = json.loads((storage / "storage_metadata.json").read_text())["len"] if storage.exists() else None
-    for file in sorted((path / "replay").rglob("*")):
-        rel = file.relative_to(path).as_posix()
-        if file.suffix == ".memmap" and filled is not None and storage in file.parents:
-            meta = json.loads((file.parent / "meta.json").read_text())[file.stem]
-            row = int(np.prod(meta["shape"][1:])) * torch.empty((), dtype=getattr(torch, meta["dtype"].split(".")[-1])
-                                                               ).element_size()
-            leaves[rel] = file.read_bytes()[: filled * row]
-        elif file.suffix == ".memmap":
-            leaves[rel] = file.read_bytes()
-        elif file.suffix == ".json":
-            leaves.update(_flatten(json.loads(file.read_text()), rel))
-        elif file.suffix in (".pt", ".pth"):
-            leaves.update(_flatten(torch.load(file, weights_only=False, map_location="cpu"), rel))
-        elif file.is_file():
-            leaves[rel] = file.read_bytes()
+    storage = replay / "storage"
+    n = json.loads((storage / "storage_metadata.json").read_text())["len"]
+    writer = json.loads((replay / "writer" / "metadata.json").read_text())
+    leaves = {"replay/len": n, "replay/writer/cursor": writer["cursor"], "replay/writer/write_count":
+              writer["write_count"], "replay/batch_size": json.loads((replay / "buffer_metadata.json").read_text())[
+                  "batch_size"]}
+    if (replay / "rng_state").exists():
+        leaves["replay/rng"] = TensorDict.load_memmap(replay / "rng_state")["rng_state"].clone()
+    rows = TensorDict.load_memmap(storage)
+    for key in rows.keys(include_nested=True, leaves_only=True):
+        name = "/".join((key,) if isinstance(key, str) else key)
+        leaves[f"replay/storage/{name}"] = rows[key][:n].clone()
+    sampler = replay / "sampler"
+    if (sampler / "slots").exists():
+        slots = TensorDict.load_memmap(sampler / "slots")
+        for name in slots.keys():
+            leaves[f"replay/sampler/{name}"] = slots[name].clone()
+        scalars = json.loads((sampler / "sampler_metadata.json").read_text())
+        leaves.update(_flatten(scalars, "replay/sampler"))
+    elif (sampler / "sumtree.memmap").exists():
+        meta = json.loads((sampler / "sampler_metadata.json").read_text())
+        capacity = int(meta["_max_capacity"])
+        for name, tree in (("sum", "sumtree"), ("min", "mintree")):
+            values = np.fromfile(sampler / f"{tree}.memmap", dtype=np.float64 if (
+                sampler / f"{tree}.memmap").stat().st_size == 8 * capacity else np.float32)
+            leaves[f"replay/sampler/{name}"] = torch.from_numpy(values[:n].astype(np.float64))
+        leaves.update(_flatten([float(x) for x in meta["_max_priority"]], "replay/sampler/max_priority"))
     return leaves
 
 

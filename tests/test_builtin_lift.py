@@ -49,6 +49,30 @@ def test_frame_cache_round_trip(tmp_path):
     assert back.layout.tolist() == [0, 2] and back.episode.tolist() == [0, 0]
 
 
+def test_frame_cache_unpickles_nothing(tmp_path):
+    # issue 35: `vlmrb build-scorer --cache DIR` unpickled the cache files it found there
+    import pickle
+
+    from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
+
+    nested = MiniGridState(("yellow", "key"), (("red", "ball"),), (("yellow", "locked"),), ("grey", "wall", ""), False,
+                           3, "left", ((("red", "ball"), ("yellow", "door")),))
+    data = FrameSet([np.zeros((2, 2, 3), np.uint8)], [nested], np.array([0]), np.array([0]), ["DoorKey"])
+    save_frames(data, tmp_path / "f.npz")
+    assert load_frames(tmp_path / "f.npz").states == [nested]  # nested tuples come back as tuples
+
+    class Planted:
+        def __reduce__(self):
+            return open, (str(tmp_path / "ran"), "w")
+
+    old = np.frombuffer(pickle.dumps([Planted()]), dtype=np.uint8)  # what a cache of an older version held
+    np.savez(tmp_path / "old.npz", frames=np.zeros((1, 2, 2, 3), np.uint8), layout=np.zeros(1), episode=np.zeros(1),
+             layouts=np.asarray(["DoorKey"]), states=old)
+    with pytest.raises(ValueError, match="not a frame cache of this version"):
+        load_frames(tmp_path / "old.npz")
+    assert not (tmp_path / "ran").exists()
+
+
 def test_unknown_domain():
     with pytest.raises(ValueError, match="Unknown scorer domain 'tetris'"):
         get_domain("tetris")

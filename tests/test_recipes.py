@@ -242,10 +242,13 @@ def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
         assert len(gifs) == 2 and gifs[0].startswith("bottom") and gifs[1].startswith("top")
         assert all("_step" in name for name in gifs)  # the run gallery: clips of the whole run, with their step
         # the checkpoint holds every transition's score: pending tails are flushed before it
-        from tensordict import TensorDict
+        from vlmrb_torchrl.recipes.replay_checkpoint import expand
 
-        slots = TensorDict.load_memmap(run_dir / "checkpoints" / "step_512" / "replay" / "sampler" / "slots")
-        assert slots["scored"][:512].all() and not slots["scored"][512:].any()
+        replay_dir = run_dir / "checkpoints" / "step_512" / "replay"
+        sampler = json.loads((replay_dir / "replay.json").read_text())["sampler"]
+        scored = expand(torch.load(replay_dir / "replay.pt", weights_only=True)["sampler"]["scored"],
+                        sampler["notes"]["scored"])
+        assert sampler["used"] == 512 and scored.all()  # (a checkpoint holds the slots in use only)
 
 
 def test_full_view_run_with_goal_labels_and_capped_evaluation(tmp_path):

@@ -23,6 +23,7 @@ from vlmrb_torchrl.recipes.replay import make_replay  # noqa: E402
 from vlmrb_torchrl.recipes.checkpoint import (  # noqa: E402
     MANIFEST,
     CheckpointError,
+    _manifest,
     RunWarning,
     check_checkpoint,
     checkpoint_now,
@@ -31,6 +32,7 @@ from vlmrb_torchrl.recipes.checkpoint import (  # noqa: E402
     save_checkpoint,
     truncate_metrics,
 )
+from vlmrb_torchrl.recipes.replay_checkpoint import expand  # noqa: E402
 from vlmrb_torchrl.recipes.run import Run, prepare_run_dir  # noqa: E402
 
 TINY = dict(total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=128, eval_every=256,
@@ -77,6 +79,16 @@ def release_scorer():
     RELEASE.clear()
     yield RELEASE
     RELEASE.set()
+
+
+class _Planted:
+    """A pickled object whose loading writes a file: what a planted ``__reduce__`` in a checkpoint does."""
+
+    def __init__(self, witness: str) -> None:
+        self.witness = witness
+
+    def __reduce__(self):
+        return open, (self.witness, "w")
 
 
 def _replay(replay="vlm", **overrides):
@@ -127,9 +139,52 @@ class TestRunDirectory:
         for name in ("metrics.csv", "config.json", "summary.json", "notes.txt"):
             (tmp_path / name).write_text("old")
         (tmp_path / "tensorboard").mkdir()
+        (tmp_path / ".vlmrb-run").write_text("{}")  # a run wrote them
         prepare_run_dir(DQNConfig(output_dir=str(tmp_path), overwrite=True), recipe="dqn")
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "notes.txt"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".vlmrb-run", ".vlmrb-run.lock", "checkpoints",
+                                                              "notes.txt"]
         assert not any((tmp_path / "checkpoints").iterdir())  # no old checkpoint survives
+
+    @pytest.mark.parametrize("where", ["a project", "the current directory"])
+    def test_overwrite_deletes_nothing_in_a_directory_no_run_wrote(self, tmp_path, monkeypatch, where):
+        # issue 35: output_dir=$HOME overwrite=true deleted its checkpoints/, gallery/ and config.json
+        for name in ("config.json", "notes.txt"):
+            (tmp_path / name).write_text("mine")
+        (tmp_path / "checkpoints").mkdir()
+        (tmp_path / "gallery").mkdir()
+        output_dir = str(tmp_path)
+        if where == "the current directory":
+            monkeypatch.chdir(tmp_path)
+            output_dir = "."
+        before = sorted(p.name for p in tmp_path.iterdir())
+        with pytest.raises(ConfigError, match="holds files no vlmrb run wrote .*no .vlmrb-run marker.*nothing was "
+                                              "deleted"):
+            prepare_run_dir(DQNConfig(output_dir=output_dir, overwrite=True), recipe="dqn")
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # not even a lock file left
+
+    def test_a_run_directory_is_locked_against_a_second_process(self, tmp_path):
+        # issue 35: two processes resuming one run were both accepted (duplicate metrics rows, clashing checkpoints)
+        import dataclasses
+        import fcntl
+
+        from vlmrb_torchrl.recipes.run_dir import LOCK, MARKER, release_run_dir
+
+        out = tmp_path / "run"
+        prepare_run_dir(DQNConfig(output_dir=str(out)), recipe="dqn")
+        assert (out / MARKER).is_file() and f"pid {os.getpid()}" in (out / LOCK).read_text()
+        release_run_dir(out)
+        _checkpoint(tmp_path, 64)[1].close()  # the run wrote a checkpoint (into tmp_path / "run")
+        (out / "config.json").write_text(json.dumps(dataclasses.asdict(DQNConfig(output_dir=str(out)))))
+        # another process's run (flock on its own open file: what a second process holds)
+        with open(out / LOCK, "a+") as other:
+            fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            other.seek(0), other.truncate(), other.write("pid 4242, since today\n"), other.flush()
+            for again in (DQNConfig(resume=str(out)), DQNConfig(output_dir=str(out), overwrite=True)):
+                with pytest.raises(ConfigError, match="is in use by another vlmrb run \\(pid 4242, since today\\)"):
+                    prepare_run_dir(again, recipe="dqn")
+            assert (out / "checkpoints" / "step_64").exists()  # nothing deleted
+        assert prepare_run_dir(DQNConfig(resume=str(out)), recipe="dqn").name == "step_64"  # the lock went with it
+        release_run_dir(out)
 
     def test_resume_continues_its_own_directory_and_refuses_overwrite_there(self, tmp_path):
         path, *_ = _checkpoint(tmp_path, 64)
@@ -196,35 +251,89 @@ class TestCheckpoints:
         assert check_checkpoint(path) == (True, "")
         assert [p.name for p in path.parent.iterdir()] == ["step_64"]  # no partial directory left
 
-    def test_a_failed_write_leaves_nothing_that_looks_complete(self, tmp_path):
+    @pytest.mark.parametrize("failure", [
+        OSError(28, "No space left on device"),
+        # what tensordict raises when a memory map cannot grow on a full disk (the first of ~30 lines)
+        RuntimeError("unable to mmap 1048576 bytes from file </x/storage.memmap>: No space left on device (28)\n"
+                     "Exception raised from ... (most recent call first):\n" + "frame #1: ...\n" * 28),
+    ])
+    def test_a_failed_write_leaves_nothing_that_looks_complete(self, tmp_path, monkeypatch, failure):
+        from vlmrb_torchrl.recipes import replay_checkpoint
+
         replay = _replay()
         batch = _batch()
         replay.store(batch, batch)
 
-        def full_disk(path):
+        def full_disk(rb, path):
             Path(path).mkdir(parents=True)
-            (Path(path) / "storage").write_bytes(b"x" * 10)
-            raise OSError(28, "No space left on device")
+            (Path(path) / "replay.pt").write_bytes(b"x" * 10)
+            raise failure
 
-        replay.buffer.dumps = full_disk
+        monkeypatch.setattr(replay_checkpoint, "save_replay", full_disk)
         path = tmp_path / "run" / "checkpoints" / "step_64"
-        with pytest.raises(CheckpointError, match="could not write checkpoint .*step_64: .*No space left"):
+        with pytest.raises(CheckpointError, match=f"could not write checkpoint .*step_64: {type(failure).__name__}: "
+                                                  ".*No space left on device[^\n]*earlier checkpoints") as info:
             save_checkpoint(path, modules={}, rb=replay.buffer, counters={"env_steps": 64})
+        assert "\n" not in str(info.value)  # one line naming the path and the cause, not a traceback
         assert list(path.parent.iterdir()) == []
         replay.close()
 
     def test_a_truncated_storage_file_is_skipped_for_the_previous_checkpoint(self, tmp_path):
         older, replay, module = _checkpoint(tmp_path, 64)
         newer, *_ = _checkpoint(tmp_path, 128, replay, module)
-        memmap = max((p for p in (newer / "replay" / "storage").rglob("*.memmap")), key=lambda p: p.stat().st_size)
-        memmap.write_bytes(memmap.read_bytes()[: memmap.stat().st_size // 2])
+        storage = newer / "replay" / "replay.pt"
+        storage.write_bytes(storage.read_bytes()[: storage.stat().st_size // 2])
         ok, note = check_checkpoint(newer)
-        assert not ok and memmap.relative_to(newer).as_posix() in note and "bytes" in note
-        with pytest.warns(RunWarning, match=r"skipped .*step_128 \(replay/storage/.* bytes.*resuming from .*step_64"):
+        assert not ok and "replay/replay.pt" in note and "bytes" in note
+        with pytest.warns(RunWarning, match=r"skipped .*step_128 \(replay/replay.pt has .* bytes.*resuming from .*step_64"):
             assert latest_checkpoint(str(newer.parent.parent)) == older
         # an explicitly named damaged checkpoint is refused, not replaced
-        with pytest.raises(CheckpointError, match="step_128 is damaged"):
+        with pytest.raises(CheckpointError, match="step_128 cannot be used: replay/replay.pt has"):
             latest_checkpoint(str(newer))
+
+    def test_nan_weights_are_never_checkpointed(self, tmp_path):
+        from vlmrb_torchrl.recipes.checkpoint import DivergedError
+
+        replay = _replay()
+        module = torch.nn.Linear(2, 2)
+        with torch.no_grad():
+            module.bias[1] = float("nan")
+        path = tmp_path / "run" / "checkpoints" / "step_64"
+        with pytest.raises(DivergedError, match="'net': bias holds NaN or infinite values .*not checkpointed"):
+            save_checkpoint(path, modules={"net": module}, rb=replay.buffer, counters={"env_steps": 64})
+        assert not path.parent.exists() or list(path.parent.iterdir()) == []
+        replay.close()
+
+    def test_pickled_objects_are_not_loaded_unless_trusted(self, tmp_path):
+        # issue 35: a checkpoint from someone else ran a planted __reduce__ on resume
+        path, replay, _ = _checkpoint(tmp_path, 64)
+        witness = tmp_path / "ran"
+        state = torch.load(path / "state.pt", weights_only=True)
+        state["planted"] = _Planted(str(witness))
+        torch.save(state, path / "state.pt")
+        (path / MANIFEST).unlink()
+        (path / MANIFEST).write_text(json.dumps(_manifest(path)))  # a well-formed, verified checkpoint
+        with pytest.raises(CheckpointError, match="state.pt holds pickled Python objects.*trust_checkpoint=true"):
+            load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=_replay().buffer)
+        assert not witness.exists()
+        load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=_replay().buffer, trust=True)
+        assert witness.exists()  # what trust_checkpoint=true means: the pickle runs
+        replay.close()
+
+    def test_torchrl_dumps_of_an_older_version_need_trust(self, tmp_path):
+        import shutil
+
+        path, replay, _ = _checkpoint(tmp_path, 64)
+        shutil.rmtree(path / "replay")
+        replay.buffer.dumps(path / "replay")  # what checkpoints held before: a pickled prefetch queue among them
+        with pytest.raises(CheckpointError, match="written by TorchRL's rb.dumps .*prefetch.pkl is a pickle.*"
+                                                  "trust_checkpoint=true"):
+            load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=_replay().buffer)
+        fresh = _replay()
+        load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=fresh.buffer, trust=True)
+        assert len(fresh.buffer) == len(replay.buffer)
+        fresh.close()
+        replay.close()
 
     def test_a_changed_byte_fails_the_checksum(self, tmp_path):
         path, *_ = _checkpoint(tmp_path, 64)
@@ -235,18 +344,21 @@ class TestCheckpoints:
         with pytest.raises(CheckpointError, match="no intact checkpoint; skipped .*step_64 \\(state.pt changed"):
             latest_checkpoint(str(path.parent.parent))
 
-    def test_old_checkpoints_without_manifest_load_with_a_note(self, tmp_path):
+    def test_checkpoints_without_manifest_are_refused_unless_trusted(self, tmp_path):
         path, replay, module = _checkpoint(tmp_path, 64)
         (path / MANIFEST).unlink()
-        with pytest.warns(RunWarning, match="no MANIFEST.json .*cannot be verified"):
-            assert latest_checkpoint(str(path.parent.parent)) == path
+        with pytest.raises(CheckpointError, match="no MANIFEST.json: its files cannot be verified; resume with "
+                                                  "trust_checkpoint=true"):
+            latest_checkpoint(str(path.parent.parent))
+        with pytest.warns(RunWarning, match="no MANIFEST.json: .*cannot be verified \\(used: trust_checkpoint=true"):
+            assert latest_checkpoint(str(path.parent.parent), trust=True) == path
         fresh = _replay()
         assert load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=fresh.buffer) == {"env_steps": 64}
         assert len(fresh.buffer) == len(replay.buffer)
         fresh.close()
         replay.close()
 
-    @pytest.mark.parametrize("victim", ["state.pt", "replay/sampler/sampler_metadata.json"])
+    @pytest.mark.parametrize("victim", ["state.pt", "replay/replay.json", "replay/replay.pt"])
     def test_truncated_files_raise_errors_naming_them(self, tmp_path, victim):
         path, replay, _ = _checkpoint(tmp_path, 64)
         (path / MANIFEST).unlink()  # an old, unverifiable checkpoint: the load itself must name the file
@@ -259,11 +371,16 @@ class TestCheckpoints:
     def test_non_finite_scores_are_refused_at_load(self, tmp_path):
         path, replay, _ = _checkpoint(tmp_path, 64)
         (path / MANIFEST).unlink()
-        slots = TensorDict.load_memmap(path / "replay" / "sampler" / "slots")
-        assert bool(slots["scored"][0])
-        slots["score"][0] = float("nan")  # written through the memory map
-        del slots
-        with pytest.raises(CheckpointError, match="sampler: non-finite VLM scores"):
+        tensors = torch.load(path / "replay" / "replay.pt", weights_only=True)
+        meta = json.loads((path / "replay" / "replay.json").read_text())
+        note = meta["sampler"]["notes"]["score"]
+        score = expand(tensors["sampler"]["score"], note).float()
+        score[0] = float("nan")
+        tensors["sampler"]["score"] = score
+        meta["sampler"]["notes"]["score"] = {**note, "dtype": "float32", "encoding": "raw"}
+        torch.save(tensors, path / "replay" / "replay.pt")
+        (path / "replay" / "replay.json").write_text(json.dumps(meta))
+        with pytest.raises(CheckpointError, match="replay cannot be loaded: ValueError: .*score.* NaN"):
             load_checkpoint(path, modules={"net": torch.nn.Linear(2, 2)}, rb=_replay().buffer)
         replay.close()
 
@@ -312,9 +429,30 @@ class TestResumeConfig:
         with pytest.raises(ConfigError) as info:
             prepare_run_dir(cfg, recipe="dqn")
         msg = str(info.value)
-        assert "seed: 0 (run) vs 3 (now)" in msg and "buffer_size: 2000 (run) vs 4000 (now)" in msg
+        assert "seed: 0 (checkpoint) vs 3 (now)" in msg and "buffer_size: 2000 (checkpoint) vs 4000 (now)" in msg
         assert "total_frames:" not in msg and "eval_episodes:" not in msg  # allowed to change
         assert "only these keys may change: total_frames, stop_at" in msg
+
+    def test_a_hand_edited_run_config_is_caught_by_the_checkpoints_copy(self, tmp_path):
+        # issue 35: batch_size and gamma edited in config.json were used silently on resume
+        import dataclasses
+
+        run_dir = tmp_path / "run"
+        saved = apply_overrides(DQNConfig(), {**TINY, "output_dir": str(run_dir)})
+        replay = _replay()
+        batch = _batch()
+        replay.store(batch, batch)
+        save_checkpoint(run_dir / "checkpoints" / "step_64", modules={}, rb=replay.buffer,
+                        counters={"env_steps": 64}, config=dataclasses.asdict(saved))
+        replay.close()
+        edited = {**dataclasses.asdict(saved), "batch_size": 32, "gamma": 0.5}
+        (run_dir / "config.json").write_text(json.dumps(edited))
+        cfg = apply_overrides(DQNConfig(), {**edited, "resume": str(run_dir), "output_dir": None})
+        with pytest.raises(ConfigError) as info:
+            prepare_run_dir(cfg, recipe="dqn")
+        msg = str(info.value)
+        assert "batch_size: 16 (checkpoint) vs 32 (now)" in msg and "gamma: 0.99 (checkpoint) vs 0.5 (now)" in msg
+        assert "config.json no longer matches the checkpoint's config: edited since the run wrote it?" in msg
 
     def test_allowed_changes_resume(self, tmp_path):
         run_dir = self._run_dir(tmp_path)
@@ -329,7 +467,7 @@ class TestResumeConfig:
         cfg = build_config("dqn", args)
         assert (cfg.hidden, cfg.total_frames, cfg.output_dir) == (32, 1_024, None)
         assert cli_main(["train", "dqn", f"resume={run_dir}", "env=MiniGrid-Empty-5x5-v0"]) == 2
-        assert "env: 'MiniGrid-DoorKey-5x5-v0' (run) vs 'MiniGrid-Empty-5x5-v0' (now)" in capsys.readouterr().err
+        assert "env: 'MiniGrid-DoorKey-5x5-v0' (checkpoint) vs 'MiniGrid-Empty-5x5-v0' (now)" in capsys.readouterr().err
 
     def test_stop_at_of_the_last_chunk_is_not_read_back(self, tmp_path):
         # a run started with stop_at=64 resumes to total_frames, not to 64 again (where it stands)
@@ -391,6 +529,9 @@ class TestConfigChecks:
         (["scorer_drain_timeout=-1"], "scorer_drain_timeout=-1.0 is invalid: expected a number >= 0"),
         (["on_scorer_error=ignore"], "on_scorer_error='ignore' is invalid: expected one of \\['raise', 'skip'\\]"),
         (["max_consecutive_scorer_errors=0"], "max_consecutive_scorer_errors=0 is invalid: expected an integer >= 1"),
+        (["lr=inf"], "lr=inf is invalid: expected a finite number"),
+        (["scorer_drain_timeout=inf"], "scorer_drain_timeout=inf is invalid: expected a finite number"),
+        (["gamma=nan"], "gamma=nan is invalid: expected a finite number"),
     ])
     def test_bad_values(self, overrides, match):
         with pytest.raises(ConfigError, match=match):
@@ -562,3 +703,86 @@ class TestMetricsOnResume:
         events.Reload()
         tag = next(t for t in events.Tags()["scalars"] if t.endswith("loss"))
         assert [(e.step, round(e.value, 3)) for e in events.Scalars(tag)] == [(100, 0.1), (200, 0.2), (300, 0.35)]
+
+
+# ---------------------------------------------------------------------------------- SIGTERM, divergence
+@pytest.mark.slow  # a short training run
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path, monkeypatch, capsys):
+    """What a scheduler sends on preemption: the batch ends with a checkpoint, the command exits 143."""
+    from vlmrb_torchrl.recipes import loop
+
+    original = loop.maybe_evaluate
+
+    def evaluate_then_sigterm(*args, counters, **kwargs):
+        if counters["env_steps"] == 256 and not hasattr(evaluate_then_sigterm, "done"):
+            evaluate_then_sigterm.done = True
+            signal.raise_signal(signal.SIGTERM)
+        return original(*args, counters=counters, **kwargs)
+
+    monkeypatch.setattr(loop, "maybe_evaluate", evaluate_then_sigterm)
+    run_dir = tmp_path / "run"
+    args = [f"{k}={v}" for k, v in TINY.items()] + ["replay=vlm", "scorer=oracle:minigrid", f"output_dir={run_dir}"]
+    assert cli_main(["train", "dqn", *args]) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert "SIGTERM: stopping after this batch, with a checkpoint" in err and "stopped by signal 15." in err
+    assert check_checkpoint(run_dir / "checkpoints" / "step_256") == (True, "")
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored
+    from vlmrb_torchrl.recipes.run_dir import LOCK
+
+    import fcntl
+
+    with open(run_dir / LOCK) as lock:  # released: another run may take the directory
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+@pytest.mark.slow  # two spawned Python processes
+def test_a_process_scorer_child_dies_with_its_run(tmp_path):
+    """A learner killed outright (SIGKILL: no handler runs) takes its scorer's child process with it."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "learner.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from vlmrb_torchrl import ClipSpec, make_vlm_replay_buffer\n"
+        "rb = make_vlm_replay_buffer(64, 'oracle:minigrid', clip_spec=ClipSpec(clip_len=4), backend='process')\n"
+        "rb.async_scorer.drain(60)\n"
+        "children = [p.pid for p in rb.async_scorer._executor._processes.values()]\n"
+        "print(*children, flush=True)\n"
+        "time.sleep(600)\n")
+    learner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        children = [int(pid) for pid in learner.stdout.readline().split()]
+    finally:
+        learner.kill()
+        learner.wait()
+    assert children
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in children)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow  # a short training run
+def test_a_diverging_learner_stops_with_a_clear_message_and_no_nan_checkpoint(tmp_path, capsys):
+    # issue 35: lr=inf with uniform replay ended rc 0 with loss=nan in metrics.csv and a NaN network saved
+    run_dir = tmp_path / "run"
+    args = [f"{k}={v}" for k, v in TINY.items()] + ["replay=uniform", "lr=1e30", "checkpoint_every=64",
+                                                     f"output_dir={run_dir}"]
+    assert cli_main(["train", "dqn", *args]) == 1
+    err = capsys.readouterr().err
+    assert "became NaN or infinite at" in err and "the learner diverged (lr=1e+30; try a smaller lr" in err
+    from vlmrb_torchrl.recipes.checkpoint import check_finite_state
+
+    for checkpoint in (run_dir / "checkpoints").glob("step_*"):  # those written before it diverged
+        state = torch.load(checkpoint / "state.pt", weights_only=True)
+        check_finite_state({"loss": state["loss"], "optim": state["optim"]}, str(checkpoint))

@@ -775,6 +775,32 @@ class TestCheckpoint:
         clone = pickle.loads(pickle.dumps(sampler))
         np.testing.assert_allclose(clone.probabilities().numpy(), sampler.probabilities().numpy())
 
+    @pytest.mark.parametrize("name, value, match", [
+        ("score", float("nan"), "'score' holds NaN or infinite values \\(first at slot 2\\)"),
+        ("td", float("inf"), "'td' holds NaN or infinite values"),
+        ("td", -1.0, "'td' must be >= 0, got -1.0 at slot 2"),
+        ("score", 1.5, "'score' must be in \\[0, 1\\]"),
+        ("scored", 2, "'scored' must be 0 or 1"),
+        ("generation", -3, "'generation' must be >= 0"),
+        ("max_td", float("nan"), "max_td=nan and max_p=.* must be finite"),
+    ])
+    def test_load_state_dict_refuses_values_no_sampler_writes(self, name, value, match):
+        # issue 35: load_state_dict accepted NaN tensors
+        rb, sampler = make_rb(8)
+        fill(rb, 8)
+        state = sampler.state_dict()
+        if name == "max_td":
+            state[name] = value
+        else:
+            state[name] = state[name].to(torch.float32 if isinstance(value, float) else torch.int64).clone()
+            state[name][2] = value
+        before = sampler.state_dict()
+        with pytest.raises(ValueError, match=match):
+            VLMPrioritizedSampler(8).load_state_dict(state)
+        with pytest.raises(ValueError, match=match):
+            sampler.load_state_dict(state)
+        assert all(torch.equal(v, sampler.state_dict()[k]) for k, v in before.items() if torch.is_tensor(v))
+
     def test_capacity_mismatch(self):
         state = VLMPrioritizedSampler(8).state_dict()
         with pytest.raises(ValueError, match="max_capacity=8"):

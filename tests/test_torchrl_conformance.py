@@ -461,7 +461,8 @@ class TestVLMReplayBuffer:
         rb.share()
         process = multiprocessing.get_context("spawn").Process(target=_noop, args=(rb,))
         try:
-            with pytest.raises(RuntimeError, match="cannot be shared between processes"):
+            with pytest.raises(RuntimeError, match="cannot be shared between processes.*make_vlm_replay_buffer\\(\\.\\.\\., "
+                                                   "shared=True, sync=False\\)"):
                 process.start()
             assert process.pid is None
         finally:
@@ -539,3 +540,75 @@ class TestVLMReplayBuffer:
         assert len(rb) == 48 and rb._storage.shape == torch.Size([24, 2])  # 24 time steps x 2 envs
         assert rb.sampler.stats()["fraction_scored"] == 1.0
         _stored_scores_match(rb, torch.arange(48), rb._storage._storage["observation"][:24, :, 0])
+
+
+def _write_from_child(rb, start: int) -> None:
+    """A writer process: what a collector's worker does with ``replay_buffer=rb``."""
+    rb.extend(_collector_batch(2, 5, start=start))
+
+
+class TestSharedSyncFalse:
+    """TorchRL's multi-process pattern, ``shared=True, sync=False`` (as ``TensorDictPrioritizedReplayBuffer``):
+    writers in other processes write the shared storage; the owner scores and samples."""
+
+    def test_a_writer_copy_holds_storage_only_and_the_owner_catches_up(self):
+        rb = _vlm_rb(shared=True, sync=False)
+        rb.extend(_collector_batch(2, 5))  # the owner writes too (and initialises the shared storage)
+        multiprocessing.context.set_spawning_popen(object())  # what pickling for a spawned process sees
+        try:
+            state = rb.__getstate__()  # (the shared locks and counters pickle only into a real child)
+        finally:
+            multiprocessing.context.set_spawning_popen(None)
+        writer = object.__new__(type(rb))
+        writer.__setstate__(state)
+        assert writer.async_scorer is None and writer.clip_stream is None
+        with pytest.raises(RuntimeError, match="sent to another process, which writes the shared storage only"):
+            writer.sample()
+        writer.close()  # nothing to close there
+        # the owner's view: rows written by anyone are scored once it looks (sample, flush_clips, vlm_stats)
+        assert rb.prioritized_sampler.stats()["num_filled"] == 0  # not seen yet
+        rb.extend(_collector_batch(2, 5, start=10))
+        batch = rb.sample()
+        assert batch.batch_size == torch.Size([8]) and rb.prioritized_sampler.stats()["num_filled"] == 20
+        rb.close()  # flushes, drains
+        assert rb.prioritized_sampler.stats()["fraction_scored"] == 1.0
+        _stored_scores_match_prioritized(rb, torch.arange(20), rb[torch.arange(20)]["observation"])
+        sample = rb.sample()
+        sample["td_error"] = torch.rand(8)
+        rb.update_tensordict_priority(sample)  # routed to the owner's sampler
+        assert not isinstance(rb.sampler, VLMPrioritizedSampler)  # every process may hold rb.sampler
+
+    def test_clips_from_and_ndim2_are_refused(self):
+        rb = _vlm_rb(shared=True, sync=False)
+        with pytest.raises(ValueError, match="clips_from= is not available"):
+            rb.extend(_collector_batch(2, 5), clips_from=_collector_batch(2, 5))
+        rb.close()
+        from torchrl.data import LazyTensorStorage
+
+        with pytest.raises(ValueError, match="sync=False takes a 1-D storage"):
+            _vlm_rb(storage=LazyTensorStorage(64, ndim=2), sync=False)
+
+    @pytest.mark.slow
+    def test_writers_in_spawned_processes(self):
+        rb = _vlm_rb(shared=True, sync=False)
+        rb.extend(_collector_batch(2, 5))  # initialises the shared storage here, before the children get it
+        context = multiprocessing.get_context("spawn")
+        children = [context.Process(target=_write_from_child, args=(rb, start)) for start in (100, 200)]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(300)
+            assert child.exitcode == 0
+        assert len(rb) == 30 and rb.write_count == 30
+        rb.sample()
+        rb.close()
+        assert rb.prioritized_sampler.stats()["num_filled"] == 30
+        assert rb.prioritized_sampler.stats()["fraction_scored"] == 1.0
+        _stored_scores_match_prioritized(rb, torch.arange(30), rb[torch.arange(30)]["observation"])
+
+
+def _stored_scores_match_prioritized(rb, slots, observations):
+    scores = rb.prioritized_sampler.scores(slots)
+    scored = ~scores.isnan()
+    assert scored.any()
+    torch.testing.assert_close(scores[scored], torch.sigmoid(observations.reshape(-1)[scored]))

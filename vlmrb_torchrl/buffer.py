@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from multiprocessing.context import get_spawning_popen
 from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.storages import Storage
 
 from vlmrb_torchrl.clip_scoring import make_clip_scoring
@@ -35,7 +36,16 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
     The buffer pickles (``copy.deepcopy`` too) like TorchRL's: the copy gets its own scorer
     worker with the same settings, its queue empty (clips queued in the original are scored
     there only). Sending it to a spawned process is refused by the sampler, as
-    :class:`~torchrl.data.PrioritizedSampler` refuses it.
+    :class:`~torchrl.data.PrioritizedSampler` refuses it — unless the buffer was built for
+    that (``make_vlm_replay_buffer(..., shared=True, sync=False)``), TorchRL's multi-process
+    pattern of ``TensorDictPrioritizedReplayBuffer(shared=True, sync=False)``: the buffer's own
+    sampler is then a ``RandomSampler`` every process may hold, and the VLM sampler, the clip
+    stream and the scorer (:attr:`prioritized_sampler`, ...) stay in the process that built it,
+    the owner. A process it is sent to (a collector's worker, any spawned writer) only writes
+    the shared storage, frames included; the owner reads the rows written since it last looked
+    at each ``sample()`` (or :meth:`catch_up`): marks their slots written, cuts their clips and
+    queues them for scoring, then samples with the VLM sampler. Clips are cut from the stored
+    rows, in the order they were written (``clips_from=`` is not available there).
 
     Examples:
         >>> import torch
@@ -67,6 +77,7 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         async_scorer: AsyncScorer,
         frame_keys: list[NestedKey],
         store_frames: bool,
+        prioritized_sampler: VLMPrioritizedSampler | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -75,10 +86,83 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         self.async_scorer = async_scorer
         self._frame_keys = frame_keys
         self._store_frames = store_frames
+        # sync=False (given a prioritized sampler): kwargs' sampler is a RandomSampler any process may hold
+        self._sync = prioritized_sampler is None
+        self._prioritized_sampler = prioritized_sampler
+        self._written_seen = 0  # sync=False: writes whose rows the owner has cut clips from
 
     @property
     def scorer(self):
         return self.scoring_transform.scorer
+
+    @property
+    def prioritized_sampler(self) -> VLMPrioritizedSampler:
+        """The :class:`VLMPrioritizedSampler` (``rb.sampler`` itself unless the buffer is ``sync=False``)."""
+        if self._sync:
+            return self._sampler
+        if self._prioritized_sampler is None:
+            raise RuntimeError("this VLMReplayBuffer (sync=False) was sent to another process, which writes the "
+                               "shared storage only: sample, score and update priorities in the process that built it.")
+        return self._prioritized_sampler
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        if not self._sync and get_spawning_popen() is not None:
+            # a writer process: storage and writer only; sampling and scoring stay with the owner
+            for name in ("_prioritized_sampler", "clip_stream", "scoring_transform", "async_scorer"):
+                state[name] = None
+        return state
+
+    # ------------------------------------------------------------------ sync=False: the owner's side
+    def catch_up(self) -> None:
+        """``sync=False``: takes in the rows written since the last call, by any process — marks their
+        slots written in the VLM sampler, cuts their clips and queues them for scoring. ``sample()``,
+        :meth:`flush_clips` and :meth:`vlm_stats` call it; nothing for a ``sync=True`` buffer."""
+        if self._sync:
+            return
+        sampler = self.prioritized_sampler
+        with self._replay_lock, self._write_lock:  # (the writers hold the write lock while they write)
+            count, seen, capacity = int(self.write_count), self._written_seen, self._storage.max_size
+            if count == seen:
+                return
+            if count < seen:  # the buffer was emptied
+                seen = 0
+            first = max(seen, count - capacity)  # rows written before were overwritten already
+            index = torch.arange(first, count) % capacity
+            rows = self._storage.get(index)
+            self._written_seen = count
+        if first > seen:  # trajectories lost rows: end their clips where they were
+            self.async_scorer.submit(self.clip_stream.flush())
+        sampler.mark_update(index, storage=self._storage)
+        self._push(rows, index)
+
+    def _sample(self, batch_size: int) -> tuple[Any, dict]:
+        if self._sync:
+            return super()._sample(batch_size)
+        self.catch_up()
+        with self._replay_lock, self._write_lock:
+            index, info = self.prioritized_sampler.sample(self._storage, batch_size)
+            info["index"] = index
+            data = self._storage.get(index)
+        data = self._collate_fn(data)
+        if self._transform is not None and len(self._transform):
+            with data.unlock_():
+                data = self._transform(data)
+        return data, info
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        if self._sync:
+            return super().update_priority(index, priority)
+        with self._replay_lock, self._write_lock:
+            self.prioritized_sampler.update_priority(index, priority, storage=self._storage)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        if self._sync:
+            return super().update_tensordict_priority(data)
+        priority = data.get(self.priority_key).reshape(data.shape[0], -1)
+        reduce = {"max": torch.amax, "min": torch.amin, "mean": torch.mean, "sum": torch.sum,
+                  "median": lambda x, dim: x.median(dim).values}[self.prioritized_sampler.reduction]
+        self.update_priority(data.get("index").reshape(-1), reduce(priority, dim=1))
 
     def extend(
         self,
@@ -102,6 +186,11 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         data = tensordict
         if self._storage_ndim() == 1 and tensordict.ndim > 1:
             data = tensordict.reshape(-1)
+        if not self._sync:  # the owner cuts clips from what is stored (catch_up)
+            if clips_from is not None:
+                raise ValueError("a sync=False VLMReplayBuffer cuts clips from the stored rows: clips_from= is not "
+                                 "available; store what the clips should show.")
+            return super().extend(data, update_priority=update_priority)
         stored = data if self._store_frames else data.exclude(*self._frame_keys)
         index = super().extend(stored, update_priority=update_priority)
         self.score_batch(tensordict if clips_from is None else clips_from, index)
@@ -124,6 +213,8 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         if data.batch_dims:
             raise ValueError(f"add() stores one transition (batch_size=[]), got batch_size={list(data.batch_size)}: "
                              "use extend() for batches (e.g. Collector(..., extend_buffer=True) with batched envs).")
+        if not self._sync:
+            return super().add(data)
         stored = data if self._store_frames else data.exclude(*self._frame_keys)
         index = super().add(stored)
         self._push(data.unsqueeze(0), torch.as_tensor(index).reshape(1))
@@ -142,11 +233,12 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
 
     def _push(self, rows: TensorDictBase, index: torch.Tensor) -> None:
         """``rows``: 1-D, one per slot of ``index`` (slots, or an ``ndim > 1`` storage's coordinates)."""
+        sampler = self.prioritized_sampler
         if self._storage_ndim() > 1:
-            index = self.sampler.slots(index)  # row-major coordinates -> the sampler's slot numbers
+            index = sampler.slots(index)  # row-major coordinates -> the sampler's slot numbers
         else:
             index = torch.as_tensor(index).reshape(-1)
-        generation = self.sampler.generations(index)
+        generation = sampler.generations(index)
         self.async_scorer.submit(self.clip_stream.push(rows, index, generation))
 
     def _storage_ndim(self) -> int:
@@ -154,18 +246,23 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
 
     def flush_clips(self) -> None:
         """Emits the pending (padded) clips of unfinished trajectories for scoring."""
+        self.catch_up()
         self.async_scorer.submit(self.clip_stream.flush())
 
     def vlm_stats(self) -> dict[str, float | int]:
         """Sampler statistics plus the scorer's, prefixed ``scorer/``."""
-        stats = dict(self.sampler.stats())
+        self.catch_up()
+        stats = dict(self.prioritized_sampler.stats())
         stats.update({f"scorer/{k}": v for k, v in self.async_scorer.stats().items()})
         stats["clip_stream/frames_held"] = self.clip_stream.num_frames_held
         return stats
 
     def close(self, *, flush: bool = True, timeout: float | None = None) -> None:
         """Scores the pending tail clips (``flush``), waits for the scorer and stops it, within
-        ``timeout`` seconds in all (see :meth:`AsyncScorer.close`)."""
+        ``timeout`` seconds in all (see :meth:`AsyncScorer.close`). A writer process's copy of a
+        ``sync=False`` buffer has nothing to close."""
+        if self.async_scorer is None:
+            return
         try:
             if flush:
                 self.flush_clips()
@@ -206,6 +303,7 @@ def make_vlm_replay_buffer(
     scorer_options: dict[str, Any] | None = None,
     generator: torch.Generator | None = None,
     sampler_kwargs: dict[str, Any] | None = None,
+    sync: bool = True,
     **rb_kwargs: Any,
 ) -> VLMReplayBuffer:
     """Builds a VLM-RB replay buffer: storage, sampler, clip stream and async scorer in one call.
@@ -238,7 +336,13 @@ def make_vlm_replay_buffer(
             reproducible sampling).
         sampler_kwargs (dict, optional): :class:`VLMPrioritizedSampler` arguments
             (``lambda_max``, ``warmup``, ``td_boost``, ...).
-        **rb_kwargs: other :class:`~torchrl.data.TensorDictReplayBuffer` arguments.
+        sync (bool): ``False`` builds the buffer for writers in other processes, with
+            ``shared=True`` (TorchRL's ``TensorDictPrioritizedReplayBuffer(shared=True, sync=False)``
+            pattern; see :class:`VLMReplayBuffer`): 1-D storages only, frames stored (the owner cuts
+            clips from the stored rows). Initialise the storage in the owner (one ``extend``) or use a
+            ``LazyMemmapStorage`` before sending the buffer, so that every process writes the same memory.
+            Defaults to ``True``.
+        **rb_kwargs: other :class:`~torchrl.data.TensorDictReplayBuffer` arguments (``shared=True``, ...).
 
     Examples:
         >>> import torch
@@ -267,13 +371,17 @@ def make_vlm_replay_buffer(
     clip_stream, transform = make_clip_scoring(
         scorer, clip_spec, frame_key=frame_key, traj_key=traj_key, frame_size=frame_size, grid=grid,
     )
+    storage = storage if storage is not None else LazyTensorStorage(capacity)
+    if not sync and getattr(storage, "ndim", 1) != 1:
+        raise ValueError(f"sync=False takes a 1-D storage (as TorchRL's TensorDictPrioritizedReplayBuffer), got "
+                         f"ndim={storage.ndim}.")
     async_scorer = make_async_scorer(transform, sampler, backend=backend, max_pending=max_pending,
                                      batch_size=scorer_batch_size, on_full=on_full, on_error=on_scorer_error,
                                      max_consecutive_errors=max_consecutive_scorer_errors, **(scorer_options or {}))
     frame_keys = [frame_key, unravel_key(("next", frame_key))]
     return VLMReplayBuffer(
         clip_stream=clip_stream, scoring_transform=transform, async_scorer=async_scorer,
-        frame_keys=frame_keys, store_frames=store_frames,
-        storage=storage if storage is not None else LazyTensorStorage(capacity),
-        sampler=sampler, batch_size=batch_size, generator=generator, **rb_kwargs,
+        frame_keys=frame_keys, store_frames=store_frames or not sync,
+        storage=storage, sampler=sampler if sync else RandomSampler(), prioritized_sampler=None if sync else sampler,
+        batch_size=batch_size, generator=generator, **rb_kwargs,
     )

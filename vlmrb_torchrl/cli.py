@@ -89,7 +89,7 @@ def _saved_config(resume: str) -> dict:
 
 #: Keys of a saved config.json that describe where and how that run was started, not the run itself.
 #: ``stop_at`` ends one chunk of a run: read back, it would stop the resumed run where the last chunk stopped.
-_NOT_RESUMED = ("resume", "output_dir", "overwrite", "stop_at")
+_NOT_RESUMED = ("resume", "output_dir", "overwrite", "trust_checkpoint", "stop_at")
 
 
 def _finished_line(summary: dict) -> str:
@@ -220,19 +220,21 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"vlmrb train {name}: {err}", file=sys.stderr)
         return 2
-    from vlmrb_torchrl.recipes.checkpoint import CheckpointError
+    from vlmrb_torchrl.recipes.checkpoint import CheckpointError, DivergedError
 
     try:
         summary = _recipe_main(name)(cfg)
     except ConfigError as err:  # found once the run starts: output_dir, resume=
         print(f"vlmrb train {name}: {err}", file=sys.stderr)
         return 2
-    except CheckpointError as err:
+    except (CheckpointError, DivergedError) as err:
         print(f"vlmrb train {name}: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # the recipe already said what was saved
-        print(f"vlmrb train {name}: interrupted.", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # the recipe already said what was saved
+        signum = getattr(err, "signum", 2)  # recipes.run_dir.Stopped carries the signal (SIGTERM: 15)
+        print(f"vlmrb train {name}: {'interrupted' if signum == 2 else 'stopped by signal ' + str(signum)}.",
+              file=sys.stderr)
+        return 128 + signum
     print("\n" + _finished_line(summary))
     print(f"outputs: {summary['run_dir']} (metrics.csv, tensorboard/, checkpoints/, gallery/, config.json)")
     return 0

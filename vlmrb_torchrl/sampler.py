@@ -679,6 +679,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         )
         if config["reduction"] not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {config['reduction']!r}.")
+        arrays = self._checked_arrays(state_dict)
         with self._lock:
             # the checkpoint's settings win, so that a resumed run samples as before
             self._lambda_max, self._warmup, self._beta = lambda_max, warmup, beta
@@ -686,7 +687,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             self.reduction = config["reduction"]
             self._state = SlotState(self._max_capacity, priority_config, self._backend)
             self._state.load(
-                {name: to_numpy(state_dict[name]) for name in _ARRAY_KEYS},
+                arrays,
                 max_p=state_dict["max_p"],
                 max_td=float(state_dict["max_td"]),
                 stale_drops=int(state_dict["stale_drops"]),
@@ -698,6 +699,37 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             self.provenance = dict(state_dict.get("provenance", {}))
             trailing = state_dict.get("storage_trailing_shape")
             self._trailing = tuple(int(d) for d in trailing) if trailing else None
+
+    def _checked_arrays(self, state_dict: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The per-slot arrays of a state, refused unless they could have been written by a sampler:
+        ``capacity`` long, flags 0/1, scores in ``[0, 1]``, TD priorities finite and ``>= 0``,
+        generations ``>= 0``, and finite ``max_td``/``max_p``."""
+        where = "VLMPrioritizedSampler state"
+        arrays = {}
+        for name in _ARRAY_KEYS:
+            if name not in state_dict:
+                raise ValueError(f"{where}: no {name!r} array.")
+            arr = to_numpy(state_dict[name]).reshape(-1) if np.ndim(to_numpy(state_dict[name])) else None
+            if arr is None or arr.shape[0] != self._max_capacity:
+                raise ValueError(f"{where}: {name!r} must hold one value per slot ({self._max_capacity}), got "
+                                 f"shape {list(np.shape(to_numpy(state_dict[name])))}.")
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+                raise ValueError(f"{where}: {name!r} holds NaN or infinite values (first at slot {bad}).")
+            arrays[name] = arr
+        checks = [("score", (arrays["score"] >= 0) & (arrays["score"] <= 1), "in [0, 1]"),
+                  ("td", arrays["td"] >= 0, ">= 0"), ("generation", arrays["generation"] >= 0, ">= 0"),
+                  ("scored", np.isin(arrays["scored"], (0, 1)), "0 or 1"),
+                  ("filled", np.isin(arrays["filled"], (0, 1)), "0 or 1")]
+        for name, ok, allowed in checks:
+            if not ok.all():
+                bad = int(np.flatnonzero(~ok)[0])
+                raise ValueError(f"{where}: {name!r} must be {allowed}, got {arrays[name][bad]!r} at slot {bad}.")
+        max_td, max_p = state_dict["max_td"], state_dict["max_p"]
+        if not (math.isfinite(float(max_td)) and float(max_td) >= 0) or \
+                (max_p is not None and not math.isfinite(float(max_p))):
+            raise ValueError(f"{where}: max_td={max_td!r} and max_p={max_p!r} must be finite (max_td >= 0).")
+        return arrays
 
     def state_dict(self) -> dict[str, Any]:
         """Raw scores, scored mask, TD priorities, generations, schedule position and config."""
@@ -729,9 +761,10 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             raise RuntimeError(
                 f"{type(self).__name__} cannot be shared between processes: each process "
                 "would hold a private copy of the per-slot state, so the learner would never "
-                "see other processes' writes. Keep the buffer in the learner process and send "
-                "it data (e.g. a collector without replay_buffer=, then rb.extend), as with "
-                "TorchRL's PrioritizedSampler."
+                "see other processes' writes. For writers in other processes build the buffer with "
+                "make_vlm_replay_buffer(..., shared=True, sync=False) (TorchRL's pattern for "
+                "PrioritizedSampler: the sampler stays in this process), or keep the buffer here and "
+                "send it data (e.g. a collector without replay_buffer=, then rb.extend)."
             )
         return {"state": self._to_state(), "tree_backend": self._backend}
 

@@ -15,6 +15,7 @@ from torchrl.envs.transforms import Transform
 from vlmrb_torchrl._frames import evenly_spaced, step_owners, tile_frames
 from vlmrb_torchrl._keys import FRAME_ROW_KEY, MASK_KEY
 from vlmrb_torchrl.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.scorers.base import validate_scores
 
 __all__ = ["VLMScoreTransform", "pack_frames"]
 
@@ -351,16 +352,8 @@ class VLMScoreTransform(Transform):
         packed = pack_frames(selected, positions=self._positions(outcome), frame_keys=self.in_keys,
                              frame_size=self.frame_size, grid=self.grid, frame_pool=frames,
                              final_frame=outcome)
-        scores = torch.as_tensor(self.scorer.score(packed))
-        if scores.shape != (clips.batch_size[0],):
-            raise ValueError(
-                f"{type(self.scorer).__name__}.score returned shape {tuple(scores.shape)}; "
-                f"expected ({clips.batch_size[0]},): one score per clip."
-            )
-        scores = scores.to(torch.float32)
-        if not torch.isfinite(scores).all() or scores.min() < 0 or scores.max() > 1:
-            raise ValueError(f"{type(self.scorer).__name__}.score must return finite values in [0, 1].")
-        return scores
+        # checked here too: a scorer written to the protocol need not validate what it returns
+        return validate_scores(self.scorer.score(packed), clips.batch_size[0], scorer=self.scorer)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Writes each clip's score on its records: ``[B*T]`` or ``[B, T]`` in, same shape out.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 import warnings
@@ -24,14 +25,25 @@ _ON_FULL = ("drop_oldest", "block")
 _ON_ERROR = ("raise", "skip")
 # Seconds an AsyncScorer left open at interpreter exit gets before its child process is terminated.
 _EXIT_TIMEOUT = 1.0
+# How often a "process" backend's child checks that the learner's process is still its parent.
+_PARENT_POLL_S = 0.5
 
 # The scoring transform of a "process" backend's child process (one per child).
 _CHILD_TRANSFORM = None
 
 
-def _init_child(transform) -> None:
+def _init_child(transform, parent: int | None = None) -> None:
     global _CHILD_TRANSFORM
     _CHILD_TRANSFORM = transform
+    if parent is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent,), name="vlmrb-parent-watch", daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Ends the child when the learner's process is gone (killed, even with SIGKILL): it is re-parented then."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_S)
+    os._exit(1)
 
 
 def _score_in_child(clips: TensorDictBase, frames: TensorDictBase | None) -> torch.Tensor:
@@ -77,7 +89,8 @@ class AsyncScorer:
     ``close(timeout=...)`` waits at most that long in all: a scorer call that does not return
     in time is abandoned (``"thread"``: left in its daemon thread, which ends with the
     process; ``"process"``: the child is terminated), with a warning. A ``"process"`` worker
-    still open at interpreter exit is closed the same way, so a hung child never blocks exit.
+    still open at interpreter exit is closed the same way, so a hung child never blocks exit,
+    and the child ends itself within a second when the learner's process dies (even by SIGKILL).
     A pickled (or deep-copied) worker comes back as a new, empty worker with the same
     settings: what was queued or counted stays with the original.
 
@@ -179,7 +192,7 @@ class AsyncScorer:
         if backend == "process":
             self._executor = ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_child, initargs=(transform,),
+                initializer=_init_child, initargs=(transform, os.getpid()),
             )
             try:  # threading's exit hooks run before concurrent.futures joins its pools
                 threading._register_atexit(_close_at_exit, weakref.ref(self))

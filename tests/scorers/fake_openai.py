@@ -4,8 +4,9 @@ It is deterministic: it decodes the first image of each request (the PNGs OpenAI
 the first frame of a ``video_url``)
 and answers with ``top_logprobs`` whose yes/no split is ``p = 0.05 + 0.8 * pixel / 255``
 (``+ 0.1`` when the prompt mentions "bright"), where ``pixel`` is the image's mean value. It can
-be scripted to fail (HTTP statuses) or stall (sleeps) on the next requests, or to answer without
-logprobs (``reply``), and records every request it receives. It listens on the loopback
+be scripted to fail (HTTP statuses), stall (sleeps), trickle its answer a byte at a time or send a
+given JSON answer on the next requests, or to answer without logprobs (``reply``), and records every
+request it receives. It listens on the loopback
 interface only.
 """
 
@@ -61,10 +62,12 @@ class FakeServer:
     def __init__(self, models=("tiny-vlm",)):
         self.models = list(models)
         self.requests: list[dict] = []
-        self.script: list = []  # per request, in order: int status, ("sleep", s), ("status", code, body)
+        # per request, in order: int status, ("sleep", s), ("status", code, body), ("trickle", s), ("json", answer)
+        self.script: list = []
         self.delay = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.trickled = 0  # bytes sent by ("trickle", s) steps
         self.reply = "logprobs"  # or "no_answer", "no_logprobs" (logprobs: null), "token_only" (no alternatives)
         self._lock = threading.Lock()
         server = self
@@ -101,11 +104,29 @@ class FakeServer:
                 try:
                     if isinstance(step, tuple) and step[0] == "sleep":
                         time.sleep(step[1])
+                    elif isinstance(step, tuple) and step[0] == "trickle":  # one byte of the answer every step[1] s
+                        payload = json.dumps(server.completion(body)).encode()
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        for i in range(len(payload)):
+                            try:
+                                self.wfile.write(payload[i:i + 1])
+                                self.wfile.flush()
+                            except OSError:  # the client hung up
+                                break
+                            with server._lock:
+                                server.trickled += 1
+                            time.sleep(step[1])
+                        return None
+                    elif isinstance(step, tuple) and step[0] == "json":  # this answer, as is
+                        return self._send(200, step[1])
                     elif isinstance(step, int):
                         headers = [("Retry-After", "0")] if step == 429 else []
                         return self._send(step, {"error": {"message": f"scripted {step}"}}, headers)
-                    elif isinstance(step, tuple) and step[0] == "status":
-                        return self._send(step[1], step[2])
+                    elif isinstance(step, tuple) and step[0] == "status":  # ("status", code, body[, headers])
+                        return self._send(step[1], step[2], step[3] if len(step) > 3 else ())
                     if server.delay:
                         time.sleep(server.delay)
                     if self.path != "/v1/chat/completions":

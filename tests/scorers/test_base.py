@@ -451,6 +451,60 @@ class TestMakeScorer:
         with pytest.raises(error, match=match):
             make_scorer(spec)
 
+    @pytest.mark.parametrize("spec, kwargs", [
+        ("python:subprocess:Popen", {"shell": True}),  # a class from the standard library
+        ("python:subprocess:run", {"shell": True}),  # a "factory" (no required positional argument) from it
+        ("python:os:system", {}),
+    ])
+    def test_python_specs_are_checked_before_anything_is_called(self, tmp_path, spec, kwargs):
+        witness = tmp_path / "ran"
+        kwargs = {"args": f"touch {witness}", **kwargs} if "subprocess" in spec else kwargs
+        with pytest.raises(TypeError, match="standard library, which holds no scorers.*nothing was called"):
+            make_scorer(spec, **kwargs)
+        assert not witness.exists()
+
+    def test_python_classes_need_score_and_factories_their_arguments(self):
+        built = []
+
+        class NotAScorer:
+            def __init__(self, **kwargs):
+                built.append(kwargs)
+
+        def factory(prompt: str = ""):
+            built.append(prompt)
+            return HalfScorer()
+
+        module = sys.modules[__name__]
+        module.NotAScorer, module.strict_factory = NotAScorer, factory
+        try:
+            with pytest.raises(TypeError, match="'NotAScorer' is a class without score\\(clips\\).*nothing was called"):
+                make_scorer(f"python:{__name__}:NotAScorer", shell=True)
+            with pytest.raises(TypeError, match="factory strict_factory\\(\\) takes no keyword argument 'shell'; it "
+                                                "takes: prompt"):
+                make_scorer(f"python:{__name__}:strict_factory", shell=True)
+            assert built == []
+            assert isinstance(make_scorer(f"python:{__name__}:strict_factory", prompt="p"), HalfScorer)
+        finally:
+            del module.NotAScorer, module.strict_factory
+
+    @pytest.mark.parametrize("returned, match", [
+        (["yes", "no"], "must return numbers .*got text: \"\\['yes', 'no'\\]\""),
+        (torch.zeros(2, device="meta"), "returned a tensor on the meta device \\(a shape without values\\)"),
+    ])
+    def test_scores_that_are_not_numbers_are_named(self, returned, match):
+        # issue 35: a list of strings or a meta-device tensor got a message naming neither the scorer nor the problem
+        from vlmrb_torchrl import VLMScoreTransform
+
+        class Talkative:
+            prompt, in_keys, provenance = "", ["pixels"], {"backend": "talkative"}
+
+            def score(self, clips):
+                return returned
+
+        transform = VLMScoreTransform(Talkative(), clip_len=2, in_keys=["pixels"], final_frame=False)
+        with pytest.raises(TypeError, match="Talkative.*" + match):
+            transform.score_clips(make_clips(2, 2))
+
     def test_python_instance_rejects_kwargs(self):
         with pytest.raises(TypeError, match="names a scorer instance; it takes no keyword arguments"):
             make_scorer(f"python:{__name__}:HALF_SCORER", prompt="x")

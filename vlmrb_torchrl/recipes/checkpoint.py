@@ -2,9 +2,16 @@
 loading it back, and the counters a resumed run continues from.
 
 A checkpoint is a directory ``checkpoints/step_<env_steps>`` holding ``state.pt`` (the modules'
-state dicts, counters, RNG states), ``replay/`` (``rb.dumps``: storage + sampler), ``DONE`` and
+state dicts, counters, RNG states), ``config.json`` (the run's config), ``replay/`` (the filled
+part of the replay buffer, :mod:`~vlmrb_torchrl.recipes.replay_checkpoint`), ``DONE`` and
 :data:`MANIFEST` (sizes and SHA-256 of every file), written into a hidden ``.partial`` directory
 and renamed into place.
+
+Resuming loads no pickle: ``state.pt`` and ``replay/replay.pt`` are read with
+``torch.load(weights_only=True)`` (tensors, numbers, strings, containers), so a checkpoint from
+someone else cannot run code. A checkpoint written by an older version (pickled RNG states,
+TorchRL's ``rb.dumps`` with its pickled prefetch queue) or without a manifest is refused unless the
+run passes ``trust_checkpoint=true``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MANIFEST", "CheckpointError", "RunWarning", "check_checkpoint", "checkpointed_modules", "save_checkpoint",
     "load_checkpoint", "checkpoints_newest_first", "latest_checkpoint", "truncate_metrics", "resume_counters",
-    "checkpoint_now", "maybe_checkpoint", "RESUME_MAY_CHANGE", "check_resume_config",
+    "checkpoint_now", "maybe_checkpoint", "RESUME_MAY_CHANGE", "check_resume_config", "DivergedError",
+    "check_finite_state",
 ]
 
 #: Written last into every checkpoint (then the directory is renamed into place): each file's size and SHA-256.
@@ -43,6 +51,14 @@ class RunWarning(UserWarning):
     """Something a run did differently from the normal path: a skipped checkpoint, clips saved unscored, ..."""
 
 
+class DivergedError(RuntimeError):
+    """The learner's loss or weights became NaN or infinite: the run stops, and no checkpoint of them is written."""
+
+
+_TRUST_HINT = ("resume with trust_checkpoint=true only if you trust where it came from (loading it unpickles "
+               "Python objects, which can run code)")
+
+
 def _sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -54,11 +70,12 @@ def _manifest(path: Path) -> dict[str, Any]:
                                    for p in files}}
 
 
-def check_checkpoint(path: Path) -> tuple[bool, str]:
+def check_checkpoint(path: Path, *, trust: bool = False) -> tuple[bool, str]:
     """Whether the checkpoint directory ``path`` can be loaded, and a note: why not, or that it cannot be verified.
 
     A checkpoint is usable when its ``DONE`` marker exists and every file its ``MANIFEST.json`` lists has the
-    recorded size and SHA-256. Checkpoints written before manifests existed are usable but unverified.
+    recorded size and SHA-256. One without a manifest (written before checkpoints were verified, or with the
+    manifest deleted) cannot be verified: refused unless ``trust`` (``trust_checkpoint=true``).
 
     Examples:
         >>> import tempfile
@@ -66,8 +83,10 @@ def check_checkpoint(path: Path) -> tuple[bool, str]:
         >>> check_checkpoint(path)
         (False, 'incomplete: no DONE file (its write did not finish)')
         >>> _ = (path / "DONE").write_text("{}")
-        >>> check_checkpoint(path)[1]
-        'no MANIFEST.json (written before checkpoints were verified): cannot be verified'
+        >>> check_checkpoint(path)
+        (False, 'no MANIFEST.json: its files cannot be verified; resume with trust_checkpoint=true to use it anyway')
+        >>> check_checkpoint(path, trust=True)
+        (True, 'no MANIFEST.json: its files cannot be verified (used: trust_checkpoint=true)')
         >>> _ = (path / MANIFEST).write_text(json.dumps(_manifest(path)))
         >>> check_checkpoint(path)
         (True, '')
@@ -79,7 +98,10 @@ def check_checkpoint(path: Path) -> tuple[bool, str]:
     if not (path / "DONE").exists():
         return False, "incomplete: no DONE file (its write did not finish)"
     if not (path / MANIFEST).exists():
-        return True, f"no {MANIFEST} (written before checkpoints were verified): cannot be verified"
+        if trust:
+            return True, f"no {MANIFEST}: its files cannot be verified (used: trust_checkpoint=true)"
+        return False, (f"no {MANIFEST}: its files cannot be verified; resume with trust_checkpoint=true to use it "
+                       "anyway")
     try:
         files = json.loads((path / MANIFEST).read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -112,25 +134,83 @@ def checkpointed_modules(modules: dict[str, Any], scorer: Any = None) -> dict[st
     return dict(modules)
 
 
-def save_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, counters: dict[str, Any]) -> None:
-    """Model/optimizer states, counters, RNG states and the replay buffer (``rb.dumps``: storage + sampler).
+def check_finite_state(state: Any, where: str) -> None:
+    """Raises :class:`DivergedError` naming the first NaN or infinite floating-point tensor in ``state``
+    (nested dicts and lists, e.g. a module's or an optimizer's ``state_dict()``).
+
+    Examples:
+        >>> check_finite_state({"w": torch.ones(2), "opt": {"state": {0: {"v": torch.zeros(1)}}}}, "loss")
+        >>> check_finite_state({"layer": {"bias": torch.tensor([0.0, float("nan")])}}, "loss")
+        Traceback (most recent call last):
+        ...
+        vlmrb_torchrl.recipes.checkpoint.DivergedError: loss: layer.bias holds NaN or infinite values ...
+    """
+    def visit(value: Any, name: str) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise DivergedError(f"{where}: {name} holds NaN or infinite values (the learner diverged: lower lr, "
+                                    "check rewards and observations); they are not checkpointed.")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                visit(item, f"{name}.{key}" if name else str(key))
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                visit(item, f"{name}[{i}]")
+
+    visit(state, "")
+
+
+def _rng_state() -> dict[str, Any]:
+    """The global RNG states as tensors, numbers and strings (what ``torch.load(weights_only=True)`` reads)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+            "python": [version, list(internal), gauss_next]}
+
+
+def _set_rng_state(rng: dict[str, Any]) -> None:
+    torch.set_rng_state(rng["torch"])
+    numpy_state = rng["numpy"]
+    if isinstance(numpy_state, dict):
+        np.random.set_state((numpy_state["name"], numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
+                             numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    else:  # a checkpoint of an older version (loaded with trust_checkpoint=true)
+        np.random.set_state(numpy_state)
+    version, internal, gauss_next = rng["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+
+
+def save_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, counters: dict[str, Any],
+                    config: dict[str, Any] | None = None) -> None:
+    """Model/optimizer states, counters, RNG states, the run's ``config`` and the replay buffer
+    (:func:`~vlmrb_torchrl.recipes.replay_checkpoint.save_replay`: its filled slots, compact).
 
     The checkpoint is written into ``.<name>.partial`` next to ``path``, with ``DONE`` and then
     :data:`MANIFEST` (sizes and SHA-256 of every file) last, and renamed to ``path``: a crash or a full
-    disk mid-write never leaves a directory that looks complete. An ``OSError`` (full disk, read-only
-    directory) removes the partial write and raises :class:`CheckpointError`.
+    disk mid-write never leaves a directory that looks complete. Any failure to write (a full disk, a
+    read-only directory, an error of the storage's own writer) removes the partial write and raises
+    :class:`CheckpointError` naming the checkpoint and the cause. NaN or infinite weights are never
+    written: :class:`DivergedError` instead.
     """
+    from vlmrb_torchrl.recipes.replay_checkpoint import save_replay
+
     path = Path(path)
     tmp = path.parent / f".{path.name}.partial"
+    state = {name: obj.state_dict() for name, obj in modules.items()}
+    for name, value in state.items():
+        check_finite_state(value, f"checkpoint {path}: {name!r}")
     try:
         if tmp.exists():  # a write killed earlier
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        state = {name: obj.state_dict() for name, obj in modules.items()}
         state["counters"] = counters
-        state["rng"] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        state["rng"] = _rng_state()
         torch.save(state, tmp / "state.pt")
-        rb.dumps(tmp / "replay")
+        if config is not None:
+            (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        save_replay(rb, tmp / "replay")
         (tmp / "DONE").write_text(json.dumps(counters))
         _write_json_atomic(tmp / MANIFEST, _manifest(tmp))  # last: sizes and checksums of all the above
         if path.exists():  # the same step written again: replace it
@@ -143,11 +223,12 @@ def save_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, counters: d
             tmp.rename(path)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, OSError):
-            raise CheckpointError(f"could not write checkpoint {path}: {err}. Nothing of it was kept; earlier "
-                                  f"checkpoints in {path.parent} are untouched (free space or fix permissions, "
-                                  "then resume= the run directory).") from err
-        raise
+        if isinstance(err, Exception):  # a full disk is an OSError, or a RuntimeError from a memmap resize, ...
+            cause = (str(err).strip().splitlines() or [""])[0][:300]
+            raise CheckpointError(f"could not write checkpoint {path}: {type(err).__name__}: {cause}. Nothing of it "
+                                  f"was kept; earlier checkpoints in {path.parent} are untouched (free space or fix "
+                                  "permissions, then resume= the run directory).") from err
+        raise  # KeyboardInterrupt, SystemExit
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -182,19 +263,31 @@ def _check_loaded_replay(rb: Any, path: Path) -> None:
                 raise CheckpointError(f"{where}: the priorities are not finite (sum {total}).")
 
 
-def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any) -> dict[str, Any]:
-    """Loads a :func:`save_checkpoint` directory into ``modules`` and ``rb`` (``rb.loads``), restores
-    the RNG states and returns the counters.
+def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, trust: bool = False) -> dict[str, Any]:
+    """Loads a :func:`save_checkpoint` directory into ``modules`` and ``rb``, restores the RNG states and
+    returns the counters.
 
-    An unreadable file raises :class:`CheckpointError` naming it; so does a sampler state that is not
-    finite or does not match the storage.
+    Nothing is unpickled: ``state.pt`` and the replay are read with ``torch.load(weights_only=True)``. A
+    checkpoint that needs more (one written by an older version) is refused with :class:`CheckpointError`
+    unless ``trust`` (``trust_checkpoint=true``), which loads it as before: ``torch.load(weights_only=False)``
+    and TorchRL's ``rb.loads``. An unreadable file raises :class:`CheckpointError` naming it; so does a
+    sampler state that is not finite or does not match the storage.
     """
+    from vlmrb_torchrl.recipes.replay_checkpoint import load_replay
+
     path = Path(path)
     try:
-        state = torch.load(path / "state.pt", weights_only=False, map_location="cpu")
+        state = torch.load(path / "state.pt", weights_only=not trust, map_location="cpu")
         counters, rng = state["counters"], state["rng"]
     except Exception as err:
+        if not trust and "weights_only" in str(err):
+            raise CheckpointError(f"{path / 'state.pt'} holds pickled Python objects (a checkpoint of an older "
+                                  f"version, or not written by vlmrb): {_TRUST_HINT}.") from err
         raise CheckpointError(f"{path / 'state.pt'} cannot be read: {type(err).__name__}: {err}") from err
+    new_replay = (path / "replay" / "replay.json").exists()
+    if not new_replay and not trust:
+        raise CheckpointError(f"{path / 'replay'} was written by TorchRL's rb.dumps (an older version), whose "
+                              f"prefetch.pkl is a pickle: {_TRUST_HINT}.")
     for file in sorted((path / "replay").rglob("*.json")):  # name the file a truncated JSON is in
         try:
             json.loads(file.read_text())
@@ -207,13 +300,14 @@ def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any) -> dict[str
             raise CheckpointError(f"{path / 'state.pt'}: {name!r} does not fit this run's {name} "
                                   f"({type(err).__name__}: {err}).") from err
     try:
-        rb.loads(path / "replay")
+        load_replay(rb, path / "replay") if new_replay else rb.loads(path / "replay")
     except Exception as err:
+        if not trust and "weights_only" in str(err):
+            raise CheckpointError(f"{path / 'replay' / 'replay.pt'} holds pickled Python objects: "
+                                  f"{_TRUST_HINT}.") from err
         raise CheckpointError(f"{path / 'replay'} cannot be loaded: {type(err).__name__}: {err}") from err
     _check_loaded_replay(rb, path)
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
+    _set_rng_state(rng)
     return counters
 
 
@@ -233,12 +327,13 @@ def checkpoints_newest_first(resume: str | Path) -> list[Path]:
                   key=_step, reverse=True)
 
 
-def latest_checkpoint(resume: str) -> Path:
+def latest_checkpoint(resume: str, *, trust: bool = False) -> Path:
     """``resume`` itself when it is a checkpoint, else the run directory's newest intact checkpoint.
 
-    Checkpoints are checked with :func:`check_checkpoint`; those skipped are named, with the reason,
-    in a :class:`RunWarning`. Raises :class:`~vlmrb_torchrl.recipes.config.ConfigError` when
-    ``resume`` does not exist and :class:`CheckpointError` when no checkpoint is usable.
+    Checkpoints are checked with :func:`check_checkpoint` (``trust``: one without a manifest is used);
+    those skipped are named, with the reason, in a :class:`RunWarning`. Raises
+    :class:`~vlmrb_torchrl.recipes.config.ConfigError` when ``resume`` does not exist and
+    :class:`CheckpointError` when no checkpoint is usable.
     """
     from vlmrb_torchrl.recipes.config import ConfigError
 
@@ -249,7 +344,7 @@ def latest_checkpoint(resume: str) -> Path:
     explicit = candidates == [path]
     skipped = []
     for candidate in candidates:
-        ok, note = check_checkpoint(candidate)
+        ok, note = check_checkpoint(candidate, trust=trust)
         if ok:
             if skipped:
                 warnings.warn(_skipped_message(skipped) + f"; resuming from {candidate}.", RunWarning, stacklevel=2)
@@ -257,8 +352,8 @@ def latest_checkpoint(resume: str) -> Path:
                 warnings.warn(f"checkpoint {candidate}: {note}.", RunWarning, stacklevel=2)
             return candidate
         if explicit:
-            raise CheckpointError(f"resume={str(resume)!r}: checkpoint {candidate} is damaged: {note}. Resume from "
-                                  "its run directory to use the newest intact checkpoint instead.")
+            raise CheckpointError(f"resume={str(resume)!r}: checkpoint {candidate} cannot be used: {note}. Resume "
+                                  "from its run directory to use the newest intact checkpoint instead.")
         skipped.append((candidate, note))
     if skipped:
         raise CheckpointError(f"resume={str(resume)!r}: no intact checkpoint; " + _skipped_message(skipped) + ".")
@@ -297,7 +392,7 @@ def resume_counters(cfg: Any, checkpoint: Path | None, *, modules: dict[str, Any
     counters = {"env_steps": 0, "episodes": 0, "updates": 0, "next_eval": cfg.eval_every,
                 "next_checkpoint": cfg.checkpoint_every}
     if checkpoint is not None:
-        counters = load_checkpoint(checkpoint, modules=modules, rb=rb)
+        counters = load_checkpoint(checkpoint, modules=modules, rb=rb, trust=getattr(cfg, "trust_checkpoint", False))
         if cfg.output_dir is None:  # continue in the run directory the checkpoint belongs to
             cfg.output_dir = str(checkpoint.parent.parent)
         truncate_metrics(Path(cfg.output_dir) / "metrics.csv", counters["env_steps"])
@@ -314,9 +409,11 @@ def resume_counters(cfg: Any, checkpoint: Path | None, *, modules: dict[str, Any
 _UNSCORED_COUNTERS = ("scorer_drain_timeouts", "scorer_unscored_at_checkpoint", "scorer_unscored_lost")
 
 
-def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: dict[str, Any]) -> Path:
-    """Saves ``checkpoints/step_<env_steps>`` after ``replay.before_checkpoint()`` (in VLM modes: every
-    score of the data before it is in, waiting at most the replay's drain timeout) and returns its path.
+def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: dict[str, Any],
+                   cfg: Any = None) -> Path:
+    """Saves ``checkpoints/step_<env_steps>`` (with ``cfg``, the run's config) after
+    ``replay.before_checkpoint()`` (in VLM modes: every score of the data before it is in, waiting at
+    most the replay's drain timeout) and returns its path.
 
     Clips the scorer has not scored by then are saved unscored: counted in
     ``counters["scorer_unscored_at_checkpoint"]`` (``scorer_drain_timeouts`` counts such checkpoints)
@@ -338,7 +435,8 @@ def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: 
         warnings.warn(f"{path}: the scorer was {why}; {left} queued clips are saved unscored (their transitions "
                       "keep the unscored priority; a run resumed from this checkpoint never scores them).",
                       RunWarning, stacklevel=2)
-    save_checkpoint(path, modules=modules, rb=replay.buffer, counters=dict(counters))
+    save_checkpoint(path, modules=modules, rb=replay.buffer, counters=dict(counters),
+                    config=None if cfg is None else _config_dict(cfg))
     if interrupted:
         raise KeyboardInterrupt
     return path
@@ -359,38 +457,56 @@ def maybe_checkpoint(run: Run, replay: Any, *, cfg: Any, counters: dict[str, Any
         return None
     if due:
         counters["next_checkpoint"] += cfg.checkpoint_every
-    return checkpoint_now(run, replay, modules=modules, counters=counters)
+    return checkpoint_now(run, replay, modules=modules, counters=counters, cfg=cfg)
 
 
 # ---------------------------------------------------------------------------------- run directory checks
 #: Keys that may differ between a run and the run it resumes: how long it runs, where and how it logs,
 #: evaluates and checkpoints, the device and threads. Every other key must match the checkpoint's run.
-RESUME_MAY_CHANGE = ("total_frames", "stop_at", "resume", "output_dir", "overwrite", "device", "torch_threads",
+RESUME_MAY_CHANGE = ("total_frames", "stop_at", "resume", "output_dir", "overwrite", "trust_checkpoint", "device",
+                     "torch_threads",
                      "async_scoring", "scorer_drain_timeout", "on_scorer_error", "max_consecutive_scorer_errors",
                      "scorer_backend", "scorer_workers", "scorer_gpus", "ray_address",
                      "eval_every", "eval_episodes", "eval_envs", "eval_eps",
                      "checkpoint_every", "gallery_clips", "gallery_steps", "tensorboard", "progress")
 
 
+def _config_dict(cfg: Any) -> dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
 def check_resume_config(cfg: Any, checkpoint: Path) -> None:
-    """Refuses to resume ``checkpoint`` with a config that differs from its run's ``config.json`` in a key
+    """Refuses to resume ``checkpoint`` with a config that differs from the one it was written with in a key
     outside :data:`RESUME_MAY_CHANGE`; the error lists each such key (saved vs given).
 
-    Keys the saved config does not have (added since) are not compared.
+    The saved config is the checkpoint's own ``config.json`` (covered by its manifest, so a hand-edited
+    run ``config.json`` — which the command line reads back on resume — shows up as a difference); a
+    checkpoint of an older version has none, and its run's ``config.json`` is used. Keys the saved
+    config does not have (added since) are not compared.
     """
     from vlmrb_torchrl.recipes.config import ConfigError
 
-    saved_path = checkpoint.parent.parent / "config.json"
+    run_config = checkpoint.parent.parent / "config.json"
+    saved_path = checkpoint / "config.json" if (checkpoint / "config.json").exists() else run_config
     try:
         saved = json.loads(saved_path.read_text())
     except (OSError, ValueError) as err:
         warnings.warn(f"{saved_path} cannot be read ({err}): the config cannot be checked against the run "
                       f"{checkpoint} belongs to.", RunWarning, stacklevel=2)
         return
-    given = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    conflicts = [f"{key}: {saved[key]!r} (run) vs {value!r} (now)" for key, value in given.items()
+    given = _config_dict(cfg)
+    conflicts = [f"{key}: {saved[key]!r} (checkpoint) vs {value!r} (now)" for key, value in given.items()
                  if key not in RESUME_MAY_CHANGE and key in saved and saved[key] != value]
     if conflicts:
-        raise ConfigError(f"resume={cfg.resume!r}: the config differs from the run's ({saved_path}) in "
-                          + "; ".join(conflicts) + f". On resume only these keys may change: "
-                          f"{', '.join(RESUME_MAY_CHANGE)}. Start a new run (another output_dir) to change the others.")
+        edited = ""
+        if saved_path != run_config and run_config.exists():
+            try:
+                run_saved = json.loads(run_config.read_text())
+            except (OSError, ValueError):
+                run_saved = {}
+            if any(run_saved.get(k) != saved[k] for k in saved if k not in RESUME_MAY_CHANGE and k in run_saved):
+                edited = f" ({run_config} no longer matches the checkpoint's config: edited since the run wrote it?)"
+        raise ConfigError(f"resume={cfg.resume!r}: the config differs from the one {checkpoint} was written with "
+                          f"({saved_path}) in " + "; ".join(conflicts) + f"{edited}. On resume only these keys may "
+                          f"change: {', '.join(RESUME_MAY_CHANGE)}. Start a new run (another output_dir) to change "
+                          "the others.")

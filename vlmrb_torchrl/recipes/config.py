@@ -42,6 +42,9 @@ class RecipeConfig:
                                       "checkpoint; the config may change only in the keys listed in docs/recipes.md)")
     overwrite: bool = _field(False, "reuse a non-empty output_dir: delete the old run's files (config, metrics, "
                                     "checkpoints, tensorboard, gallery, summary) first; without it such a dir is refused")
+    trust_checkpoint: bool = _field(False, "resume= a checkpoint that needs more than weights-only loading (one of "
+                                           "an older version: pickled Python objects, which can run code) or has no "
+                                           "MANIFEST.json to verify it; only for checkpoints whose source you trust")
     stop_at: int | None = _field(None, "stop (with a checkpoint) once this many frames are collected; schedules "
                                        "still follow total_frames, so resume=<run dir> continues exactly")
     device: str = _field("auto", "learner device: auto (cuda if available) | cpu | cuda")
@@ -155,6 +158,9 @@ class RecipeConfig:
         hints = _type_hints(type(self))
         for f in dataclasses.fields(self):
             setattr(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):  # lr=inf, a timeout of nan: never meant
+                raise ConfigError(f"{f.name}={value!r} is invalid: expected a finite number.")
         checks = [
             ("replay", self.replay in REPLAY_MODES, f"one of {REPLAY_MODES}"),
             ("clip_assign", self.clip_assign in ("start", "cover_max"), "'start' or 'cover_max'"),
@@ -205,7 +211,7 @@ class RecipeConfig:
                            "None or a number >= 1 (1 = uniform replay)"))
         if self.default_priority not in ("mean", "max"):
             try:
-                ok = float(self.default_priority) >= 0
+                ok = 0 <= float(self.default_priority) < math.inf
             except ValueError:
                 ok = False
             checks.append(("default_priority", ok, "mean, max or a number >= 0"))

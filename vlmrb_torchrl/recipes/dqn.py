@@ -33,7 +33,8 @@ from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay, reads_mission
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
-from vlmrb_torchrl.recipes.run import Run, make_run_dir, prepare_run_dir, start_run
+from vlmrb_torchrl.recipes.run import Run, start_run
+from vlmrb_torchrl.recipes.run_dir import make_run_dir, prepare_run_dir, release_run_dir
 
 
 #: What the learner reads of a stored transition (the replay stores only these: sampling copies every stored
@@ -221,7 +222,8 @@ def main(cfg: DQNConfig) -> dict:
         obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec
         probe.close()
-        make_run_dir(cfg, checkpoint)  # the scorer and the env built: a failed start wrote nothing
+        make_run_dir(cfg, checkpoint, recipe="dqn")  # the scorer and the env built: a failed start wrote nothing
+        cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
 
         # --- networks, loss, optimizer
         q_values = make_q_network(obs_spec, action_spec.space.n, cfg.hidden).to(start.device)

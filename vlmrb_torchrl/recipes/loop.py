@@ -3,6 +3,7 @@ update counters, metric rows, evaluation, progress and checkpoints."""
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import threading
@@ -10,12 +11,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import torch
 from tensordict import TensorDictBase
 
 from vlmrb_torchrl.recipes.evaluate import maybe_evaluate
 from vlmrb_torchrl.recipes.replay import Replay
-from vlmrb_torchrl.recipes.checkpoint import maybe_checkpoint
+from vlmrb_torchrl.recipes.checkpoint import DivergedError, maybe_checkpoint
 from vlmrb_torchrl.recipes.run import Run
+from vlmrb_torchrl.recipes.run_dir import Stopped
 
 __all__ = ["Training", "fmt"]
 
@@ -50,11 +53,16 @@ class Training:
     :meth:`end_batch` logs the metrics row when an evaluation is due (every ``eval_every`` frames
     and at the end), advances the progress bar and checkpoints when one is due.
 
-    Ctrl-C (SIGINT, when the loop runs in the main thread): the first one ends the run at the end
-    of the current batch with a checkpoint — the same checkpoint ``stop_at`` would write there, so
-    ``resume=`` continues exactly — and :meth:`batches` then raises ``KeyboardInterrupt``. A second
-    one interrupts at once: a checkpoint being written is kept when its wait for the scorer was
-    what got interrupted, otherwise the previous checkpoint is the one to resume.
+    Ctrl-C (SIGINT) and SIGTERM (a scheduler's preemption), when the loop runs in the main thread:
+    the first one ends the run at the end of the current batch with a checkpoint — the same
+    checkpoint ``stop_at`` would write there, so ``resume=`` continues exactly — and :meth:`batches`
+    then raises :class:`~vlmrb_torchrl.recipes.run_dir.Stopped` (a ``KeyboardInterrupt`` carrying
+    the signal). A second one interrupts at once: a checkpoint being written is kept when its wait
+    for the scorer was what got interrupted, otherwise the previous checkpoint is the one to resume.
+
+    A NaN or infinite loss (any ``loss*`` column of :meth:`end_batch`, or the TD errors handed back
+    to a prioritized replay) stops the run with :class:`~vlmrb_torchrl.recipes.checkpoint.DivergedError`
+    before anything of it is checkpointed.
 
     Args:
         cfg: the recipe config (``total_frames``, ``stop_at``, ``learning_starts``,
@@ -95,11 +103,13 @@ class Training:
         self._frames = 0
         self._ended = True
         self._checkpointed = False
+        self._updates_before = counters["updates"]
         self._start = time.perf_counter()
         self._steps_at_start = counters["env_steps"]
         self.stop_requested = False
+        self.stop_signal = signal.SIGINT
         self.last_checkpoint: Path | None = None
-        self._previous_handler = None
+        self._previous_handlers: dict[int, Any] = {}
 
     def batches(self) -> Iterator[TensorDictBase]:
         """Collector batches ``[envs, time]`` until the run stops; counts their frames and episodes.
@@ -119,6 +129,7 @@ class Training:
                         counters["env_steps"] += self._frames
                         counters["episodes"] += int(batch["next", "done"].sum())
                         self._ended = self._checkpointed = False
+                        self._updates_before = counters["updates"]
                         yield batch
                         if not self._ended:
                             raise RuntimeError("Training.batches(): call end_batch(...) at the end of each batch.")
@@ -127,27 +138,35 @@ class Training:
                 finally:
                     self._shutdown_collector()
                 if self.stop_requested:
-                    raise KeyboardInterrupt(f"stopped by Ctrl-C at {counters['env_steps']} frames")
+                    raise Stopped(self.stop_signal, f"stopped by {signal.Signals(self.stop_signal).name} at "
+                                                    f"{counters['env_steps']} frames")
         finally:
             self._restore_sigint()
 
     # ------------------------------------------------------------------ Ctrl-C
-    def _on_sigint(self, signum, frame) -> None:
-        if self.stop_requested:  # the second Ctrl-C: stop now
-            raise KeyboardInterrupt
-        self.stop_requested = True
-        print("\nCtrl-C: stopping after this batch, with a checkpoint (Ctrl-C again to stop at once).",
+    def _on_signal(self, signum, frame) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        if self.stop_requested:  # the second one: stop now
+            raise Stopped(signum)
+        self.stop_requested, self.stop_signal = True, signum
+        print(f"\n{name}: stopping after this batch, with a checkpoint ({name} again to stop at once).",
               file=sys.stderr, flush=True)
 
     def _install_sigint(self) -> None:
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            # only the interpreter's defaults and the run's own SIGTERM handler: a handler the user installed stays
+            current = signal.getsignal(signum)
+            if current is signal.default_int_handler or current == signal.SIG_DFL or \
+                    getattr(current, "__module__", None) == "vlmrb_torchrl.recipes.run_dir":
+                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
     def _restore_sigint(self) -> None:
-        if self._previous_handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous_handlers.items():
+                signal.signal(signum, handler)
+            self._previous_handlers = {}
 
     def samples(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
         """The learner batches for the frames of ``batch``: ``cfg.updates_for(len(batch))`` of them
@@ -163,7 +182,13 @@ class Training:
             sample = self.replay.sample().to(self.device)
             self.counters["updates"] += 1
             yield sample
-            self.replay.update_priority(sample)
+            try:
+                self.replay.update_priority(sample)
+            except ValueError as err:  # the sampler refuses NaN priorities: say why they are NaN
+                td = sample.get("td_error", None)
+                if td is not None and not bool(torch.isfinite(td).all()):
+                    raise DivergedError(self._diverged("the TD errors")) from err
+                raise
         self.collector.update_policy_weights_()
 
     def end_batch(self, train_metrics: dict[str, float], *, show: Sequence[str] = ()) -> dict[str, Any]:
@@ -179,6 +204,11 @@ class Training:
             the row (with evaluation results when one ran).
         """
         counters = self.counters
+        learned = counters["updates"] > self._updates_before  # (before the first update, losses are NaN placeholders)
+        bad = [k for k, v in train_metrics.items() if learned and k.startswith("loss") and isinstance(v, float)
+               and not math.isfinite(v)]
+        if bad:
+            raise DivergedError(self._diverged(" and ".join(bad)))
         steps_per_s = (counters["env_steps"] - self._steps_at_start) / (time.perf_counter() - self._start)
         row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], **train_metrics,
                "env_steps_per_s": steps_per_s, "time_s": time.perf_counter() - self._start,
@@ -196,6 +226,12 @@ class Training:
         self.last_checkpoint = path or self.last_checkpoint
         self._ended = True
         return row
+
+    def _diverged(self, what: str) -> str:
+        saved = self.last_checkpoint if self.last_checkpoint is not None else "none in this session"
+        return (f"{what} became NaN or infinite at {self.counters['env_steps']} frames (update "
+                f"{self.counters['updates']}): the learner diverged (lr={getattr(self.cfg, 'lr', '?')}; try a smaller "
+                f"lr, check rewards and observations). Nothing of it was checkpointed; the last checkpoint: {saved}.")
 
     def _shutdown_collector(self) -> None:
         if self.collector is not None:

@@ -147,7 +147,7 @@ class Replay:
 
     Attributes:
         buffer (TensorDictReplayBuffer): the TorchRL buffer (sampled, and saved in checkpoints
-            with ``buffer.dumps``).
+            with :func:`~vlmrb_torchrl.recipes.replay_checkpoint.save_replay`).
         closed (bool): whether :meth:`close` ran.
     """
 

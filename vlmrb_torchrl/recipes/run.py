@@ -1,5 +1,6 @@
-"""The run: seeds and torch threads, the run directory (config, metrics, TensorBoard, progress)
-and the metric columns. Checkpoints and resume are :mod:`vlmrb_torchrl.recipes.checkpoint`."""
+"""The run: seeds and torch threads, the run directory's files (config, metrics, TensorBoard, progress)
+and the metric columns. Taking the directory (lock, marker, overwrite) is
+:mod:`vlmrb_torchrl.recipes.run_dir`; checkpoints and resume are :mod:`vlmrb_torchrl.recipes.checkpoint`."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import dataclasses
 import json
 import math
 import random
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlmrb_torchrl.recipes.checkpoint import check_resume_config, latest_checkpoint
 from vlmrb_torchrl.recipes.replay import make_scorer_from_config, needs_frames, scorer_checks, uses_scorer
+from vlmrb_torchrl.recipes.run_dir import RUN_FILES, make_run_dir, prepare_run_dir
 
 __all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "seed_everything", "resolve_device", "Run",
            "make_run_dir", "prepare_run_dir", "RUN_FILES"]
@@ -257,6 +256,8 @@ class Run:
         return summary
 
     def close(self) -> None:
+        """Closes the files (the recipe releases the run directory once everything is closed:
+        :func:`~vlmrb_torchrl.recipes.run_dir.release_run_dir`)."""
         if self._csv is None and not self._csv_file.closed:  # nothing logged: the header alone
             self._start_csv({})
         self._csv_file.close()
@@ -283,93 +284,3 @@ def _tb_tag(key: str) -> str:
     if key in ("env_steps_per_s", "time_s", "render_per_step"):
         return f"time/{key}"
     return f"train/{key}"
-
-
-
-# ---------------------------------------------------------------------------------- run directory checks
-#: What a run writes into its directory (``overwrite=true`` deletes these, nothing else).
-RUN_FILES = ("config.json", "metrics.csv", "summary.json", "checkpoints", "tensorboard", "gallery")
-
-
-def prepare_run_dir(cfg: Any, *, recipe: str, write: bool = True) -> Path | None:
-    """What a recipe does before anything else: finds the checkpoint to resume (``cfg.resume``), checks
-    the config against it, and makes sure the run directory can be used; returns the checkpoint (or ``None``).
-
-    Sets ``cfg.output_dir`` when it is ``None``: the resumed checkpoint's run directory, else
-    ``runs/<recipe>__<env>__<replay>__seed<seed>__<time>``. A non-empty directory is refused (a
-    :class:`~vlmrb_torchrl.recipes.config.ConfigError` naming it) unless the run resumes a checkpoint of that
-    directory or ``cfg.overwrite`` is set, which first deletes the old run's files (:data:`RUN_FILES`).
-    ``checkpoints/`` is created and must be writable.
-
-    ``write=False`` does the checks only and writes nothing; :func:`make_run_dir` then does the rest. The
-    recipes check first, build the scorer and the envs (a bad ``scorer=`` or ``env=`` fails there, before
-    anything is written, so the corrected command is not refused), then write.
-
-    Examples:
-        >>> import tempfile
-        >>> from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig
-        >>> cfg = DQNConfig(output_dir=tempfile.mkdtemp())
-        >>> prepare_run_dir(cfg, recipe="dqn") is None, sorted(p.name for p in Path(cfg.output_dir).iterdir())
-        (True, ['checkpoints'])
-        >>> _ = (Path(cfg.output_dir) / "metrics.csv").write_text("old run")
-        >>> prepare_run_dir(cfg, recipe="dqn")
-        Traceback (most recent call last):
-        ...
-        vlmrb_torchrl.recipes.config.ConfigError: output_dir=... is not empty (...): pass overwrite=true ...
-        >>> cfg.overwrite = True
-        >>> prepare_run_dir(cfg, recipe="dqn"); sorted(p.name for p in Path(cfg.output_dir).iterdir())
-        ['checkpoints']
-    """
-    from vlmrb_torchrl.recipes.config import ConfigError
-
-    checkpoint = latest_checkpoint(cfg.resume) if cfg.resume else None
-    if checkpoint is not None:
-        check_resume_config(cfg, checkpoint)
-        if cfg.output_dir is None:
-            cfg.output_dir = str(checkpoint.parent.parent)
-    elif cfg.output_dir is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        cfg.output_dir = f"runs/{recipe}__{cfg.env.replace('/', '-')}__{cfg.replay}__seed{cfg.seed}__{stamp}"
-    out = Path(cfg.output_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output_dir={cfg.output_dir!r} is a file, not a directory.")
-    continues = _continues(out, checkpoint)
-    if continues and cfg.overwrite:
-        raise ConfigError(f"overwrite=true with resume={cfg.resume!r} would delete the checkpoint it resumes "
-                          f"({checkpoint}); drop overwrite=true to continue the run, or give another output_dir.")
-    if out.is_dir() and not continues and any(out.iterdir()) and not cfg.overwrite:
-        found = ", ".join(sorted(p.name for p in out.iterdir())[:6])
-        raise ConfigError(
-            f"output_dir={cfg.output_dir!r} is not empty ({found}): pass overwrite=true to delete that run's "
-            f"files and start again, resume={cfg.output_dir} to continue it, or choose another output_dir.")
-    if write:
-        make_run_dir(cfg, checkpoint)
-    return checkpoint
-
-
-def _continues(out: Path, checkpoint: Path | None) -> bool:
-    """Whether the run directory ``out`` is the one the resumed ``checkpoint`` belongs to."""
-    return checkpoint is not None and out.resolve() == checkpoint.parent.parent.resolve()
-
-
-def make_run_dir(cfg: Any, checkpoint: Path | None) -> None:
-    """The writes of :func:`prepare_run_dir` (called with ``write=False`` first, which set ``cfg.output_dir``
-    and refused what it refuses): deletes an overwritten run's files (:data:`RUN_FILES`), creates
-    ``checkpoints/`` and checks that it is writable."""
-    from vlmrb_torchrl.recipes.config import ConfigError
-
-    out = Path(cfg.output_dir)
-    if out.is_dir() and not _continues(out, checkpoint) and any(out.iterdir()):
-        for name in RUN_FILES:
-            target = out / name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            elif target.exists() or target.is_symlink():
-                target.unlink()
-    try:
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out / "checkpoints", prefix=".write_test"):
-            pass
-    except OSError as err:
-        raise ConfigError(f"output_dir={cfg.output_dir!r}: cannot write checkpoints in {out / 'checkpoints'} "
-                          f"({err.strerror or err}); fix its permissions or choose another output_dir.") from None

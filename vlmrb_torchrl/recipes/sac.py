@@ -37,7 +37,8 @@ from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import make_replay
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
 from vlmrb_torchrl.recipes.collector_process import CollectorProcess
-from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, make_run_dir, prepare_run_dir, start_run
+from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, start_run
+from vlmrb_torchrl.recipes.run_dir import make_run_dir, prepare_run_dir, release_run_dir
 from vlmrb_torchrl.recipes.sac_loss import SACLearner
 
 
@@ -113,7 +114,8 @@ def main(cfg: SACConfig) -> dict:
         action_spec = probe.action_spec
         fake = probe.fake_tensordict()
         probe.close()
-        make_run_dir(cfg, checkpoint)  # the scorer and the env built: a failed start wrote nothing
+        make_run_dir(cfg, checkpoint, recipe="sac")  # the scorer and the env built: a failed start wrote nothing
+        cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
 
         # --- networks, learner, optimizer
         actor = make_actor(obs_dim, action_spec, cfg.hidden).to(start.device)

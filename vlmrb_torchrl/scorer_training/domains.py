@@ -20,7 +20,7 @@ Three ship: ``"minigrid"`` (``builtin:minigrid``), ``"lift"`` (robosuite Lift, `
 from __future__ import annotations
 
 import dataclasses
-import pickle
+import json
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -115,36 +115,65 @@ class Domain:
     held_out: Callable[[int, int], FrameSet] | None = None
 
 
+#: The frame states a cache may hold (class name -> module): nothing else is rebuilt from a cache file.
+_STATE_CLASSES = {"MiniGridState": "vlmrb_torchrl.envs.minigrid_policies",
+                  "LiftState": "vlmrb_torchrl.envs.robosuite_policies",
+                  "AtariFrameState": "vlmrb_torchrl.scorer_training.atari"}
+
+
 def save_frames(data: FrameSet, path: str | Path) -> None:
     """Writes a :class:`FrameSet` to ``path`` (``.npz``: the frames' pixels as one flat uint8 array and their
-    shapes, frames of different sizes included (MiniGrid's grids differ); the states pickled)."""
-    np.savez(path, pixels=np.concatenate([f.reshape(-1) for f in data.frames]),
-             shapes=np.asarray([f.shape for f in data.frames], dtype=np.int64), layout=data.layout,
-             episode=data.episode, layouts=np.asarray(data.layouts),
-             states=np.frombuffer(pickle.dumps(data.states), dtype=np.uint8))
-
-
-def load_frames(path: str | Path) -> FrameSet:
-    """Reads what :func:`save_frames` wrote (a cache the build itself wrote: its states are unpickled).
+    shapes, frames of different sizes included (MiniGrid's grids differ); the states as JSON).
 
     Examples:
         >>> import tempfile
-        >>> frames = [np.zeros((2, 2, 3), np.uint8), np.ones((1, 3, 3), np.uint8)]
-        >>> data = FrameSet(frames, ["a", "b"], np.array([0, 0]), np.array([0, 1]), ["env"])
-        >>> path = Path(tempfile.mkdtemp()) / "f.npz"
+        >>> from vlmrb_torchrl.envs.robosuite_policies import LiftState
+        >>> data = FrameSet([np.zeros((2, 2, 3), np.uint8)], [LiftState(True, False, False, False)],
+        ...                 np.zeros(1, np.int64), np.zeros(1, np.int64), ["Lift"])
+        >>> path = Path(tempfile.mkdtemp()) / "frames.npz"
         >>> save_frames(data, path)
-        >>> [f.shape for f in load_frames(path).frames], load_frames(path).states
-        ([(2, 2, 3), (1, 3, 3)], ['a', 'b'])
+        >>> load_frames(path).states
+        [LiftState(gripper_open=True, near=False, grasped=False, lifted=False)]
+        >>> data.frames.append(np.ones((1, 3, 3), np.uint8)); data.states.append(data.states[0])
+        >>> save_frames(FrameSet(data.frames, data.states, np.zeros(2, np.int64), np.arange(2), ["Lift"]), path)
+        >>> [f.shape for f in load_frames(path).frames]
+        [(2, 2, 3), (1, 3, 3)]
     """
-    with np.load(path) as f:
-        if "frames" in f:  # written before frames of several sizes were kept
-            frames = list(f["frames"])
-        else:
-            pixels, shapes = f["pixels"], f["shapes"]
-            ends = np.cumsum(shapes.prod(1))
-            frames = [pixels[e - n: e].reshape(shape) for e, n, shape in zip(ends, shapes.prod(1), shapes)]
-        return FrameSet(frames, pickle.loads(f["states"].tobytes()), f["layout"], f["episode"],
-                        [str(x) for x in f["layouts"]])
+    states = [[type(s).__name__, [getattr(s, f.name) for f in dataclasses.fields(s)]] for s in data.states]
+    unknown = sorted({name for name, _ in states} - set(_STATE_CLASSES))
+    if unknown:
+        raise TypeError(f"save_frames: states of type {', '.join(unknown)} cannot be cached (known: "
+                        f"{', '.join(_STATE_CLASSES)}).")
+    np.savez(path, pixels=np.concatenate([f.reshape(-1) for f in data.frames]),
+             shapes=np.asarray([f.shape for f in data.frames], dtype=np.int64), layout=data.layout, episode=data.episode,
+             layouts=np.asarray(data.layouts), states_json=np.frombuffer(json.dumps(states).encode(), dtype=np.uint8))
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def load_frames(path: str | Path) -> FrameSet:
+    """Reads what :func:`save_frames` wrote, without pickle: a cache directory from elsewhere cannot run code.
+
+    Raises:
+        ValueError: the file is not a frame cache of this format (an older one held pickled states).
+    """
+    import importlib
+
+    with np.load(path, allow_pickle=False) as f:
+        if "states_json" not in f.files:
+            raise ValueError(f"{path} is not a frame cache of this version (no states_json); delete it to rebuild.")
+        states = []
+        for name, values in json.loads(f["states_json"].tobytes()):
+            if name not in _STATE_CLASSES:
+                raise ValueError(f"{path}: unknown state type {name!r}.")
+            cls = getattr(importlib.import_module(_STATE_CLASSES[name]), name)
+            states.append(cls(*(_tuples(v) for v in values)))
+        pixels, shapes = f["pixels"], f["shapes"]
+        sizes = shapes.prod(1)
+        frames = [pixels[end - n: end].reshape(shape) for end, n, shape in zip(np.cumsum(sizes), sizes, shapes)]
+        return FrameSet(frames, states, f["layout"], f["episode"], [str(x) for x in f["layouts"]])
 
 
 # ------------------------------------------------------------------------------------------ MiniGrid

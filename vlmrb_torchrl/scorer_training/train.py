@@ -232,7 +232,8 @@ def build_lift_scorer(
 
 def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say) -> FrameSet:
     """The training frames: generated, or read from ``cache`` where an earlier build kept them."""
-    path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}.npz"
+    # "-v3": states as JSON, frames of several sizes (older caches held pickled states; they are not read)
+    path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}-v3.npz"
     if path is not None and path.is_file():
         say(f"reading the frames from {path}")
         return load_frames(path)
@@ -241,7 +242,7 @@ def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say) -> FrameS
         try:
             cache.mkdir(parents=True, exist_ok=True)
             save_frames(data, path)
-        except (OSError, ValueError) as err:
+        except (OSError, TypeError, ValueError) as err:
             say(f"could not keep the frames in {path} ({type(err).__name__}: {err}); training goes on")
     return data
 

@@ -158,12 +158,20 @@ def validate_scores(scores: Any, batch: int | TensorDictBase, *, scorer: Any = "
     name = _scorer_name(scorer)
     expected = batch.batch_size[0] if isinstance(batch, TensorDictBase) else int(batch)
     if not isinstance(scores, torch.Tensor):
+        if isinstance(scores, (str, bytes)) or (isinstance(scores, Sequence) and scores
+                                                 and isinstance(scores[0], (str, bytes))):
+            raise TypeError(f"{name} must return numbers (a float tensor of shape [B]={[expected]}), got text: "
+                            f"{str(scores)[:80]!r}. Map answers to scores in [0, 1] inside the scorer.")
         try:
             scores = torch.as_tensor(scores)
         except (TypeError, ValueError, RuntimeError) as err:
             raise TypeError(
-                f"{name} must return a float tensor of shape [B]={[expected]}, got {type(scores).__name__}."
+                f"{name} must return a float tensor of shape [B]={[expected]}, got {type(scores).__name__} "
+                f"({type(err).__name__}: {err})."
             ) from err
+    if scores.device.type == "meta":
+        raise TypeError(f"{name} returned a tensor on the meta device (a shape without values): a model left on "
+                        "'meta' (loaded with device_map or init_empty_weights?) must be materialised before scoring.")
     if scores.is_complex():
         raise TypeError(f"{name} must return real-valued scores, got dtype={scores.dtype}.")
     if scores.shape != (expected,):
@@ -403,7 +411,11 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
       ``<module>``). A class is instantiated with ``kwargs``; a scorer instance is used as is; a
       function with no required positional argument is a factory, called with ``kwargs``; any
       other function is a score function ``fn(clips) -> Tensor[B]``, wrapped in
-      :class:`CallableScorer` (``kwargs``: ``prompt``, ``in_keys``, ``name``).
+      :class:`CallableScorer` (``kwargs``: ``prompt``, ``in_keys``, ``name``). Before anything is
+      called, the target is checked: it must be callable (or a scorer instance), not from Python's
+      standard library (which holds no scorers: ``python:subprocess:Popen`` is refused), a class must
+      have ``score``, and ``kwargs`` must fit its signature. Importing the module runs its code: a
+      ``python:`` spec, like any config naming one, is code — run only configs you trust.
 
     Other backends plug in with :func:`register_scorer`.
 
@@ -425,8 +437,10 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
         [('next', 'progress_event'), 'mask']
         >>> make_scorer("python:vlmrb_torchrl.scorers:OracleScorer", events_key="success")
         OracleScorer(events_key='success')
-        >>> make_scorer("python:math:sqrt").provenance["callable"]  # a function: CallableScorer
-        'math.sqrt'
+        >>> make_scorer("python:subprocess:Popen", args="echo hi", shell=True)
+        Traceback (most recent call last):
+        ...
+        TypeError: make_scorer('python:subprocess:Popen'): 'Popen' comes from Python's standard library, ...
         >>> make_scorer("nope:x")
         Traceback (most recent call last):
         ...
@@ -567,10 +581,20 @@ def _make_python_scorer(rest: str, **kwargs: Any) -> Scorer:
             raise TypeError(f"make_scorer({spec!r}) names a scorer instance; it takes no keyword arguments, "
                             f"got {sorted(kwargs)}.")
         return obj
+    if not callable(obj):
+        raise TypeError(f"make_scorer({spec!r}): {attr_path!r} is a {type(obj).__name__}, not a callable.")
+    # checked before the target is called: a config naming it must not get to run whatever it names
+    origin = (getattr(obj, "__module__", None) or module_name).partition(".")[0]
+    if origin in sys.stdlib_module_names or module_name.partition(".")[0] in sys.stdlib_module_names:
+        raise TypeError(f"make_scorer({spec!r}): {attr_path!r} comes from Python's standard library, which holds no "
+                        "scorers; name your scorer class, factory or score function (nothing was called).")
+    if inspect.isclass(obj) and not callable(getattr(obj, "score", None)):
+        raise TypeError(f"make_scorer({spec!r}): {attr_path!r} is a class without score(clips), not a Scorer class "
+                        "(nothing was called).")
     if inspect.isclass(obj):
         _check_keywords(obj, kwargs, spec, f"class {attr_path}")
         scorer = obj(**kwargs)
-    elif callable(obj):
+    else:
         if _required_positional(obj) == 0:
             _check_keywords(obj, kwargs, spec, f"factory {attr_path}()")
             scorer = obj(**kwargs)
@@ -584,8 +608,6 @@ def _make_python_scorer(rest: str, **kwargs: Any) -> Scorer:
                     "Scorer) or a class."
                 )
             scorer = CallableScorer(obj, **kwargs)
-    else:
-        raise TypeError(f"make_scorer({spec!r}): {attr_path!r} is a {type(obj).__name__}, not a callable.")
     if not isinstance(scorer, Scorer):
         raise TypeError(
             f"make_scorer({spec!r}): {attr_path!r} returned a {type(scorer).__name__}, not a Scorer "

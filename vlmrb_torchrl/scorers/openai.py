@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import functools
 import http.client
 import json
 import math
 import numbers
 import os
+import socket
 import struct
 import threading
 import time
 import urllib.error
 import urllib.request
 import warnings
+import weakref
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -73,6 +76,90 @@ class OpenAIScorerError(RuntimeError):
     """
 
 
+class _Call:
+    """One request's sockets and its whole-call deadline: when it passes (or the scorer closes), the
+    sockets are shut down, which ends any read or write under way at once (a per-read socket timeout
+    alone lets a server that trickles a byte now and then hold the call for ever)."""
+
+    def __init__(self, seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list = []
+        self.expired = self.aborted = False
+        self._timer = threading.Timer(seconds, self.expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def add(self, sock) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            late = self.expired
+        if late:
+            self._shutdown([sock])
+
+    def expire(self, *, aborted: bool = False) -> None:
+        with self._lock:
+            self.expired = True
+            self.aborted = self.aborted or aborted
+            sockets = list(self._sockets)
+        self._shutdown(sockets)
+
+    def finish(self) -> None:
+        self._timer.cancel()
+
+    @staticmethod
+    def _shutdown(sockets) -> None:
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed
+                pass
+
+
+class _CallSockets:
+    """A connection that hands its socket to its :class:`_Call` (mixed into http.client's classes)."""
+
+    def __init__(self, *args, call: _Call, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._call = call
+
+    def connect(self) -> None:
+        super().connect()
+        self._call.add(self.sock)
+
+
+class _HTTPConnection(_CallSockets, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_CallSockets, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, call: _Call) -> None:
+        super().__init__()
+        self._call = call
+
+    def http_open(self, req):
+        return self.do_open(functools.partial(_HTTPConnection, call=self._call), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, call: _Call) -> None:
+        super().__init__()
+        self._call = call
+
+    def https_open(self, req):
+        return self.do_open(functools.partial(_HTTPSConnection, call=self._call), req, context=self._context)
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    # runs before concurrent.futures joins its pools at exit, which would otherwise wait for every queued request
+    scorer = ref()
+    if scorer is not None:
+        scorer.close()
+
+
 def encode_png(image: np.ndarray) -> bytes:
     """Encodes an RGB uint8 ``[H, W, 3]`` array as PNG bytes (standard library only).
 
@@ -104,12 +191,39 @@ def _normalise_token(token: str) -> str:
     return token.replace("Ġ", " ").replace("▁", " ").strip().strip(".!,:;\"'").lower()
 
 
+#: Below this probability of the two answers together, the first token is not a yes/no answer at all
+#: (the model says something else): the score is not read from the logprobs (see ``answer_probability``).
+MIN_ANSWER_MASS = 1e-3
+# Log-probabilities a little above 0 are float rounding of a certain token; more is not a log-probability.
+_LOGPROB_SLACK = 1e-4
+
+
+def _logprob(entry: Any) -> float:
+    """An entry's ``logprob`` as a float <= 0; ``ValueError`` naming the entry otherwise."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"a top_logprobs entry must be an object with 'token' and 'logprob', got {entry!r}")
+    value = entry.get("logprob")
+    try:
+        logprob = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"logprob {value!r} of token {entry.get('token')!r} is not a number") from None
+    if math.isnan(logprob) or logprob > _LOGPROB_SLACK:
+        raise ValueError(f"logprob {value!r} of token {entry.get('token')!r} is not a log-probability (<= 0)")
+    return min(logprob, 0.0)
+
+
 def answer_probability(top_logprobs: Sequence[dict], answers: Sequence[str] = ("yes", "no")) -> float | None:
     """``P(yes) / (P(yes) + P(no))`` from a chat-completions ``top_logprobs`` list.
 
     Every entry whose token is a spelling of an answer (``"Yes"``, ``" yes"``, ``"YES"``,
-    ``"Ġyes"``, ...) adds its probability to that answer. Returns ``None`` when neither answer
-    is among the entries.
+    ``"Ġyes"``, ...) adds its probability to that answer. An answer missing from the list has at
+    most the probability of the least likely entry listed (the list is the top-k), and at most
+    what the listed entries leave of 1; that bound stands in for it: a missing "no" next to a
+    likely "yes" gives a score near 1.
+    Returns ``None`` when neither answer is among the entries, or when both together are less
+    likely than :data:`MIN_ANSWER_MASS` (the model is not answering yes or no: "yes" at −12 with
+    "no" absent is no evidence of "yes"). Raises ``ValueError`` on a logprob that is not a number
+    ``<= 0``.
 
     Examples:
         >>> import math
@@ -119,21 +233,31 @@ def answer_probability(top_logprobs: Sequence[dict], answers: Sequence[str] = ("
         0.875
         >>> answer_probability([{"token": "Maybe", "logprob": 0.0}]) is None
         True
+        >>> round(answer_probability([{"token": "Yes", "logprob": math.log(0.9)},
+        ...                           {"token": "Maybe", "logprob": math.log(0.01)}]), 4)  # no <= 0.01
+        0.989
+        >>> answer_probability([{"token": "Sure", "logprob": -0.01}, {"token": "yes", "logprob": -12.0}]) is None
+        True
     """
     positive, negative = (a.lower() for a in answers)
     mass = {positive: [], negative: []}
+    listed = []
     for entry in top_logprobs:
+        logprob = _logprob(entry)
+        listed.append(logprob)
         token = _normalise_token(str(entry.get("token", "")))
-        if token in mass and entry.get("logprob") is not None:
-            mass[token].append(float(entry["logprob"]))
+        if token in mass:
+            mass[token].append(logprob)
     if not mass[positive] and not mass[negative]:
         return None
-    if not mass[negative]:
-        return 1.0
-    if not mass[positive]:
-        return 0.0
-    yes = torch.logsumexp(torch.tensor(mass[positive], dtype=torch.float64), 0)
-    no = torch.logsumexp(torch.tensor(mass[negative], dtype=torch.float64), 0)
+    total = torch.logsumexp(torch.tensor(mass[positive] + mass[negative], dtype=torch.float64), 0)
+    if float(total) < math.log(MIN_ANSWER_MASS):
+        return None
+    left = 1.0 - float(torch.tensor(listed, dtype=torch.float64).exp().sum())
+    # what an answer missing from the top-k can have at most
+    floor = min(min(listed), math.log(left)) if left > 0 else -math.inf
+    yes = torch.logsumexp(torch.tensor(mass[positive] or [floor], dtype=torch.float64), 0)
+    no = torch.logsumexp(torch.tensor(mass[negative] or [floor], dtype=torch.float64), 0)
     return float(torch.sigmoid(yes - no))
 
 
@@ -178,7 +302,9 @@ class OpenAIScorer:
             (vLLM's ``--limit-mm-per-prompt`` must allow them). Defaults to ``None`` (all).
         api_key_env (str, optional): environment variable holding the API key; unset or empty
             sends no ``Authorization`` header. Defaults to ``"OPENAI_API_KEY"``.
-        timeout (float, optional): seconds per request. Defaults to ``60``.
+        timeout (float, optional): seconds per request attempt, the whole call: connecting, sending
+            and reading the answer (a server that trickles its answer is cut off then; each retry
+            gets its own). Defaults to ``60``.
         max_retries (int, optional): retries after the first attempt. Defaults to ``3``.
         backoff (float, optional): first retry delay in seconds. Defaults to ``0.5``.
         max_concurrency (int, optional): concurrent requests. Defaults to ``8``.
@@ -302,6 +428,9 @@ class OpenAIScorer:
         self.in_keys = self.inputs.in_keys
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._calls: set[_Call] = set()  # requests under way (close() cuts them off)
+        self._stop = threading.Event()  # set by close(): retries and backoffs under way give up
+        self._exit_hook = False
         self._stats = {"requests": 0, "retries": 0, "unparsed": 0, "token_only": 0}
         self._outstanding = [0] * len(self.base_urls)  # requests in flight, per server
         self._next_url = 0  # ties go to the servers in turn
@@ -361,14 +490,27 @@ class OpenAIScorer:
             chosen = self._acquire() if server is None else None
             if chosen is not None:
                 url = f"{self.base_urls[chosen]}/{path}"
+            call = _Call(self.timeout)
+            with self._lock:
+                self._calls.add(call)
             try:
                 request = urllib.request.Request(url, data=data, headers=self._headers(), method=method)
+                opener = urllib.request.build_opener(_HTTPHandler(call), _HTTPSHandler(call))
                 try:
-                    with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    with opener.open(request, timeout=self.timeout) as response:
                         payload = response.read()
+                except Exception:
+                    if call.expired:  # the deadline (or close()) cut the call off: say so, not the symptom
+                        raise TimeoutError(f"no complete answer within timeout={self.timeout:g} s") from None
+                    raise
                 finally:
+                    call.finish()
+                    with self._lock:
+                        self._calls.discard(call)
                     if chosen is not None:
                         self._release(chosen)
+                if call.expired:
+                    raise TimeoutError(f"no complete answer within timeout={self.timeout:g} s")
                 try:
                     return json.loads(payload)
                 except ValueError as err:
@@ -394,8 +536,10 @@ class OpenAIScorer:
             ) as err:
                 reason = getattr(err, "reason", err)
                 last_error = f"{type(reason).__name__}: {reason}"
-            if attempt < self.max_retries:
-                time.sleep(min(delay, _MAX_BACKOFF))
+                if call.aborted or self._stop.is_set():
+                    raise OpenAIScorerError(f"{type(self).__name__}: closed while {method} {url} was under way.") from None
+            if attempt < self.max_retries and self._stop.wait(min(delay, _MAX_BACKOFF)):
+                raise OpenAIScorerError(f"{type(self).__name__}: closed while {method} {url} waited to retry.")
         raise OpenAIScorerError(
             f"{type(self).__name__}: {method} {url} failed after {self.max_retries + 1} attempts "
             f"(timeout={self.timeout:g} s); last error: {last_error}."
@@ -451,16 +595,23 @@ class OpenAIScorer:
             self._stats["requests"] += 1
         try:
             choice = response["choices"][0]
-        except (KeyError, IndexError, TypeError) as err:
+            content = ((choice.get("logprobs") or {}).get("content")) or []
+            top = (content[0].get("top_logprobs") or []) if content else []
+            if not isinstance(top, list):
+                raise TypeError(f"top_logprobs is a {type(top).__name__}")
+        except (KeyError, IndexError, TypeError, AttributeError) as err:
             raise OpenAIScorerError(
-                f"{type(self).__name__}: unexpected response from {self.base_url}/chat/completions: "
-                f"{str(response)[:300]}"
-            ) from err
-        content = ((choice.get("logprobs") or {}).get("content")) or []
-        top = (content[0].get("top_logprobs") or []) if content else []
+                f"{type(self).__name__}: unexpected response from {self.base_url}/chat/completions (expected "
+                f"choices[0].logprobs.content[0].top_logprobs, a list of {{token, logprob}}; {type(err).__name__}: "
+                f"{err}): {str(response)[:300]}"
+            ) from None
         if not top:
             return self._token_only(choice, content)
-        p = answer_probability(top, self.answers)
+        try:
+            p = answer_probability(top, self.answers)
+        except ValueError as err:
+            raise OpenAIScorerError(f"{type(self).__name__}: the server at {self.base_url} sent malformed "
+                                    f"top_logprobs: {err}: {str(top)[:300]}") from None
         if p is not None:
             return p
         with self._lock:
@@ -471,8 +622,8 @@ class OpenAIScorer:
         if warn:
             warnings.warn(
                 f"{type(self).__name__}: neither {self.answers[0]!r} nor {self.answers[1]!r} is among the server's "
-                f"top_logprobs (first token {text!r}); scoring from the generated token. Check that the server "
-                "returns logprobs and that the prompt asks for a yes/no answer.",
+                f"top_logprobs with probability >= {MIN_ANSWER_MASS:g} (first token {text!r}); scoring from the "
+                "generated token. Check that the server returns logprobs and that the prompt asks for a yes/no answer.",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -507,16 +658,26 @@ class OpenAIScorer:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=self.max_concurrency, thread_name_prefix="vlmrb-openai"
                 )
+                if not self._exit_hook:
+                    try:  # threading's exit hooks run before concurrent.futures drains its pools
+                        threading._register_atexit(_close_at_exit, weakref.ref(self))
+                        self._exit_hook = True
+                    except (AttributeError, RuntimeError):  # pragma: no cover - no hook API, or exiting already
+                        pass
             return self._executor
 
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """P(yes) per clip from the server's logprobs: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
         frames = self.inputs.frames(clips)
+        self._stop.clear()  # a close() before this call is over
         if len(frames) <= 1:
             scores = [self._score_one(f) for f in frames]
         else:
-            scores = list(self._pool().map(self._score_one, frames))
+            try:
+                scores = list(self._pool().map(self._score_one, frames))
+            except concurrent.futures.CancelledError:
+                raise OpenAIScorerError(f"{type(self).__name__}: closed while scoring.") from None
         return validate_scores(torch.tensor(scores, dtype=torch.float32), batch, scorer=self)
 
     def stats(self) -> dict[str, int]:
@@ -527,16 +688,23 @@ class OpenAIScorer:
             return dict(self._stats)
 
     def close(self) -> None:
-        """Shuts down the request thread pool (a later ``score`` starts a new one)."""
+        """Stops at once, never waiting on a server: queued requests are cancelled, requests under way
+        cut off (their sockets shut down), retries given up; a ``score`` call waiting on them raises
+        :class:`OpenAIScorerError`. Also runs at interpreter exit. A later ``score`` starts anew."""
         with self._lock:
             executor, self._executor = self._executor, None
+            calls = list(self._calls)
+        self._stop.set()
         if executor is not None:
-            executor.shutdown(wait=True)
+            executor.shutdown(wait=False, cancel_futures=True)
+        for call in calls:
+            call.expire(aborted=True)
 
     def __getstate__(self) -> dict:
         # no lock, no thread pool and no API key in a pickle: the key is re-read from the
         # environment when unpickled (e.g. in AsyncScorer's "process" backend)
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_executor", "_api_key")}
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_lock", "_executor", "_api_key", "_calls", "_stop", "_exit_hook")}
         state["_stats"] = dict(self._stats)
         state["_outstanding"] = [0] * len(self.base_urls)  # nothing is in flight in the copy
         return state
@@ -546,6 +714,7 @@ class OpenAIScorer:
         self._outstanding = state.get("_outstanding") or [0] * len(self.base_urls)
         self._lock = threading.Lock()
         self._executor = None
+        self._calls, self._stop, self._exit_hook = set(), threading.Event(), False
         self._api_key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
 
     def __enter__(self) -> OpenAIScorer:
@@ -578,11 +747,14 @@ def _error_detail(err: urllib.error.HTTPError) -> str:
 
 
 def _retry_after(err: urllib.error.HTTPError) -> float | None:
+    """The ``Retry-After`` seconds of a response, ``None`` when absent or not a finite number (``nan``,
+    an HTTP date): the usual backoff applies then."""
     value = err.headers.get("Retry-After") if err.headers else None
     try:
-        return max(float(value), 0.0) if value is not None else None
+        seconds = float(value) if value is not None else None
     except ValueError:
         return None
+    return max(seconds, 0.0) if seconds is not None and math.isfinite(seconds) else None
 
 
 def _hint(code: int, api_key_env: str | None) -> str:

@@ -1,0 +1,247 @@
+"""Who owns a run directory: the marker that proves a run wrote it, the lock one run holds on it, and
+what a run does on SIGTERM.
+
+- :data:`MARKER` (``.vlmrb-run``) is written into every run directory. ``overwrite=true`` deletes a
+  directory's :data:`RUN_FILES` only when the marker is there: a directory no run wrote (``$HOME``,
+  the current directory, a project) is refused, never emptied.
+- :data:`LOCK` (``.vlmrb-run.lock``) is locked (``flock``, exclusive) for as long as a run uses the
+  directory: a second process resuming or overwriting the same run is refused with the first one's pid.
+  The lock goes away with the process, however it ends.
+- From :func:`make_run_dir` until the recipe releases the directory (:func:`release_run_dir`),
+  SIGTERM (what schedulers send on preemption) raises :class:`Stopped` in the main thread, so the
+  run unwinds like Ctrl-C: the replay, its scorer (and a scorer's child process) and the run's files
+  are closed. Inside the training loop the first SIGTERM or Ctrl-C instead finishes the batch and
+  writes a checkpoint (:class:`~vlmrb_torchrl.recipes.loop.Training`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from vlmrb_torchrl.recipes.checkpoint import check_resume_config, latest_checkpoint
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks, runs are not locked
+    fcntl = None
+
+__all__ = ["MARKER", "LOCK", "RUN_FILES", "Stopped", "prepare_run_dir", "make_run_dir", "release_run_dir"]
+
+#: Written into every run directory: what proves ``overwrite=true`` may delete :data:`RUN_FILES` there.
+MARKER = ".vlmrb-run"
+#: Locked by the process that runs in the directory.
+LOCK = ".vlmrb-run.lock"
+#: What a run writes into its directory (``overwrite=true`` deletes these, nothing else).
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "checkpoints", "tensorboard", "gallery")
+
+# run directory (resolved) -> (its locked file, the SIGTERM handler to restore)
+_HELD: dict[Path, tuple[Any, Any]] = {}
+_HELD_LOCK = threading.Lock()
+
+
+class Stopped(KeyboardInterrupt):
+    """The run was stopped by a signal (``signum``: SIGINT or SIGTERM); raised where Ctrl-C would be.
+
+    Examples:
+        >>> err = Stopped(signal.SIGTERM, "stopped by SIGTERM")
+        >>> isinstance(err, KeyboardInterrupt), err.signum == signal.SIGTERM, str(err)
+        (True, True, 'stopped by SIGTERM')
+    """
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        super().__init__(message or f"stopped by {signal.Signals(signum).name}")
+        self.signum = int(signum)
+
+
+def _raise_stopped(signum, frame) -> None:
+    raise Stopped(signum)
+
+
+def _lock(out: Path, output_dir: str) -> Any:
+    """Locks ``out/LOCK`` for this process (or returns the lock it already holds)."""
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    key = out.resolve()
+    with _HELD_LOCK:
+        if key in _HELD:
+            return _HELD[key][0]
+    file = open(out / LOCK, "a+")
+    if fcntl is not None:
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            file.seek(0)
+            holder = file.read().strip() or "unknown"
+            file.close()
+            raise ConfigError(f"output_dir={output_dir!r} is in use by another vlmrb run ({holder}): two processes "
+                              "writing one run would interleave its metrics and overwrite its checkpoints. Wait for "
+                              "it to end, or choose another output_dir.") from None
+    file.seek(0)
+    file.truncate()
+    file.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    file.flush()
+    handler = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        handler = signal.signal(signal.SIGTERM, _raise_stopped)
+    with _HELD_LOCK:
+        _HELD[key] = (file, handler)
+    return file
+
+
+def release_run_dir(path: str | Path) -> None:
+    """Releases the lock this process holds on the run directory ``path`` (and restores SIGTERM's handler);
+    nothing when it holds none. The recipes call it last, once everything they opened is closed."""
+    with _HELD_LOCK:
+        file, handler = _HELD.pop(Path(path).resolve(), (None, None))
+    if file is not None:
+        file.close()  # releases the flock
+    if handler is not None and threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGTERM) is _raise_stopped:
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _ours(path: Path) -> bool:
+    return path.name in (MARKER, LOCK)
+
+
+def prepare_run_dir(cfg: Any, *, recipe: str, write: bool = True) -> Path | None:
+    """What a recipe does before anything else: finds the checkpoint to resume (``cfg.resume``), checks
+    the config against it, and makes sure the run directory can be used; returns the checkpoint (or ``None``).
+
+    Sets ``cfg.output_dir`` when it is ``None``: the resumed checkpoint's run directory, else
+    ``runs/<recipe>__<env>__<replay>__seed<seed>__<time>``. A non-empty directory is refused (a
+    :class:`~vlmrb_torchrl.recipes.config.ConfigError` naming it) unless the run resumes a checkpoint of that
+    directory or ``cfg.overwrite`` is set, which deletes the old run's files (:data:`RUN_FILES`), and only
+    in a directory a run wrote (:data:`MARKER`): any other directory is refused, nothing deleted.
+
+    ``write=False`` does the checks only and writes nothing; :func:`make_run_dir` then takes the directory.
+    The recipes check first, build the scorer and the envs (a bad ``scorer=`` or ``env=`` fails there, before
+    anything is written, so the corrected command is not refused), then write.
+
+    Examples:
+        >>> import tempfile
+        >>> from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig
+        >>> cfg = DQNConfig(output_dir=tempfile.mkdtemp())
+        >>> prepare_run_dir(cfg, recipe="dqn") is None, sorted(p.name for p in Path(cfg.output_dir).iterdir())
+        (True, ['.vlmrb-run', '.vlmrb-run.lock', 'checkpoints'])
+        >>> _ = (Path(cfg.output_dir) / "metrics.csv").write_text("old run")
+        >>> prepare_run_dir(cfg, recipe="dqn")
+        Traceback (most recent call last):
+        ...
+        vlmrb_torchrl.recipes.config.ConfigError: output_dir=... is not empty (...): pass overwrite=true ...
+        >>> cfg.overwrite = True
+        >>> prepare_run_dir(cfg, recipe="dqn"); sorted(p.name for p in Path(cfg.output_dir).iterdir())
+        ['.vlmrb-run', '.vlmrb-run.lock', 'checkpoints']
+        >>> release_run_dir(cfg.output_dir)
+    """
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    trust = getattr(cfg, "trust_checkpoint", False)
+    checkpoint = latest_checkpoint(cfg.resume, trust=trust) if cfg.resume else None
+    if checkpoint is not None:
+        check_resume_config(cfg, checkpoint)
+        if cfg.output_dir is None:
+            cfg.output_dir = str(checkpoint.parent.parent)
+    elif cfg.output_dir is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        cfg.output_dir = f"runs/{recipe}__{cfg.env.replace('/', '-')}__{cfg.replay}__seed{cfg.seed}__{stamp}"
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output_dir={cfg.output_dir!r} is a file, not a directory.")
+    continues = _continues(out, checkpoint)
+    if continues and cfg.overwrite:
+        raise ConfigError(f"overwrite=true with resume={cfg.resume!r} would delete the checkpoint it resumes "
+                          f"({checkpoint}); drop overwrite=true to continue the run, or give another output_dir.")
+    if out.is_dir():
+        _check_free(out, cfg, continues=continues)
+    if write:
+        make_run_dir(cfg, checkpoint, recipe=recipe)
+    return checkpoint
+
+
+def _continues(out: Path, checkpoint: Path | None) -> bool:
+    """Whether the run directory ``out`` is the one the resumed ``checkpoint`` belongs to."""
+    return checkpoint is not None and out.resolve() == checkpoint.parent.parent.resolve()
+
+
+def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run") -> None:
+    """The writes of :func:`prepare_run_dir` (called with ``write=False`` first, which set ``cfg.output_dir``):
+    locks the directory (:data:`LOCK`; another process running there is refused), checks again under the
+    lock what :func:`prepare_run_dir` checked, deletes an overwritten run's files (:data:`RUN_FILES`), writes
+    :data:`MARKER`, creates ``checkpoints/`` and checks that it is writable. A refusal leaves the directory
+    as it was. The lock is held until :func:`release_run_dir` (the recipe calls it once all it opened is
+    closed) or the process ends.
+    """
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    out = Path(cfg.output_dir)
+    created = not out.exists()
+    had_lock = (out / LOCK).exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _lock(out, cfg.output_dir)
+    except OSError as err:
+        raise ConfigError(f"output_dir={cfg.output_dir!r}: cannot write checkpoints in {out / 'checkpoints'} "
+                          f"({err.strerror or err}); fix its permissions or choose another output_dir.") from None
+    try:
+        _take(out, cfg, continues=_continues(out, checkpoint), recipe=recipe)
+    except BaseException:
+        release_run_dir(out)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        elif not had_lock:
+            (out / LOCK).unlink(missing_ok=True)  # leave a directory that was refused as it was
+        raise
+
+
+def _check_free(out: Path, cfg: Any, *, continues: bool) -> list[str]:
+    """Refuses a directory ``out`` that holds files, unless the run continues there or overwrites a run's files;
+    returns what it holds."""
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    found = sorted(p.name for p in out.iterdir() if not _ours(p))
+    if found and not continues:
+        if not cfg.overwrite:
+            raise ConfigError(
+                f"output_dir={cfg.output_dir!r} is not empty ({', '.join(found[:6])}): pass overwrite=true to delete "
+                f"that run's files and start again, resume={cfg.output_dir} to continue it, or choose another "
+                "output_dir.")
+        if not (out / MARKER).is_file():
+            raise ConfigError(
+                f"output_dir={cfg.output_dir!r} holds files no vlmrb run wrote ({', '.join(found[:6])}; no {MARKER} "
+                "marker there): overwrite=true deletes only a run's own files, so nothing was deleted. Choose "
+                "another output_dir, or delete the old files yourself (a run directory of a version before markers "
+                "existed has none).")
+    return found
+
+
+def _take(out: Path, cfg: Any, *, continues: bool, recipe: str) -> None:
+    """Checks a locked ``out`` is free to use (empty, the resumed run's, or a run's to overwrite), marks and probes it."""
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    if _check_free(out, cfg, continues=continues) and not continues:
+        for name in RUN_FILES:
+            target = out / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+    if not (out / MARKER).is_file():
+        (out / MARKER).write_text(json.dumps({"recipe": recipe, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                              "note": "written by vlmrb: overwrite=true may delete this run's files"})
+                                  + "\n")
+    try:
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out / "checkpoints", prefix=".write_test"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"output_dir={cfg.output_dir!r}: cannot write checkpoints in {out / 'checkpoints'} "
+                          f"({err.strerror or err}); fix its permissions or choose another output_dir.") from None
