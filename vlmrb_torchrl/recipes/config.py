@@ -329,8 +329,8 @@ def _atari_builtin_game(env_id: str) -> bool:
     return env_id.startswith("ALE/") and env_id.split("/", 1)[1].split("-", 1)[0] in ("Pong", "Breakout")
 
 
-#: The SAC recipe's per-env defaults (``None`` in :class:`SACConfig`): by env family, the episode
-#: limit, the camera the scorer sees, whether the reward is shaped and the default scorer.
+#: The SAC recipe's per-env defaults (``None`` in :class:`SACConfig`, ``"auto"`` for the scorer): by env
+#: family, the episode limit, the camera the scorer sees, whether the reward is shaped and the default scorer.
 SAC_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     # robosuite: a 200-step horizon, agentview frames, the sparse success reward, builtin:lift
     "robosuite/": {"max_episode_steps": 200, "camera": "agentview", "reward_shaping": False,
@@ -396,11 +396,12 @@ class SACConfig(RecipeConfig):
     tau: float = _field(0.005, "target-network soft-update rate (Q' <- (1 - tau) Q' + tau Q)")
     alpha_init: float = _field(1.0, "initial entropy temperature (tuned automatically)")
     # replay
-    scorer: str | None = _field(
-        None, "scorer spec for vlm modes (None = the env's built-in model): builtin:lift (the small CLIP shipped "
-              "with the package, scoring agentview frames of Lift), builtin:scene (the one for OGBench Scene, with "
-              "the task's prompt set: builtin:scene-task<N>), oracle:robosuite / oracle:ogbench (privileged event "
-              "flags), python:mod:fn, clip:<id or dir>, hf:<id or dir>, ...")
+    scorer: str = _field(
+        "auto", "scorer spec for vlm modes: auto (the env's built-in scorer: builtin:lift on robosuite, builtin:scene "
+                "on OGBench Scene), builtin:lift (the small CLIP shipped with the package, scoring agentview frames "
+                "of Lift), builtin:scene (the one for OGBench Scene, with the task's prompt set: "
+                "builtin:scene-task<N>), oracle:robosuite / oracle:ogbench (privileged event flags), python:mod:fn, "
+                "clip:<id or dir>, hf:<id or dir>, ...")
     # evaluation
     eval_every: int = _field(20_000, "frames between evaluations")
     eval_episodes: int = _field(10, "episodes per evaluation (deterministic actor)")
@@ -415,7 +416,7 @@ class SACConfig(RecipeConfig):
         if family is None:
             return  # the env check below says what is accepted
         for key, value in SAC_ENV_DEFAULTS[family].items():
-            if getattr(self, key) is None:
+            if getattr(self, key) in (None, "auto"):
                 setattr(self, key, value)
         task = _scene_task(self.env)
         if task is not None and self.scorer == "builtin:scene":  # the task's prompt set

@@ -394,7 +394,7 @@ def scene_domain() -> Domain:
     """The OGBench Scene domain (``builtin:scene``): the SAC recipe's ``front_pixels`` frames at 64 px."""
     from vlmrb_torchrl.scorer_training import scene
 
-    episode_steps, frame_every, random_share = (300, 750), 2, 0.1
+    episode_steps, frame_every, random_share = (300, 750), 3, 0.1
 
     def describe(data: FrameSet) -> dict[str, Any]:
         shares = {" ".join(st): round(sum(st in scene.true_statements(s) for s in data.states) / max(1, len(data)), 3)
@@ -407,14 +407,15 @@ def scene_domain() -> Domain:
     return Domain(
         name="scene",
         generate=lambda n, seed: scene.generate_scene_frames(n, seed=seed, episode_steps=episode_steps,
-                                                             frame_every=frame_every, random_share=random_share),
+                                                             frame_every=frame_every, random_share=random_share,
+                                                             log=lambda line: print(line, flush=True)),
         statements=scene.all_statements,
         true_statements=scene.true_statements,
         wordings=scene.wordings,
         vocabulary=scene.vocabulary,
         questions=scene.SCENE_QUESTIONS,
         balanced=lambda s: True,
-        default_config=BuildConfig(frames=40_000, steps=4000, held_out_frames=0),
+        default_config=BuildConfig(frames=30_000, steps=4000, held_out_frames=0),
         describe=describe,
         versions=_scene_versions,
         card_title="a small CLIP for OGBench Scene frames",

@@ -131,6 +131,7 @@ def generate_scene_frames(
     episode_steps: tuple[int, int] = (300, 750),
     frame_every: int = 2,
     random_share: float = 0.1,
+    log=None,
 ) -> FrameSet:
     """Rolls out scripted and random episodes of the five Scene tasks until ``n_frames`` frames are kept.
 
@@ -152,6 +153,7 @@ def generate_scene_frames(
         episode_steps (tuple of int, optional): ``(min, max)`` steps per episode.
         frame_every (int, optional): keep every ``frame_every``-th observation. Defaults to ``2``.
         random_share (float, optional): share of random-motion episodes (:class:`ScenePolicy`).
+        log (callable, optional): progress lines (every 2,000 frames) go here. Defaults to ``None``.
 
     Returns:
         FrameSet: the frames with their :class:`SceneState` (``layouts`` are
@@ -162,10 +164,13 @@ def generate_scene_frames(
         >>> len(data), data.frames[0].shape  # doctest: +SKIP
         (20, (64, 64, 3))
     """
+    import time
+
     from vlmrb_torchrl.envs.ogbench import SceneEnv
     from vlmrb_torchrl.envs.ogbench_policies import ScenePolicy
 
     rng = np.random.default_rng(seed)
+    t0, reported = time.perf_counter(), 0
     keep = lambda step: step % frame_every == 0  # noqa: E731
     envs: dict[int, SceneEnv] = {}
     policies: dict[int, ScenePolicy] = {}
@@ -199,6 +204,10 @@ def generate_scene_frames(
             kinds += [SCENE_EPISODE_KINDS.index(f"scene-task{task}/{policy.mode}")] * (len(frames) - start)
             episodes += [episode] * (len(frames) - start)
             episode += 1
+            if log is not None and len(frames) - reported >= 2000:
+                reported = len(frames)
+                log(f"scene frames: {min(len(frames), n_frames)}/{n_frames} ({episode} episodes, "
+                    f"{time.perf_counter() - t0:.0f} s)")
     finally:
         for env in envs.values():
             env.close()
