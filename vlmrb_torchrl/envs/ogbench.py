@@ -200,10 +200,11 @@ class SceneEnv(EnvBase):
         render_count (int): frames rendered since construction (tests, benchmarks).
 
     Examples:
-        >>> env = SceneEnv(3, seed=0)  # doctest: +SKIP
-        >>> rollout = env.rollout(10)  # doctest: +SKIP
-        >>> rollout["next", "reward"][-1].item(), rollout["next", "subgoals"][-1].item()  # doctest: +SKIP
-        (-4.0, 1)
+        >>> env = SceneEnv(3, seed=0)
+        >>> rollout = env.rollout(10)  # random actions
+        >>> rollout["observation"].shape, rollout["next", "subgoals"][-1].item(), rollout["next", "reward"][-1].item()
+        (torch.Size([10, 40]), 1, -4.0)
+        >>> env.close()
     """
 
     def __init__(
@@ -369,6 +370,12 @@ def make_ogbench_env(env_id: str = "ogbench/scene-task3", **kwargs: Any) -> Scen
 
     The recipes' shared keywords are accepted too: ``reward_shaping`` (``True`` or ``None``: the
     subgoal count, OGBench's own reward; ``False``: sparse success) and ``train`` (ignored).
+
+    Examples:
+        >>> env = make_ogbench_env("ogbench/scene-task1", reward_shaping=False)
+        >>> env.task, env.reward, env.max_episode_steps
+        (1, 'success', 750)
+        >>> env.close()
     """
     kwargs.pop("train", None)
     shaping = kwargs.pop("reward_shaping", None)
