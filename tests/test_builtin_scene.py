@@ -157,6 +157,13 @@ shipped = pytest.mark.skipif(not (Path(scorers.__file__).parent / "models" / "sc
                              reason="builtin:scene's weights are not in this checkout yet")
 
 
+@pytest.mark.skipif((Path(scorers.__file__).parent / "models" / "scene").is_dir(), reason="builtin:scene ships")
+def test_a_model_not_shipped_says_how_to_build_it():
+    with pytest.raises(FileNotFoundError, match=r"does not ship this model's weights. Build it with `vlmrb build-scorer "
+                                                r"scene --out DIR` and pass scorer=clip:DIR"):
+        make_scorer("builtin:scene-task3")
+
+
 @shipped
 def test_shipped_scene_model_files_and_card():
     path = builtin_model_dir("scene")

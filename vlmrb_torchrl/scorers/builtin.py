@@ -174,6 +174,12 @@ def builtin_model_dir(name: str = "minigrid") -> Path:
         raise ValueError(f"Unknown built-in scorer 'builtin:{name}'. Valid forms: "
                          + ", ".join(repr(f"builtin:{n}") for n in BUILTIN_MODELS) + " (builtin:scene-task<N>).")
     path = Path(str(importlib.resources.files("vlmrb_torchrl.scorers") / "models" / BUILTIN_MODELS[name]))
+    if not path.is_dir():  # a model this version of the package does not ship (yet)
+        raise FileNotFoundError(
+            f"builtin:{name}: this version of vlmrb-torchrl does not ship this model's weights. Build it with "
+            f"`vlmrb build-scorer {name} --out DIR` and pass scorer=clip:DIR (with the prompt set, e.g. "
+            f"make_scorer('clip:DIR', prompt_set=...)), or use the env's oracle scorer."
+        )
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
         raise FileNotFoundError(
             f"builtin:{name}: the model files are missing from {path}; the package was installed without its "
