@@ -1,16 +1,19 @@
-"""Scorer quality: precision, recall, F1 and AUROC of a scorer against the MiniGrid, robosuite or Atari oracle.
+"""Scorer quality: precision, recall, F1 and AUROC of a scorer against the MiniGrid, robosuite, Atari, OGBench oracle.
 
 Rolls out ``--episodes`` episodes of a MiniGrid env (:class:`~vlmrb_torchrl.envs.MiniGridEnv`),
 of robosuite Lift (``--env robosuite/Lift``: :class:`~vlmrb_torchrl.envs.RobosuiteEnv` as the
 SAC recipe builds it, ``agentview`` frames, episodes ending on success or after ``--max-steps``,
-default 200) or of an Atari game (``--env ALE/Pong-v5``: :class:`~vlmrb_torchrl.envs.AtariEnv`
+default 200), of an Atari game (``--env ALE/Pong-v5``: :class:`~vlmrb_torchrl.envs.AtariEnv`
 in evaluation mode, whole games cut at ``--max-steps``, default 2,500; its ``"pixels"`` are those
 of the DQN recipe's :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`, and the scripted agent reads
-the RAM, which only ``AtariEnv`` exposes), rendering frames only when the scorer reads them, cuts them into clips with the
+the RAM, which only ``AtariEnv`` exposes) or of an OGBench Scene task (``--env ogbench/scene-task3``:
+:class:`~vlmrb_torchrl.envs.SceneEnv` as the SAC recipe builds it, ``front_pixels`` frames,
+episodes ending when the task is solved or after ``--max-steps``, default OGBench's 750),
+rendering frames only when the scorer reads them, cuts them into clips with the
 stream and transform :func:`~vlmrb_torchrl.make_clip_scoring` builds for the scorer (what the
 recipes and the gallery use), scores every clip with ``transform.score_clips`` (what the async
 worker calls) and labels the same clips with the privileged oracle (``oracle:minigrid`` /
-``oracle:robosuite`` / ``oracle:atari``, which read the env's event flags, not frames).
+``oracle:robosuite`` / ``oracle:atari`` / ``oracle:ogbench``, which read the env's event flags, not frames).
 
 Labels. A clip is *positive* when one of its real (``mask`` True) steps has a progress event
 (``("next", "progress_event")``: on MiniGrid / BabyAI a sub-goal of the episode's mission
@@ -19,10 +22,12 @@ next to / reach the goal, in its order, and the sub-goals its layout implies, th
 way and the keys of locked ones; on DoorKey that is the first key pickup, the first door
 opening and the goal, as before missions were read; a mission outside the grammar keeps those
 generic events; Lift's cube grasped, lifted or task success; Atari: a positive reward, the player
-scores). Per event type (MiniGrid, Lift), the env writes
+scores; Scene: one of the task's subgoals becomes satisfied, or the task is solved). Per event type
+(MiniGrid, Lift, Scene), the env writes
 one flag each (``("next", "key_picked_up")``, ``"door_opened"``, ``"goal_reached"``,
-``"success"``, ``"subgoal"``; Lift: ``"grasping"``, ``"lifted"``, ``"success"``) and the oracle
-reads that flag instead.
+``"success"``, ``"subgoal"``; Lift: ``"grasping"``, ``"lifted"``, ``"success"``; Scene:
+``"cube_achieved"``, ``"button_0_achieved"``, ..., ``"success"``) and the oracle reads that flag
+instead.
 A per-type row compares the clips showing that event (positives) with the clips showing *no*
 event at all (negatives); clips showing only other events are left out of it, so a scorer that
 detects every kind of progress is not charged with false positives for detecting the others.
@@ -67,8 +72,10 @@ uniform random actions (SAC's first frames) and ``scripted`` the noisy pick-and-
 its episodes aim beside the cube). On Atari (Pong, Breakout), ``scripted`` is
 :class:`~vlmrb_torchrl.envs.atari_policies.AtariPolicy` (Pong: the paddle follows the ball;
 Breakout: serve, then keep the paddle under the ball) with ``--epsilon`` random actions and its own
-random bursts, no random episodes. Episode ``i`` resets the env with seed ``--seed + i``: the
-same command gives the same numbers.
+random bursts, no random episodes. On Scene, ``random`` is uniform random actions and ``scripted``
+:class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy` without random-motion episodes: subtasks
+toward the task's goal or at random, run by OGBench's scripted oracles, with noise. Episode ``i``
+resets the env with seed ``--seed + i``: the same command gives the same numbers.
 
 Usage:
 
@@ -82,6 +89,8 @@ Usage:
         --policy mixed --epsilon 0.05 --seed 1000
     python benchmarks/scorer_quality.py --scorer builtin:minigrid --env family --episodes 20 \\
         --policy mixed-mission --seed 1000 --threads 1 --json family.json
+    python benchmarks/scorer_quality.py --scorer builtin:scene --env ogbench/scene-task3 --episodes 20 \\
+        --policy mixed --seed 1000 --max-steps 400
 
 Prints a Markdown table (one row for all progress events, one per event type) and, with
 ``--json``, writes the same numbers plus the run's settings and the scorer's provenance.
@@ -112,9 +121,15 @@ EVENT_TYPES = {
     "success": "task success",
     "grasping": "cube grasped",
     "lifted": "cube lifted",
+    "cube_achieved": "cube on its target",
+    "button_0_achieved": "drawer lock (button 0) set",
+    "button_1_achieved": "window lock (button 1) set",
+    "drawer_achieved": "drawer at its goal",
+    "window_achieved": "window at its goal",
 }
 ROBOSUITE_PREFIX = "robosuite/"
 ATARI_PREFIX = "ALE/"
+OGBENCH_PREFIX = "ogbench/"
 #: --max-steps' default on Atari: a scripted Pong game lasts ~2,600 steps
 ATARI_MAX_STEPS = 2_500
 POLICIES = ("random", "scripted", "mixed", "subgoal", "mission", "mixed-mission")
@@ -313,7 +328,8 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
     any MiniGrid / BabyAI mission the parser reads). ``epsilon`` / ``burst_prob`` go to all three.
 
     On robosuite Lift ``scripted`` is :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`
-    without random-motion episodes (``subgoal`` is refused).
+    without random-motion episodes, on OGBench Scene
+    :class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy` without them (``subgoal`` is refused).
 
     Raises:
         ValueError: ``scripted`` on a layout without a goal tile (the message names policy and env).
@@ -322,9 +338,14 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
         return RandomPolicy(env, seed)
     if name not in ("scripted", "subgoal", "mission"):
         raise ValueError(f"unknown policy {name!r}: use one of {POLICIES}.")
-    if _is_robosuite(env):
+    if _is_mujoco(env):
         if name != "scripted":
-            raise ValueError(f"the {name} policy is for MiniGrid; on robosuite use random, scripted or mixed.")
+            raise ValueError(f"the {name} policy is for MiniGrid; on {type(env).__name__} use random, scripted or "
+                             "mixed.")
+        if type(env).__name__ == "SceneEnv":
+            from vlmrb_torchrl.envs.ogbench_policies import ScenePolicy
+
+            return ScenePolicy(env, seed=seed, random_share=0.0)
         from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
 
         return LiftPolicy(env, seed=seed, random_share=0.0)
@@ -349,8 +370,17 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
     return SubgoalPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
 
 
-def _is_robosuite(env) -> bool:
-    return type(env).__name__ == "RobosuiteEnv"
+def _is_scene_id(env_id: str) -> bool:
+    from vlmrb_torchrl.envs.ogbench import scene_task
+
+    try:
+        return env_id.startswith(OGBENCH_PREFIX) and bool(scene_task(env_id))
+    except ValueError:
+        return False
+
+
+def _is_mujoco(env) -> bool:
+    return type(env).__name__ in ("RobosuiteEnv", "SceneEnv")
 
 
 def _is_atari(env) -> bool:
@@ -374,14 +404,16 @@ def episode_policy(policy: str, episode: int) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scorer_quality.py",
-        description="Precision, recall, F1 and AUROC of a clip scorer against the MiniGrid, robosuite or Atari "
+        description="Precision, recall, F1 and AUROC of a clip scorer against the MiniGrid, robosuite, Atari or "
+                    "OGBench "
                     "oracle.",
     )
     parser.add_argument("--scorer", required=True, help="scorer spec for make_scorer (oracle:minigrid, "
                         "builtin:minigrid, clip:<dir>, hf:<dir>, python:mod:fn, ...)")
     parser.add_argument("--env", required=True, help="a MiniGrid or BabyAI env id (e.g. MiniGrid-DoorKey-6x6-v0), "
                         "several separated by commas, a family set (" + ", ".join(FAMILY_SETS) + ": "
-                        "docs/builtin_scorer.md), robosuite/Lift or an ALE id, e.g. ALE/Pong-v5")
+                        "docs/builtin_scorer.md), robosuite/Lift, an ALE id, e.g. ALE/Pong-v5, or "
+                        "ogbench/scene-task<N> (N = 1..5)")
     parser.add_argument("--episodes", type=int, required=True, help="episodes to roll out")
     parser.add_argument("--task", choices=TASK_MODES, default="auto",
                         help="mission: each episode's mission is the scorer's task= (builtin:minigrid derives its "
@@ -419,7 +451,7 @@ def _parser() -> argparse.ArgumentParser:
                         "others: all), all, or a comma-separated list of MiniGrid action names")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="truncate episodes after this many steps (default: MiniGrid's own max_steps; "
-                        f"robosuite: 200, the SAC recipe's; Atari: {ATARI_MAX_STEPS})")
+                        f"robosuite: 200, the SAC recipe's; Atari: {ATARI_MAX_STEPS}; OGBench Scene: 750, OGBench's)")
     parser.add_argument("--frame-size", type=int, default=64, help="rendered frame size (recipes: 64)")
     parser.add_argument("--full-render", action="store_true",
                         help="robosuite: render with reflections, shadows and multisampling (the recipes render "
@@ -450,8 +482,10 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> di
         parser.error(f"--label-noise must be in [0, 1], got {args.label_noise}.")
     if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
         parser.error(f"--noise-std must be a finite float >= 0, got {args.noise_std}.")
-    if not args.env.startswith(("MiniGrid-", "BabyAI-", ATARI_PREFIX)) and args.env != ROBOSUITE_PREFIX + "Lift":
-        parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*), robosuite/Lift or an ALE id "
+    if (not args.env.startswith(("MiniGrid-", "BabyAI-", ATARI_PREFIX)) and args.env != ROBOSUITE_PREFIX + "Lift"
+            and not _is_scene_id(args.env)):
+        parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*), robosuite/Lift, "
+                     f"ogbench/scene-task<N> or an ALE id "
                      f"(ALE/Pong-v5), got {args.env!r}.")
     try:
         kwargs = json.loads(args.scorer_kwargs) if args.scorer_kwargs else {}
@@ -505,7 +539,13 @@ def format_table(report: dict[str, dict]) -> str:
 
 def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, render: bool):
     """The env the episodes run in: MiniGrid or Atari as the DQN recipe builds it (Atari: one ``AtariEnv``, whose
-    frames are the recipe's), or robosuite Lift as the SAC recipe does."""
+    frames are the recipe's), or robosuite Lift or OGBench Scene as the SAC recipe does."""
+    if args.env.startswith(OGBENCH_PREFIX):
+        from vlmrb_torchrl.envs.ogbench import make_ogbench_env
+
+        # the recipe's camera, reward and episode rules (ends when solved)
+        return make_ogbench_env(args.env, render=render, frame_size=args.frame_size, camera="front_pixels",
+                                max_episode_steps=args.max_steps or 750, seed=args.seed)
     if args.env.startswith(ATARI_PREFIX):
         from vlmrb_torchrl.envs.atari import make_atari_env
 
@@ -549,8 +589,8 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
         mode = "mission" if args.scorer == "builtin:minigrid" and not told else "none"
     if mode == "none":
         return None
-    if args.env.startswith(ROBOSUITE_PREFIX):
-        parser.error("--task mission: robosuite envs have no mission string; use --task none.")
+    if args.env.startswith((ROBOSUITE_PREFIX, OGBENCH_PREFIX)):
+        parser.error("--task mission: robosuite and OGBench envs have no mission string; use --task none.")
     if "task" in scorer_kwargs:
         parser.error("--task mission gives the scorer each episode's mission: drop task from --scorer-kwargs.")
     cache: dict[str, Any] = {}
@@ -666,9 +706,11 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
     from vlmrb_torchrl.clips import ClipBatch
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
-    robosuite = args.env.startswith(ROBOSUITE_PREFIX)
+    robosuite = args.env.startswith((ROBOSUITE_PREFIX, OGBENCH_PREFIX))  # the SAC recipe's MuJoCo envs
     atari = args.env.startswith(ATARI_PREFIX)
-    if robosuite:
+    if args.env.startswith(OGBENCH_PREFIX):
+        from vlmrb_torchrl.envs.ogbench import OGBENCH_EVENT_KEYS as event_keys
+    elif robosuite:
         from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS as event_keys
     elif atari:
         event_keys = (PROGRESS,)  # a positive reward: no event types
@@ -680,7 +722,12 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
         torch.set_num_threads(args.threads)
     try:
         try:
-            scorer = make_scorer(args.scorer, **scorer_kwargs)
+            spec = args.scorer
+            if spec == "builtin:scene" and _is_scene_id(args.env):  # the env's task's prompt set, as the recipe picks
+                from vlmrb_torchrl.envs.ogbench import scene_task
+
+                spec = f"builtin:scene-task{scene_task(args.env)}"
+            scorer = make_scorer(spec, **scorer_kwargs)
         except (ValueError, TypeError, KeyError) as err:
             parser.error(f"--scorer {args.scorer!r}: {err}")
         scorer_for = _task_scorers(parser, args, scorer_kwargs, scorer, make_scorer)

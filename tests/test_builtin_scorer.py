@@ -237,7 +237,7 @@ def test_dqn_default_scorer_is_builtin():
 
     # scorer=auto: the env's built-in scorer, resolved by validate() (config.json records the resolved spec)
     assert DQNConfig().scorer == "auto" and DQNConfig().validate().scorer == "builtin:minigrid"
-    assert SACConfig().scorer == "builtin:lift"
+    assert SACConfig().validate().scorer == "builtin:lift"
     for env in ("ALE/Pong-v5", "ALE/Breakout-v5"):
         assert apply_overrides(DQNConfig(), [f"env={env}"]).validate().scorer == "builtin:atari"
     with pytest.raises(ConfigError, match="scorer='builtin:minigrid' is invalid: expected a scorer for this env"):

@@ -47,7 +47,7 @@ class TestSACConfig:
             apply_overrides(SACConfig(), [override]).validate()
 
     def test_defaults(self):
-        cfg = SACConfig()
+        cfg = SACConfig().validate()
         assert cfg.replay == "vlm_td" and cfg.scorer == "builtin:lift" and cfg.env == "robosuite/Lift"
         assert cfg.max_oversampling == 4.0
         # other tasks, or no scorer: no complaint about builtin:lift

@@ -1,4 +1,4 @@
-"""The ``vlmrb`` command: ``vlmrb train dqn key=value ...``, ``vlmrb build-scorer minigrid|lift|atari --out DIR``."""
+"""The ``vlmrb`` command: ``vlmrb train dqn key=value ...``, ``vlmrb build-scorer minigrid|lift|atari|scene --out DIR``."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ _DESCRIPTION = """VLM-guided experience replay (VLM-RB) for TorchRL.
 Commands:
   vlmrb --version                                             print the package version
   vlmrb train dqn [--config FILE] [--quick] [key=value ...]   train double DQN (MiniGrid, Atari)
-  vlmrb train sac [--config FILE] [--quick] [key=value ...]   train SAC (robosuite manipulation)
-  vlmrb build-scorer minigrid|lift|atari --out DIR [--frames N] [--steps N] [--seed S]
-                                                              train a built-in scorer (MiniGrid, robosuite Lift, Atari)
+  vlmrb train sac [--config FILE] [--quick] [key=value ...]   train SAC (robosuite, OGBench Scene)
+  vlmrb build-scorer minigrid|lift|atari|scene --out DIR [--frames N] [--steps N] [--seed S]
+                              train a built-in scorer (MiniGrid, robosuite Lift, Atari, OGBench Scene)
 
 Run `vlmrb train dqn --help` / `vlmrb train sac --help` for every key."""
 
@@ -148,20 +148,22 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
         description="Train a small CLIP on frames of an environment captioned from the simulator's state, on one "
                     "CPU thread, and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
-                    "(minigrid: ~13 CPU-minutes; lift: ~50 minutes of robosuite rendering + ~15 of training; atari: ~6 minutes of emulation + ~15 of training). Same "
+                    "(minigrid: ~13 CPU-minutes; lift: ~50 minutes of robosuite rendering + ~15 of training; atari: "
+                    "~6 minutes of emulation + ~15 of training; scene: ~45 minutes of OGBench rendering + ~30 of "
+                    "training). Same "
                     "arguments, same seed: identical weights. Defaults below are per environment.",
     )
     parser.add_argument("name", choices=sorted(DOMAINS), help="which built-in scorer to train")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--frames", type=int, default=None,
-                        help="frames generated (minigrid 120000, lift 30000, atari 60000)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000)")
+                        help="frames generated (minigrid 120000, lift and scene 30000, atari 60000)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000; scene 4000)")
     parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default 0)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop training after this many minutes (the result then depends on the machine's speed)")
     parser.add_argument("--held-out-frames", type=int, default=None,
-                        help="frames of held-out tasks for the transfer metrics (minigrid 3000; 0 = skip; lift has none)")
+                        help="frames of held-out tasks for the transfer metrics (minigrid 3000; 0 = skip; the others have none)")
     parser.add_argument("--size", default=None, choices=["small", "micro"], help="model size (micro: for tests)")
     parser.add_argument("--cache", default=None,
                         help="keep the generated training frames in this directory and reuse them for the next build "
@@ -170,7 +172,7 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
 
 
 def build_scorer_main(argv: list[str]) -> int:
-    """``vlmrb build-scorer minigrid|lift|atari --out DIR ...``: see :func:`~vlmrb_torchrl.scorer_training.build_scorer`."""
+    """``vlmrb build-scorer minigrid|lift|atari|scene --out DIR ...``: see :func:`~vlmrb_torchrl.scorer_training.build_scorer`."""
     import dataclasses
 
     from vlmrb_torchrl.scorer_training import build_scorer, get_domain

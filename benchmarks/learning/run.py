@@ -28,6 +28,9 @@ Commands::
     python benchmarks/learning/run.py --study doorkey5 --arms ablation --seeds 0-4 --jobs 2 --background
     # robosuite Lift, SAC: uniform vs TD-boosted VLM-RB with the oracle (pip install -e ".[robosuite]")
     python benchmarks/learning/run.py --study lift --arms uniform,vlm_td_oracle --seeds 0-2 --background
+    # OGBench Scene task 2, SAC: uniform vs VLM-RB with oracle:ogbench and builtin:scene, one run at a time,
+    # in chunks of 50k frames (--set stop_at=...; the next start resumes) (pip install -e ".[ogbench]")
+    python benchmarks/learning/run.py --study scene2 --arms scene --seeds 0-2 --jobs 1 --background
 
 Then ``python benchmarks/learning/analyze.py --study doorkey5`` draws the plots and the table.
 Runs use one torch thread each and synchronous scoring (``async_scoring=false``): a run is
@@ -99,8 +102,17 @@ STUDIES: dict[str, dict[str, str]] = {
              "checkpoint_every": "10000", "reward_shaping": "true",
              "buffer_size": "50000"},  # holds the whole run; a checkpoint saves the storage's capacity
 }
+# OGBench Scene, SAC (issue 32): scene<N> is task N at the budget this machine affords (300k frames,
+# ~1 h a run at ~80 env-steps/s on an idle core). The oracle arms read oracle:ogbench (a subgoal becomes
+# satisfied, or the task is solved); OGBench's own reward (the subgoal count) unless an arm says otherwise.
+# Clips of 16 steps every 16 steps, 5 frames each (0, 4, ..., 16: a quarter of the steps rendered for the
+# pixel scorer), each clip's score on all its transitions (cover_max): the same geometry in every arm.
+for _task in range(1, 6):
+    STUDIES[f"scene{_task}"] = {"env": f"ogbench/scene-task{_task}", "total_frames": "300000", "eval_every": "10000",
+                                "checkpoint_every": "25000", "buffer_size": "300000", "scorer": "oracle:ogbench",
+                                "clip_len": "16", "clip_stride": "16", "clip_frames": "5", "clip_assign": "cover_max"}
 #: The recipe a study runs (``vlmrb train <recipe>``); DQN unless listed.
-STUDY_RECIPE: dict[str, str] = {"lift": "sac"}
+STUDY_RECIPE: dict[str, str] = {"lift": "sac", **{f"scene{task}": "sac" for task in range(1, 6)}}
 
 
 def study_recipe(study: str) -> str:
@@ -149,6 +161,12 @@ PAPER: dict[str, dict[str, str]] = {
     "vlm_goal_cap4": {"replay": "vlm", "scorer": "oracle:minigrid_goal", "max_oversampling": "4"},
     "vlm_builtin_goal": {"replay": "vlm", "scorer": "builtin:minigrid_goal"},
 }
+#: OGBench Scene: the sparse reward (0 when solved, else -1) instead of OGBench's subgoal count, and VLM-RB with the
+#: pixel scorer shipped for Scene (builtin:scene, the task's prompt set) instead of the privileged oracle.
+SCENE: dict[str, dict[str, str]] = {
+    "uniform_sparse": {"replay": "uniform", "reward_shaping": "false"},
+    "vlm_td_builtin": {"replay": "vlm_td", "scorer": "builtin:scene"},
+}
 #: Uniform replay under other learner settings: is the collapse after solving a tuning problem?
 TUNING: dict[str, dict[str, str]] = {
     "uniform_lr1e-4": {"replay": "uniform", "lr": "1e-4"},
@@ -156,7 +174,7 @@ TUNING: dict[str, dict[str, str]] = {
     "uniform_epsend0.1": {"replay": "uniform", "eps_end": "0.1"},
 }
 ARM_GROUPS = {"main": list(ARMS), "ablation": list(ABLATIONS), "tuning": list(TUNING), "ceiling": list(CEILING),
-              "paper": ["uniform", *PAPER]}
+              "paper": ["uniform", *PAPER], "scene": ["uniform", "vlm_td_oracle", "vlm_td_builtin"]}
 
 
 @dataclass
@@ -209,7 +227,7 @@ class Job:
 
 def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path = RUNS,
               results_root: Path = RESULTS) -> list[Job]:
-    table = {**ARMS, **ABLATIONS, **TUNING, **CEILING, **PAPER}
+    table = {**ARMS, **ABLATIONS, **TUNING, **CEILING, **PAPER, **SCENE}
     unknown = [a for a in arms if a not in table]
     if unknown:
         raise SystemExit(f"unknown arms {unknown}; known: {sorted(table)} or groups {sorted(ARM_GROUPS)}")

@@ -3,7 +3,7 @@
 Each backend imports its simulator lazily: importing this package needs neither gymnasium nor
 minigrid (``pip install 'vlmrb-torchrl[minigrid]'`` when building a MiniGrid env) nor ale-py
 (``pip install 'vlmrb-torchrl[atari]'`` when building an Atari env) nor robosuite
-(``pip install 'vlmrb-torchrl[robosuite]'``).
+(``pip install 'vlmrb-torchrl[robosuite]'``) nor OGBench (``pip install 'vlmrb-torchrl[ogbench]'``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from vlmrb_torchrl.envs.minigrid import (
     register_extra_envs,
 )
 from vlmrb_torchrl.envs.minigrid_missions import MissionTracker, parse_mission
+from vlmrb_torchrl.envs.ogbench import OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SCENE_TASKS, SceneEnv, make_ogbench_env
 from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS, ClipRenderSteps, RobosuiteEnv, make_robosuite_env
 
 __all__ = [
@@ -32,11 +33,16 @@ __all__ = [
     "MINIGRID_EVENT_KEYS",
     "MiniGridEnv",
     "MissionTracker",
+    "OGBENCH_EVENT_KEYS",
     "ROBOSUITE_EVENT_KEYS",
     "RobosuiteEnv",
+    "SCENE_SUBGOALS",
+    "SCENE_TASKS",
+    "SceneEnv",
     "atari_prompt",
     "make_atari_env",
     "make_minigrid_env",
+    "make_ogbench_env",
     "make_robosuite_env",
     "parse_mission",
     "register_extra_envs",

@@ -10,8 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "ConfigError", "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS",
-           "quick_preset"]
+__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "sac_env_family", "ConfigError",
+           "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")
 
@@ -134,6 +134,10 @@ class RecipeConfig:
         """(name, ok, allowed) triples; a subclass adds its own and calls ``super()._checks()``."""
         return []
 
+    def _resolve(self) -> None:
+        """Replaces "the env's default" values (``None``) by the env's own, before the checks; a subclass
+        with such keys overrides it (the values land in ``config.json``)."""
+
     def updates_for(self, frames: int) -> int:
         """Gradient updates for a collector batch of ``frames`` frames once learning started.
 
@@ -161,6 +165,7 @@ class RecipeConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):  # lr=inf, a timeout of nan: never meant
                 raise ConfigError(f"{f.name}={value!r} is invalid: expected a finite number.")
+        self._resolve()
         checks = [
             ("replay", self.replay in REPLAY_MODES, f"one of {REPLAY_MODES}"),
             ("clip_assign", self.clip_assign in ("start", "cover_max"), "'start' or 'cover_max'"),
@@ -330,16 +335,41 @@ def _atari_builtin_game(env_id: str) -> bool:
     return env_id.startswith("ALE/") and env_id.split("/", 1)[1].split("-", 1)[0] in ("Pong", "Breakout")
 
 
+#: The SAC recipe's per-env defaults (``None`` in :class:`SACConfig`, ``"auto"`` for the scorer): by env
+#: family, the episode limit, the camera the scorer sees, whether the reward is shaped and the default scorer.
+SAC_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    # robosuite: a 200-step horizon, agentview frames, the sparse success reward, builtin:lift
+    "robosuite/": {"max_episode_steps": 200, "camera": "agentview", "reward_shaping": False,
+                   "scorer": "builtin:lift"},
+    # OGBench Scene: OGBench's 750 steps, its pixel camera, its own reward (the subgoal count),
+    # builtin:scene with the task's prompt set
+    "ogbench/": {"max_episode_steps": 750, "camera": "front_pixels", "reward_shaping": True,
+                 "scorer": "builtin:scene"},
+}
+
+
+def sac_env_family(env: str) -> str | None:
+    """The key of :data:`SAC_ENV_DEFAULTS` ``env`` belongs to (``None``: not a SAC env).
+
+    Examples:
+        >>> sac_env_family("robosuite/Lift"), sac_env_family("ogbench/scene-task3"), sac_env_family("ALE/Pong-v5")
+        ('robosuite/', 'ogbench/', None)
+    """
+    return next((family for family in SAC_ENV_DEFAULTS if env.startswith(family)), None)
+
+
 @dataclasses.dataclass
 class SACConfig(RecipeConfig):
-    """SAC (twin Q, automatic entropy tuning) with uniform, PER or VLM-guided replay (robosuite)."""
+    """SAC (twin Q, automatic entropy tuning) with uniform, PER or VLM-guided replay (robosuite, OGBench Scene)."""
 
     # run (SAC defaults differ from the shared ones)
-    env: str = _field("robosuite/Lift", "robosuite/<Task>: any robosuite task (Lift, Stack, Door, ...)")
+    env: str = _field("robosuite/Lift", "robosuite/<Task> (any robosuite task: Lift, Stack, Door, ...) or "
+                                        "ogbench/scene-task1 ... ogbench/scene-task5 (OGBench Scene)")
     replay: Literal["uniform", "per", "vlm", "vlm_td"] = _field(
         "vlm_td", "replay mode: uniform | per | vlm | vlm_td (TD-boosted VLM-RB, the paper's continuous variant)")
     total_frames: int = _field(200_000, "environment steps to collect (all envs together)")
-    max_episode_steps: int | None = _field(200, "episode time limit (robosuite horizon; None = 500)")
+    max_episode_steps: int | None = _field(None, "episode time limit (None = the env's: robosuite 200, the "
+                                                 "recipe's horizon; OGBench Scene 750, OGBench's)")
     num_envs: int = _field(2, "environments stepped in parallel (see env_backend)")
     frames_per_batch: int = _field(200, "frames per collector batch (all envs together)")
     env_backend: Literal["serial", "parallel"] = _field(
@@ -348,9 +378,13 @@ class SACConfig(RecipeConfig):
                                           "their frames on one core, the learner on the other; reproducible for a "
                                           "seed); False = collect, then learn, in one process")
     # env
-    camera: str = _field("agentview", "offscreen camera rendered for the VLM")
+    camera: str | None = _field(None, "offscreen camera rendered for the VLM (None = the env's: robosuite "
+                                      "agentview, OGBench Scene front_pixels)")
     frame_size: int = _field(64, "VLM frame width/height in pixels")
-    reward_shaping: bool = _field(False, "robosuite's dense shaped reward instead of the sparse success reward")
+    reward_shaping: bool | None = _field(
+        None, "a dense reward instead of sparse success (robosuite: its shaped reward; OGBench Scene: the number "
+              "of satisfied subgoals minus 5, OGBench's own reward; false: 0 when solved, else -1); None = the "
+              "env's own: robosuite sparse, Scene the subgoal count")
     render_clip_frames_only: bool = _field(True, "render only the steps whose frames some clip sends to the scorer")
     fast_render: bool = _field(True, "render VLM frames without reflections, shadows and multisampling (~4x cheaper "
                                      "on a CPU; False = robosuite's default image)")
@@ -373,9 +407,12 @@ class SACConfig(RecipeConfig):
     tau: float = _field(0.005, "target-network soft-update rate (Q' <- (1 - tau) Q' + tau Q)")
     alpha_init: float = _field(1.0, "initial entropy temperature (tuned automatically)")
     # replay
-    scorer: str = _field("builtin:lift", "scorer spec for vlm modes: builtin:lift (the small CLIP shipped with the "
-                                         "package, scoring agentview frames of Lift), oracle:robosuite (privileged "
-                                         "grasp/lift/success flags), python:mod:fn, clip:<id or dir>, hf:<id or dir>, ...")
+    scorer: str = _field(
+        "auto", "scorer spec for vlm modes: auto (the env's built-in scorer: builtin:lift on robosuite, builtin:scene "
+                "on OGBench Scene), builtin:lift (the small CLIP shipped with the package, scoring agentview frames "
+                "of Lift), builtin:scene (the one for OGBench Scene, with the task's prompt set: "
+                "builtin:scene-task<N>), oracle:robosuite / oracle:ogbench (privileged event flags), python:mod:fn, "
+                "clip:<id or dir>, hf:<id or dir>, ...")
     # evaluation
     eval_every: int = _field(20_000, "frames between evaluations")
     eval_episodes: int = _field(10, "episodes per evaluation (deterministic actor)")
@@ -385,19 +422,41 @@ class SACConfig(RecipeConfig):
     _UNIT_NUMBERS = (*RecipeConfig._UNIT_NUMBERS, "tau")
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "alpha_init")
 
+    def _resolve(self) -> None:
+        family = sac_env_family(self.env)
+        if family is None:
+            return  # the env check below says what is accepted
+        for key, value in SAC_ENV_DEFAULTS[family].items():
+            if getattr(self, key) in (None, "auto"):
+                setattr(self, key, value)
+        task = _scene_task(self.env)
+        if task is not None and self.scorer == "builtin:scene":  # the task's prompt set
+            self.scorer = f"builtin:scene-task{task}"
+
     def _checks(self) -> list[tuple[str, bool, str]]:
-        lift_scorer = self.scorer == "builtin:lift" and self.replay in ("vlm", "vlm_td")
-        return [*super()._checks(), ("env", self.env.startswith("robosuite/"), "robosuite/<Task>, e.g. robosuite/Lift"),
+        family = sac_env_family(self.env)
+        task = _scene_task(self.env)
+        vlm, scorer = self.replay in ("vlm", "vlm_td"), self.scorer or ""
+        lift_scorer = vlm and scorer == "builtin:lift"
+        scene_scorer = vlm and scorer.startswith("builtin:scene")
+        builtin = lift_scorer or scene_scorer
+        trained_on = "agentview" if lift_scorer else "front_pixels"
+        return [*super()._checks(),
+                ("env", family == "robosuite/" or task is not None,
+                 "robosuite/<Task> (e.g. robosuite/Lift) or ogbench/scene-task1 ... ogbench/scene-task5"),
                 ("env_backend", self.env_backend in ("serial", "parallel"), "'serial' or 'parallel'"),
                 ("async_collection", not (self.async_collection and self.env_backend == "parallel"),
                  "false with env_backend=parallel (the collector process steps the envs itself)"),
                 ("scorer", not lift_scorer or self.env == "robosuite/Lift",
                  "a scorer for this task (builtin:lift knows Lift's scene only; pass scorer=oracle:robosuite, "
                  "clip:<dir>, hf:<dir>, openai:<url>#<model> or python:<module>:<callable>)"),
-                ("camera", not lift_scorer or self.camera == "agentview",
-                 "agentview with scorer=builtin:lift (the camera it was trained on)"),
-                ("frame_size", not lift_scorer or self.frame_size == 64,
-                 "64 with scorer=builtin:lift (the frame size it was trained on)"),
+                ("scorer", not scene_scorer or scorer == f"builtin:scene-task{task}",
+                 f"the scorer of this env's task (builtin:scene on ogbench/scene-task<N> is builtin:scene-task<N>; "
+                 f"env={self.env!r}; pass scorer=oracle:ogbench, clip:<dir>, ... for another env)"),
+                ("camera", not builtin or self.camera == trained_on,
+                 f"{trained_on} with scorer={self.scorer} (the camera it was trained on)"),
+                ("frame_size", not builtin or self.frame_size == 64,
+                 f"64 with scorer={self.scorer} (the frame size it was trained on)"),
                 ("policy_lr", self.policy_lr is None or self.policy_lr > 0, "None or a number > 0"),
                 ("q_lr", self.q_lr is None or self.q_lr > 0, "None or a number > 0"),
                 ("utd_ratio", self.utd_ratio is None or (self.utd_ratio > 0 and self.train_every == 1
@@ -412,6 +471,16 @@ class SACConfig(RecipeConfig):
         if self.utd_ratio is None:
             return super().updates_for(frames)
         return round(frames * self.utd_ratio)
+
+
+def _scene_task(env: str) -> int | None:
+    """The Scene task of an ``ogbench/scene-task<N>`` id, else ``None``."""
+    from vlmrb_torchrl.envs.ogbench import scene_task
+
+    try:
+        return scene_task(env) if env.startswith("ogbench/") else None
+    except ValueError:
+        return None
 
 
 QUICK_PRESETS: dict[str, dict[str, Any]] = {

@@ -1,4 +1,4 @@
-"""The recipes' env and collector factories (MiniGrid, Atari, robosuite)."""
+"""The recipes' env and collector factories (MiniGrid, Atari, robosuite, OGBench Scene)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ __all__ = ["env_factory", "probe_env", "has_batched_env", "is_atari", "is_minigr
 
 
 def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> Callable[[], Any]:
-    """A picklable zero-argument env constructor for MiniGrid (``MiniGrid-*``, ``BabyAI-*``), ALE or
-    robosuite (``robosuite/<Task>``) ids.
+    """A picklable zero-argument env constructor for MiniGrid (``MiniGrid-*``, ``BabyAI-*``), ALE,
+    robosuite (``robosuite/<Task>``) or OGBench Scene (``ogbench/scene-task<N>``) ids.
 
     Args:
         env_id (str): the env id.
@@ -36,6 +36,11 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         from vlmrb_torchrl.envs.robosuite import make_robosuite_env
 
         return functools.partial(make_robosuite_env, env_id, render=render, **kwargs)
+    if env_id.startswith("ogbench/"):
+        from vlmrb_torchrl.envs.ogbench import make_ogbench_env, scene_task
+
+        scene_task(env_id)  # an unknown id fails here, not in a collector's worker
+        return functools.partial(make_ogbench_env, env_id, render=render, **kwargs)
     if is_minigrid(env_id):
         from vlmrb_torchrl.envs.minigrid import make_minigrid_env
 
@@ -46,7 +51,8 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         return functools.partial(make_atari_env, env_id, train=train, render=render, **kwargs)
     raise ConfigError(
         f"env={env_id!r} is not supported: use a MiniGrid id (e.g. MiniGrid-DoorKey-6x6-v0) "
-        "an Atari id (e.g. ALE/Pong-v5) or robosuite/<Task> (e.g. robosuite/Lift)."
+        "an Atari id (e.g. ALE/Pong-v5), robosuite/<Task> (e.g. robosuite/Lift) or ogbench/scene-task<N> "
+        "(OGBench Scene, N = 1..5)."
     )
 
 

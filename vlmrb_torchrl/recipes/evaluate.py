@@ -53,8 +53,10 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
     copy if need be: for Atari it preprocesses frames as training did). Episodes still running
     after ``max_steps`` steps count as failures with their partial return.
 
-    Returns the success rate (NaN when the env reports no ``success``) and the mean return
-    (``raw_reward`` when the env provides it, e.g. unclipped Atari scores).
+    Returns the success rate (NaN when the env reports no ``success``), the mean return
+    (``raw_reward`` when the env provides it, e.g. unclipped Atari scores) and, for envs that count
+    satisfied subgoals (``"subgoals"``: OGBench Scene), their mean number at the episodes' ends
+    (``eval_subgoals``; episodes cut by ``max_steps`` count where they were).
     (``tests/test_evaluate.py`` checks the episode accounting against a scripted env.)
     """
     from vlmrb_torchrl.recipes.envs import has_batched_env, make_batched_env
@@ -70,21 +72,26 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
     td = env.reset()
     reward_key = "raw_reward" if "raw_reward" in env.observation_spec.keys() else "reward"
     has_success = "success" in env.observation_spec.keys()
+    has_subgoals = "subgoals" in env.observation_spec.keys()
     running_return = torch.zeros(num_envs, dtype=torch.float64)
     running_success = torch.zeros(num_envs, dtype=torch.bool)
+    last_subgoals = torch.zeros(num_envs, dtype=torch.float64)
     finished = torch.zeros(num_envs, dtype=torch.long)
-    successes, returns = [], []
+    successes, returns, subgoals = [], [], []
     for _ in range(max_steps):
         td, td_root = env.step_and_maybe_reset(policy(td))
         nxt = td["next"]
         running_return += nxt[reward_key].reshape(num_envs).double()
         if has_success:
             running_success |= nxt["success"].reshape(num_envs)
+        if has_subgoals:
+            last_subgoals = nxt["subgoals"].reshape(num_envs).double()
         for i in nxt["done"].reshape(num_envs).nonzero().flatten().tolist():
             if finished[i] < quota[i]:
                 finished[i] += 1
                 returns.append(float(running_return[i]))
                 successes.append(float(running_success[i]))
+                subgoals.append(float(last_subgoals[i]))
             running_return[i], running_success[i] = 0.0, False
         if bool((finished >= quota).all()):
             break
@@ -93,16 +100,24 @@ def evaluate(policy, make_env, *, episodes: int, seed: int, max_steps: int = 100
         for i in (finished < quota).nonzero().flatten().tolist():
             returns.append(float(running_return[i]))
             successes.append(0.0)
+            subgoals.append(float(last_subgoals[i]))
     env.close()
-    return {"eval_success": float(np.mean(successes)) if has_success else float("nan"),
-            "eval_return": float(np.mean(returns))}
+    return _results(successes if has_success else [], returns, subgoals if has_subgoals else [])
+
+
+def _results(successes: list[float], returns: list[float], subgoals: list[float]) -> dict[str, float]:
+    out = {"eval_success": float(np.mean(successes)) if successes else float("nan"),
+           "eval_return": float(np.mean(returns))}
+    if subgoals:
+        out["eval_subgoals"] = float(np.mean(subgoals))
+    return out
 
 
 def _evaluate_serial(policy, make_env, *, episodes: int, seed: int, max_steps: int) -> dict[str, float]:
     env = make_env()
     env.set_seed(seed)
     policy = on_env_device(policy, env.device)
-    successes, returns = [], []
+    successes, returns, subgoals = [], [], []
     for _ in range(episodes):
         rollout = env.rollout(max_steps, policy, break_when_any_done=True)
         nxt = rollout["next"]
@@ -110,9 +125,10 @@ def _evaluate_serial(policy, make_env, *, episodes: int, seed: int, max_steps: i
         returns.append(float(nxt[reward_key].sum()))
         if "success" in nxt.keys():
             successes.append(float(nxt["success"].any()))
+        if "subgoals" in nxt.keys():
+            subgoals.append(float(nxt["subgoals"][-1]))
     env.close()
-    return {"eval_success": float(np.mean(successes)) if successes else float("nan"),
-            "eval_return": float(np.mean(returns))}
+    return _results(successes, returns, subgoals)
 
 
 def maybe_evaluate(run, row: dict[str, Any], *, cfg: Any, counters: dict[str, Any], policy, make_env,

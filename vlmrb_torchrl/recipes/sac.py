@@ -1,4 +1,4 @@
-"""SAC with uniform, PER or VLM-guided replay (TD-boosted by default), on robosuite manipulation.
+"""SAC with uniform, PER or VLM-guided replay (TD-boosted by default), on robosuite and OGBench Scene manipulation.
 
 Reads top to bottom: run setup, envs, networks, loss and optimizers, replay, resume, the
 collect-store-learn loop, outputs. Every replay mode shares everything but the replay
@@ -95,7 +95,8 @@ def main(cfg: SACConfig) -> dict:
         start = cleanup.enter_context(start_run(cfg))
 
         # --- envs: the agent sees proprio + object state; camera frames for the VLM are rendered only
-        # when the scorer reads them, and then only on the steps some clip sends to it
+        # when the scorer reads them, and then only on the steps some clip sends to it (the env's
+        # defaults, e.g. its camera and episode limit, were filled in by cfg.validate())
         spec = ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames, assign=cfg.clip_assign)
         # seed: robosuite draws the scene (Lift: the cube's size) when it builds the model, before any
         # set_seed; an unseeded build made two runs of one seed differ from the first update on
@@ -105,7 +106,7 @@ def main(cfg: SACConfig) -> dict:
         if start.needs_frames and cfg.render_clip_frames_only:
             from vlmrb_torchrl.envs.robosuite import ClipRenderSteps
 
-            render_steps = ClipRenderSteps(spec, horizon=cfg.max_episode_steps or 500)
+            render_steps = ClipRenderSteps(spec, horizon=cfg.max_episode_steps)
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, render_steps=render_steps,
                                    **env_kwargs)
         eval_env_fn = env_factory(cfg.env, train=False, render=False, **env_kwargs)
@@ -151,7 +152,7 @@ def main(cfg: SACConfig) -> dict:
                                         scorer=start.scorer))
         training = cleanup.enter_context(Training(
             cfg, run=run, replay=replay, counters=counters, modules=modules, device=start.device,
-            eval_policy=eval_policy, eval_env_fn=eval_env_fn, eval_max_steps=cfg.max_episode_steps or 500,
+            eval_policy=eval_policy, eval_env_fn=eval_env_fn, eval_max_steps=cfg.max_episode_steps,
             make_collector=lambda env_steps: collector_fn(env_steps=env_steps)))
 
         # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch

@@ -13,8 +13,8 @@ every-true-caption-beats-every-false-one loss and saves the model. A domain supp
 - the model card's description and ``training.json``'s recipe fields;
 - ``default_config``: the shipped model's recipe.
 
-Three ship: ``"minigrid"`` (``builtin:minigrid``), ``"lift"`` (robosuite Lift, ``builtin:lift``) and
-``"atari"`` (Pong and Breakout, ``builtin:atari``).
+Four ship: ``"minigrid"`` (``builtin:minigrid``), ``"lift"`` (robosuite Lift, ``builtin:lift``),
+``"atari"`` (Pong and Breakout, ``builtin:atari``) and ``"scene"`` (OGBench Scene, ``builtin:scene``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from vlmrb_torchrl.scorer_training.captions import Statement
 from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
 
 __all__ = ["BuildConfig", "Domain", "DOMAINS", "get_domain", "minigrid_domain", "lift_domain", "MINIGRID_QUESTIONS",
-           "atari_domain", "save_frames", "load_frames"]
+           "atari_domain", "scene_domain", "save_frames", "load_frames"]
 
 
 @dataclasses.dataclass
@@ -118,7 +118,8 @@ class Domain:
 #: The frame states a cache may hold (class name -> module): nothing else is rebuilt from a cache file.
 _STATE_CLASSES = {"MiniGridState": "vlmrb_torchrl.envs.minigrid_policies",
                   "LiftState": "vlmrb_torchrl.envs.robosuite_policies",
-                  "AtariFrameState": "vlmrb_torchrl.scorer_training.atari"}
+                  "AtariFrameState": "vlmrb_torchrl.scorer_training.atari",
+                  "SceneState": "vlmrb_torchrl.envs.ogbench_policies"}
 
 
 def save_frames(data: FrameSet, path: str | Path) -> None:
@@ -398,12 +399,88 @@ def atari_domain() -> Domain:
     )
 
 
+# ------------------------------------------------------------------------------------------ OGBench Scene
+def _scene_versions() -> dict[str, str]:
+    import importlib.metadata
+
+    import mujoco
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "ogbench": importlib.metadata.version("ogbench"), "mujoco": mujoco.__version__,
+            "python": platform.python_version()}
+
+
+def _scene_intro(report: dict) -> str:
+    return f"""A transformers `CLIPModel` ({report["parameters"]:,} parameters, size "{report["config"]["size"]}": see
+`config.json`) trained from scratch on OGBench Scene frames rendered by `vlmrb_torchrl.envs.SceneEnv` exactly
+as the SAC recipe renders them for its scorer (OGBench's `front_pixels` camera, `frame_size=64`, the arm
+drawn transparent as in OGBench's pixel-based Scene, shadows and reflections off), with captions generated
+from the simulator's state: the cube on its target or off it (OGBench draws the target as a faint cube and
+the cube lighter on it), in the drawer, on the table or in the air, held or not; the drawer and the window
+open, half open or closed; each of them locked or unlocked (the button and the handle red or white). The
+simulator's state is privileged information used at training time only; at scoring time the model sees
+pixels and text. It is a domain model, not a general pretrained VLM: it knows OGBench's Scene and nothing
+else."""
+
+
+def _scene_data(report: dict) -> str:
+    kinds = report["episode_kinds"]
+    return f"""{report['frames']['train']:,} training frames and {report['frames']['val']:,} validation frames
+({report['frames']['episodes']:,} episodes; validation = held-out episodes), every {kinds['frame_every']} steps of each
+episode rendered. Episodes ({kinds['steps'][0]}-{kinds['steps'][1]} steps, not ended when the task is solved) cycle
+through the five tasks and are played by `vlmrb_torchrl.envs.ogbench_policies.ScenePolicy`: {kinds['random_share']:.0%}
+random arm motion, the others subtasks (press a button, move the drawer or the window, carry the cube)
+executed by OGBench's scripted Markov oracles, each the next step toward the task's goal (a share of
+0.3, 0.6 or 0.9 per episode) or a random one, with Gaussian action noise in {{0, 0.1, 0.2}} and random
+bursts. Each episode's seed is >= 2**20 (the scorer-quality benchmark's held-out episodes use seeds from
+1000). Batches are balanced over rare statements. Each frame gets a 1-3 statement caption; every
+statement's wordings are in `vlmrb_torchrl/scorer_training/scene.py`. Frame shares in the training data:
+{report['statement_shares']}."""
+
+
+def scene_domain() -> Domain:
+    """The OGBench Scene domain (``builtin:scene``): the SAC recipe's ``front_pixels`` frames at 64 px."""
+    from vlmrb_torchrl.scorer_training import scene
+
+    episode_steps, frame_every, random_share = (300, 750), 3, 0.1
+
+    def describe(data: FrameSet) -> dict[str, Any]:
+        shares = {" ".join(st): round(sum(st in scene.true_statements(s) for s in data.states) / max(1, len(data)), 3)
+                  for st in scene.all_statements()}
+        return {"episode_kinds": {"steps": list(episode_steps), "frame_every": frame_every,
+                                  "random_share": random_share, "kinds": list(scene.SCENE_EPISODE_KINDS),
+                                  "frames": {k: int((data.layout == i).sum()) for i, k in enumerate(data.layouts)}},
+                "statement_shares": shares}
+
+    return Domain(
+        name="scene",
+        generate=lambda n, seed: scene.generate_scene_frames(n, seed=seed, episode_steps=episode_steps,
+                                                             frame_every=frame_every, random_share=random_share,
+                                                             log=lambda line: print(line, flush=True)),
+        statements=scene.all_statements,
+        true_statements=scene.true_statements,
+        wordings=scene.wordings,
+        vocabulary=scene.vocabulary,
+        questions=scene.SCENE_QUESTIONS,
+        balanced=lambda s: True,
+        default_config=BuildConfig(frames=30_000, steps=4000, held_out_frames=0),
+        describe=describe,
+        versions=_scene_versions,
+        card_title="a small CLIP for OGBench Scene frames",
+        card_intro=_scene_intro,
+        card_data=_scene_data,
+    )
+
+
 #: The shipped domains by name (built on demand: each imports its simulator lazily).
-DOMAINS: dict[str, Callable[[], Domain]] = {"minigrid": minigrid_domain, "lift": lift_domain, "atari": atari_domain}
+DOMAINS: dict[str, Callable[[], Domain]] = {"minigrid": minigrid_domain, "lift": lift_domain, "atari": atari_domain,
+                                             "scene": scene_domain}
 
 
 def get_domain(name: str) -> Domain:
-    """The shipped domain called ``name`` (``"minigrid"`` or ``"lift"``)."""
+    """The shipped domain called ``name`` (``"minigrid"``, ``"lift"`` or ``"scene"``)."""
     if name not in DOMAINS:
         raise ValueError(f"Unknown scorer domain {name!r}: use one of {sorted(DOMAINS)}.")
     return DOMAINS[name]()

@@ -1,4 +1,4 @@
-"""Scorers that ship with the package: ``make_scorer("builtin:minigrid")``, ``"builtin:lift"``, ``"builtin:atari"``.
+"""Scorers that ship with the package: ``builtin:minigrid``, ``builtin:lift``, ``builtin:atari``, ``builtin:scene-task<N>``.
 
 ``builtin:minigrid`` is a small CLIP model (~0.28M parameters, ~1.1 MB) trained by
 ``vlmrb build-scorer minigrid`` on MiniGrid and BabyAI frames captioned from the simulator's
@@ -36,6 +36,14 @@ captioned from the emulator's RAM and the reward events (the game; where the bal
 scores a point, a brick breaks, the ball is lost). Its prompt set is the best of one check per game
 (:data:`ATARI_PROMPT_SET`), both ``max`` over the clip's frames: what ``oracle:atari`` labels, a
 positive reward. It knows Pong and Breakout only (:data:`ATARI_BUILTIN_GAMES`).
+``builtin:scene`` is the same kind of model trained by ``vlmrb build-scorer scene`` on OGBench Scene
+frames as the SAC recipe renders them (OGBench's ``front_pixels`` camera, 64 px, the arm transparent),
+captioned from the simulator's state (the cube on its target or not, in the drawer, on the table or
+in the air, held or not; the drawer and the window open, half open or closed, locked or unlocked).
+Its prompt set depends on the task (``builtin:scene-task3``, or ``make_scorer("builtin:scene",
+task=3)``; the SAC recipe picks the env's): one check per subgoal of the task, its goal state
+against the other states (``rise``: the largest gain from a frame to a later one), so that a clip
+scores high when a subgoal becomes satisfied in it, what ``oracle:ogbench`` labels.
 
 Their weights live in the package (``vlmrb_torchrl/scorers/models/<name>``): nothing is
 downloaded, and they load with ``HF_HUB_OFFLINE=1``. transformers and Pillow are needed
@@ -52,11 +60,13 @@ from typing import Any
 from vlmrb_torchrl.scorers.base import register_scorer
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
-__all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_PROMPT_SET", "MINIGRID_GOAL_PROMPT_SET", "MINIGRID_PROMPT_SET",
-           "builtin_model_dir", "make_builtin_scorer"]
+__all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_PROMPT_SET",
+           "MINIGRID_GOAL_PROMPT_SET", "MINIGRID_PROMPT_SET", "SCENE_GOALS", "SCENE_PROMPT_SETS", "builtin_model_dir",
+           "make_builtin_scorer", "scene_prompt_set"]
 
 #: Built-in models by name: the package-data directory under ``vlmrb_torchrl/scorers/models``.
-BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "minigrid", "lift": "lift", "atari": "atari"}
+BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "minigrid", "lift": "lift", "atari": "atari",
+                                  "scene": "scene"}
 
 #: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
 #: canonical ones of the training captions (``vlmrb_torchrl.scorer_training.captions``).
@@ -92,10 +102,60 @@ ATARI_PROMPT_SET: tuple[PromptCheck, ...] = (
 #: The Atari games ``builtin:atari`` was trained on (``ALE/<Game>-v5``).
 ATARI_BUILTIN_GAMES: tuple[str, ...] = ("Pong", "Breakout")
 
-#: Each built-in model's default prompt set.
+
+#: OGBench Scene's goals by task (OGBench 1.2's ``task_infos``; a test checks them against it): button 0
+#: (the drawer's lock) and button 1 (the window's) in state 1 = unlocked or 0 = locked, the drawer and
+#: the window open or closed. Every task also has a target for the cube.
+SCENE_GOALS: dict[int, dict[str, Any]] = {
+    1: {"drawer_unlocked": True, "window_unlocked": True, "drawer": "open", "window": "open"},
+    2: {"drawer_unlocked": False, "window_unlocked": False, "drawer": "closed", "window": "closed"},
+    3: {"drawer_unlocked": True, "window_unlocked": True, "drawer": "open", "window": "closed"},
+    4: {"drawer_unlocked": True, "window_unlocked": False, "drawer": "closed", "window": "closed"},
+    5: {"drawer_unlocked": False, "window_unlocked": False, "drawer": "closed", "window": "open"},
+}
+
+
+def scene_prompt_set(task: int) -> tuple[PromptCheck, ...]:
+    """The checks ``builtin:scene`` scores task ``task``'s clips with (score = max over checks): for each
+    of the five subgoals, its goal state against the others, ``rise`` over the clip's frames (a subgoal
+    that becomes satisfied in the clip, even if undone before its end: what ``oracle:ogbench`` labels).
+    The wordings are the canonical ones of ``vlmrb_torchrl.scorer_training.scene``.
+
+    Examples:
+        >>> [check.positive for check in scene_prompt_set(4)][1:3]
+        ['the drawer is unlocked', 'the window is locked']
+    """
+    if task not in SCENE_GOALS:
+        raise ValueError(f"builtin:scene: unknown task={task!r}; Scene's tasks are 1-5.")
+    goal = SCENE_GOALS[task]
+    checks = [PromptCheck("the cube is on its target", ("the cube is off its target",), "rise")]
+    for thing in ("drawer", "window"):
+        lock, other = ("unlocked", "locked") if goal[f"{thing}_unlocked"] else ("locked", "unlocked")
+        checks.append(PromptCheck(f"the {thing} is {lock}", (f"the {thing} is {other}",), "rise"))
+    for thing in ("drawer", "window"):
+        states = {"open": f"the {thing} is open", "half": f"the {thing} is half open", "closed": f"the {thing} is closed"}
+        positive = states.pop(goal[thing])
+        checks.append(PromptCheck(positive, tuple(states.values()), "rise"))
+    return tuple(checks)
+
+
+#: ``builtin:scene``'s prompt set for each Scene task.
+SCENE_PROMPT_SETS: dict[int, tuple[PromptCheck, ...]] = {task: scene_prompt_set(task) for task in SCENE_GOALS}
+
+#: Each built-in model's default prompt set (``builtin:scene``'s depends on the task: :data:`SCENE_PROMPT_SETS`).
 BUILTIN_PROMPT_SETS: dict[str, tuple[PromptCheck, ...]] = {
     "minigrid": MINIGRID_PROMPT_SET, "minigrid_goal": MINIGRID_GOAL_PROMPT_SET, "lift": LIFT_PROMPT_SET,
     "atari": ATARI_PROMPT_SET}
+
+
+def _builtin_name(name: str) -> tuple[str, int | None]:
+    """``"scene-task3"`` -> ``("scene", 3)``; other names -> ``(name, None)``."""
+    model, _, task = name.partition("-task")
+    if model == "scene" and task:
+        if not task.isdigit():
+            raise ValueError(f"Unknown built-in scorer 'builtin:{name}': use builtin:scene-task1 ... builtin:scene-task5.")
+        return model, int(task)
+    return name, None
 
 
 def builtin_model_dir(name: str = "minigrid") -> Path:
@@ -109,10 +169,17 @@ def builtin_model_dir(name: str = "minigrid") -> Path:
         >>> (builtin_model_dir("minigrid") / "config.json").is_file(), (builtin_model_dir("lift") / "config.json").is_file()
         (True, True)
     """
+    name = _builtin_name(name)[0]
     if name not in BUILTIN_MODELS:
         raise ValueError(f"Unknown built-in scorer 'builtin:{name}'. Valid forms: "
-                         + ", ".join(repr(f"builtin:{n}") for n in BUILTIN_MODELS) + ".")
+                         + ", ".join(repr(f"builtin:{n}") for n in BUILTIN_MODELS) + " (builtin:scene-task<N>).")
     path = Path(str(importlib.resources.files("vlmrb_torchrl.scorers") / "models" / BUILTIN_MODELS[name]))
+    if not path.is_dir():  # a model this version of the package does not ship (yet)
+        raise FileNotFoundError(
+            f"builtin:{name}: this version of vlmrb-torchrl does not ship this model's weights. Build it with "
+            f"`vlmrb build-scorer {name} --out DIR` and pass scorer=clip:DIR (with the prompt set, e.g. "
+            f"make_scorer('clip:DIR', prompt_set=...)), or use the env's oracle scorer."
+        )
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
         raise FileNotFoundError(
             f"builtin:{name}: the model files are missing from {path}; the package was installed without its "
@@ -125,7 +192,7 @@ def builtin_model_dir(name: str = "minigrid") -> Path:
 def make_builtin_scorer(
     name: str = "minigrid",
     *,
-    task: str | None = None,
+    task: str | int | None = None,
     mission_key: Any = None,
     prompt_set: Sequence[PromptCheck] | None = None,
     prompt: str | None = None,
@@ -138,15 +205,18 @@ def make_builtin_scorer(
 
     Args:
         name (str, optional): ``"minigrid"``, ``"minigrid_goal"`` (the MiniGrid model with the goal-only
-            prompt set, :data:`MINIGRID_GOAL_PROMPT_SET`), ``"lift"`` or ``"atari"``. Defaults to ``"minigrid"``.
+            prompt set, :data:`MINIGRID_GOAL_PROMPT_SET`), ``"lift"``, ``"atari"``, ``"scene"`` (with
+            ``task=``) or ``"scene-task<N>"``. Defaults to ``"minigrid"``.
 
     Keyword Args:
-        task (str, optional): the env's mission / task text. ``builtin:minigrid`` derives its
+        task (str or int, optional): the env's mission / task text. ``builtin:minigrid`` derives its
             checks from it when neither ``prompt_set`` nor ``prompt`` is given
             (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.minigrid_task_checks`; an
             unparsable mission falls back to the generic checks with a warning); it also fills
             ``{task}`` placeholders of given prompts. Recorded in the provenance (``task``,
             ``checks_from``: ``"mission"``, ``"generic"``, ``"default"`` or ``"given"``).
+            ``builtin:scene``: the Scene task (1-5) whose prompt set it scores with
+            (:data:`SCENE_PROMPT_SETS`; or name it: ``"scene-task3"``), required.
         mission_key (NestedKey, optional): ``builtin:minigrid`` only: read each clip's mission
             from this entry (a :class:`~vlmrb_torchrl.envs.MiniGridEnv` built with
             ``write_mission=True`` writes ``"mission"``) and score it with that mission's checks:
@@ -154,7 +224,7 @@ def make_builtin_scorer(
             mission changes every episode. Not with ``task``, ``prompt`` or ``prompt_set``.
         prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to the
             mission's (above), else the model's (:data:`BUILTIN_PROMPT_SETS`:
-            :data:`MINIGRID_PROMPT_SET`, :data:`LIFT_PROMPT_SET`).
+            :data:`MINIGRID_PROMPT_SET`, :data:`LIFT_PROMPT_SET`; ``scene``: the task's, :data:`SCENE_PROMPT_SETS`).
         prompt (str, optional): score one check instead: this positive against ``negatives``
             (e.g. ``prompt="the agent holds the red ball", negatives=["the agent holds
             nothing"]``), aggregated with ``aggregation``.
@@ -176,6 +246,13 @@ def make_builtin_scorer(
     """
     from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
 
+    name, named_task = _builtin_name(name)
+    scene_task, source = None, "given"
+    if name == "scene":  # the task is a Scene task number: its prompt set, not a text for the prompts
+        scene_task = _scene_task_number(task, named_task)
+        task = None
+        if prompt_set is None and prompt is None:
+            prompt_set, source = scene_prompt_set(scene_task), "task"
     path = builtin_model_dir(name)
     if prompt is not None:
         if prompt_set is not None:
@@ -196,7 +273,6 @@ def make_builtin_scorer(
 
         base = HFContrastiveScorer(str(path), prompt_set=list(GENERIC_CHECKS), dtype=dtype, **kwargs)
         return MissionScorer(base, mission_key)
-    source = "given"
     if prompt_set is None and name == "minigrid":
         from vlmrb_torchrl.scorers.minigrid_prompts import minigrid_task_checks
 
@@ -204,13 +280,29 @@ def make_builtin_scorer(
     elif prompt_set is None:
         prompt_set, source = BUILTIN_PROMPT_SETS[name], "default"
     scorer = HFContrastiveScorer(str(path), prompt_set=list(prompt_set), task=task, dtype=dtype, **kwargs)
-    scorer.provenance.update(task=task, checks_from=source)
+    scorer.provenance.update(task=task if scene_task is None else f"scene-task{scene_task}", checks_from=source)
     return scorer
+
+
+def _scene_task_number(task: str | int | None, named: int | None) -> int:
+    """The Scene task of ``builtin:scene`` from ``task=`` (an int or its digits) and/or the name's ``-task<N>``."""
+    if task is not None:
+        try:
+            number = int(task)
+        except (TypeError, ValueError):
+            raise ValueError(f"builtin:scene: task={task!r} is not a Scene task number (1-5).") from None
+        if named is not None and number != named:
+            raise ValueError(f"builtin:scene-task{named}: task={task!r} names another task.")
+        return number
+    if named is None:
+        raise ValueError("builtin:scene scores a task's subgoals: name the task, builtin:scene-task3 or "
+                         "make_scorer('builtin:scene', task=3) (the SAC recipe picks the env's).")
+    return named
 
 
 def _make_builtin(rest: str, **kwargs: Any):
     return make_builtin_scorer(rest or "minigrid", **kwargs)
 
 
-register_scorer("builtin", _make_builtin, form="builtin:minigrid, builtin:minigrid_goal, builtin:lift or builtin:atari",
-                overwrite=True)
+register_scorer("builtin", _make_builtin, form="builtin:minigrid, builtin:minigrid_goal, builtin:lift, builtin:atari or "
+                "builtin:scene-task<N>", overwrite=True)

@@ -21,6 +21,9 @@ ORACLE_EVENT_KEYS: dict[str, NestedKey] = {"minigrid": ("next", "progress_event"
 ORACLE_EVENT_KEYS["minigrid_goal"] = ("next", "goal_reached")
 ORACLE_EVENT_KEYS["robosuite"] = ("next", "progress_event")  # envs.robosuite: grasping | lifted | success
 ORACLE_EVENT_KEYS["atari"] = ("next", "progress_event")  # envs.atari: a positive reward on the step
+# envs.ogbench (Scene): a subgoal becomes satisfied (the cube on its target, a button in its goal state, the
+# drawer or the window at its goal position) | the task is solved
+ORACLE_EVENT_KEYS["ogbench"] = ("next", "progress_event")
 
 DEFAULT_ORACLE_PROMPT = "privileged oracle: does any step of the clip have a progress event?"
 

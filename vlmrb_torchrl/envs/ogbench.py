@@ -1,0 +1,388 @@
+"""OGBench Scene for VLM-RB: the 40-dim state for the agent, the env's own camera for the VLM.
+
+OGBench's Scene (Park et al., 2025; the paper's robotic domain): a UR5e arm with a Robotiq
+gripper, a cube, two buttons, a drawer and a window. Each button toggles a lock: button 0 the
+drawer's, button 1 the window's (a locked handle is drawn red, an unlocked one white). A task
+is a goal configuration of five *subgoals*: the cube on its target, each button in its goal
+state, the drawer and the window at their goal positions. The five single tasks:
+
+====  ==================  ==============================================================
+task  name                from the start to the goal
+====  ==================  ==============================================================
+1     open                open the drawer and the window (both unlocked)
+2     unlock_and_lock     unlock both, close the drawer and the window, lock both again
+3     rearrange_medium    move the cube 20 cm, unlock and close the window, open the drawer
+4     put_in_drawer       unlock and open the drawer, put the cube in it, close it
+5     rearrange_hard      task 4 and lock the drawer again; unlock, open and relock the window
+====  ==================  ==============================================================
+
+The paper's Scene-3/4/5 are tasks 3/4/5 (``scene-singletask-task{3,4,5}-v0``).
+
+The agent sees OGBench's 40-dim state observation (float32); the scorer sees the env's own
+``front_pixels`` camera (the one OGBench's pixel-based Scene renders: the arm drawn
+transparent so that nothing hides behind it), rendered cheaply (shadows, reflections and
+multisampling off: ~20 ms instead of ~219 ms at 64 px) and only on the steps some clip sends
+to the scorer (``render_steps``). The frames keep OGBench's task visualisation (the state-based
+env's ``visualize_info``): the cube's target drawn as a faint cube, and the cube lighter once it
+sits on it.
+
+Reward, success and termination are OGBench's: the reward is the number of satisfied subgoals
+minus 5 (``-5 .. 0``), the episode ends when the task is solved, and both are computed from the
+state *before* the action (OGBench's ``success_timing="pre"`` for single tasks), so the episode
+ends on the step after the one that solves the task. ``reward="success"`` makes it sparse:
+``0`` when solved, ``-1`` otherwise. Privileged events, per step, from the state *after* it,
+feed ``oracle:ogbench``: a subgoal becoming satisfied, and the task solved.
+
+OGBench is an optional dependency (``pip install 'vlmrb-torchrl[ogbench]'``: ogbench with
+MuJoCo 3.3.x, next to robosuite; no dataset is downloaded). Offscreen rendering uses
+``MUJOCO_GL=egl`` unless the variable is already set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+__all__ = ["SceneEnv", "make_ogbench_env", "scene_task", "SCENE_TASKS", "SCENE_SUBGOALS", "OGBENCH_EVENT_KEYS",
+           "OGBENCH_PREFIX"]
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+_has_ogbench = importlib.util.find_spec("ogbench") is not None
+
+MISSING_OGBENCH = (
+    "OGBench environments need ogbench, which is not installed: pip install 'vlmrb-torchrl[ogbench]' "
+    "(ogbench>=1.2 with mujoco>=3.3,<3.4)"
+)
+
+#: The recipes' env ids: ``ogbench/scene-task1`` ... ``ogbench/scene-task5``.
+OGBENCH_PREFIX = "ogbench/"
+
+#: Scene's single tasks by number: OGBench's task names.
+SCENE_TASKS: dict[int, str] = {1: "open", 2: "unlock_and_lock", 3: "rearrange_medium", 4: "put_in_drawer",
+                               5: "rearrange_hard"}
+
+#: Scene's subgoals, in OGBench's order: the cube on its target, button 0 (the drawer's lock) and
+#: button 1 (the window's lock) in their goal states, the drawer and the window at their goal
+#: positions (within 4 cm).
+SCENE_SUBGOALS = ("cube", "button_0", "button_1", "drawer", "window")
+
+#: Boolean per-step event entries written by :class:`SceneEnv` (``("next", key)`` in collector
+#: data): ``"<subgoal>_achieved"`` when that subgoal becomes satisfied on the step, ``"success"``
+#: while the task is solved, ``"progress_event"`` their OR (what ``oracle:ogbench`` reads).
+OGBENCH_EVENT_KEYS = (*(f"{name}_achieved" for name in SCENE_SUBGOALS), "success", "progress_event")
+_FLAG_KEYS = (*OGBENCH_EVENT_KEYS, "terminated", "truncated", "done")
+
+#: The looks of OGBench's pixel-based Scene (``visual-scene-*``): the gripper's dark parts purple,
+#: the arm drawn transparent (alpha per material).
+_PIXEL_ARM = {
+    "ur5e/robotiq/metal": 0.1, "ur5e/robotiq/silicone": 0.1, "ur5e/robotiq/gray": 0.1, "ur5e/robotiq/black": 0.1,
+    "ur5e/robotiq/pad_gray": 0.5, "ur5e/black": 0.1, "ur5e/jointgray": 0.1, "ur5e/linkgray": 0.1,
+    "ur5e/lightblue": 0.1,
+}
+_PURPLE = (0.61, 0.28, 0.82)
+_REWARDS = ("subgoals", "success")
+
+
+def _import_ogbench():
+    if not _has_ogbench:
+        raise ImportError(MISSING_OGBENCH)
+    import gymnasium
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import ogbench  # noqa: F401  (registers the scene-* ids)
+    return gymnasium
+
+
+def scene_task(env_id: str) -> int:
+    """The Scene task number of a recipe env id (``ogbench/scene-task3``, ``scene-task3`` or OGBench's
+    ``scene-singletask-task3-v0``).
+
+    Examples:
+        >>> scene_task("ogbench/scene-task3"), scene_task("scene-singletask-task5-v0")
+        (3, 5)
+        >>> scene_task("ogbench/cube-task1")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown OGBench env 'ogbench/cube-task1': use ogbench/scene-task1 ... ogbench/scene-task5.
+    """
+    match = re.fullmatch(r"(?:ogbench/)?scene(?:-singletask)?-task([1-5])(?:-v0)?", env_id)
+    if match is None:
+        raise ValueError(f"unknown OGBench env {env_id!r}: use ogbench/scene-task1 ... ogbench/scene-task5.")
+    return int(match.group(1))
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silences gymnasium's note that OGBench's float64 action bounds become float32 (OGBench builds
+    a new ``action_space`` at construction and at each reset)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
+        yield
+
+
+def _offscreen_gl() -> None:
+    """Makes new ``mujoco.Renderer`` objects use the OpenGL backend ``MUJOCO_GL`` names now.
+
+    MuJoCo picks its backend when it is first imported, and torchrl imports it (its MuJoCo envs)
+    before this module can set ``MUJOCO_GL=egl``: without this, rendering on a headless machine
+    would try GLFW and fail.
+    """
+    from mujoco import gl_context
+
+    wanted = os.environ.get("MUJOCO_GL", "").lower().strip()
+    if wanted in ("egl", "osmesa") and getattr(gl_context, "_MUJOCO_GL", wanted) != wanted:
+        if wanted == "egl":
+            from mujoco.egl import GLContext
+        else:
+            from mujoco.osmesa import GLContext
+        gl_context.GLContext = GLContext
+        gl_context._MUJOCO_GL = wanted
+
+
+def _cheap_scene(scene) -> None:
+    """Shadows and reflections off: the frame is the same but for shadows, ~3x cheaper on a CPU."""
+    import mujoco
+
+    scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+    scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+
+
+class SceneEnv(EnvBase):
+    """TorchRL environment for an OGBench Scene single task (``scene-singletask-task{N}-v0``).
+
+    Args:
+        task (int): the task, 1 to 5 (:data:`SCENE_TASKS`). Defaults to ``3``.
+
+    Keyword Args:
+        seed (int, optional): seeds the first episode (the next ones continue its generator; a
+            later :meth:`set_seed` seeds the next reset). Defaults to ``None``.
+        render (bool): write ``"pixels"``. Defaults to ``False``.
+        render_steps (Callable[[int], bool], optional): render only when
+            ``render_steps(step_in_episode)`` is true (e.g. a
+            :class:`~vlmrb_torchrl.envs.ClipRenderSteps`) and on the step that ends an episode (the
+            last clip's outcome frame); other steps get an all-zero frame. ``None`` renders every
+            step. Defaults to ``None``.
+        camera (str): the camera: ``"front_pixels"`` (OGBench's pixel camera) or ``"front"``
+            (further back). Defaults to ``"front_pixels"``.
+        frame_size (int): frames are ``[frame_size, frame_size, 3]`` uint8. Defaults to ``64``.
+        transparent_arm (bool): draw the arm as OGBench's pixel-based Scene does (transparent,
+            the gripper purple) so that it hides nothing. Defaults to ``True``.
+        max_episode_steps (int): time limit (``truncated``). Defaults to ``750`` (OGBench's).
+        reward (str): ``"subgoals"`` (OGBench's: satisfied subgoals minus 5) or ``"success"``
+            (``0`` when solved, else ``-1``). Defaults to ``"subgoals"``.
+        terminate_on_success (bool): end the episode (``terminated``) when the task is solved, as
+            OGBench does. Defaults to ``True``.
+        device: device of the outputs. Defaults to ``"cpu"``.
+
+    Entries written (``batch_size=[]``):
+
+    - ``"observation"``: float32 ``[40]``, OGBench's state observation.
+    - ``"pixels"`` (``render=True``): uint8 ``[frame_size, frame_size, 3]``.
+    - ``"subgoals"``: int64 ``[1]``, subgoals satisfied after the step (0-5).
+    - :data:`OGBENCH_EVENT_KEYS`: bool ``[1]``, from the state after the step:
+      ``"<subgoal>_achieved"`` (satisfied now, not before the step), ``"success"`` (all five
+      satisfied), ``"progress_event"`` (their OR).
+    - ``"reward"`` float32 ``[1]``, ``"done"``, ``"terminated"``, ``"truncated"`` bool ``[1]``.
+
+    Attributes:
+        render_count (int): frames rendered since construction (tests, benchmarks).
+
+    Examples:
+        >>> env = SceneEnv(3, seed=0)
+        >>> rollout = env.rollout(10)  # random actions
+        >>> rollout["observation"].shape, rollout["next", "subgoals"][-1].item(), rollout["next", "reward"][-1].item()
+        (torch.Size([10, 40]), 1, -4.0)
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        task: int = 3,
+        *,
+        seed: int | None = None,
+        render: bool = False,
+        render_steps: Callable[[int], bool] | None = None,
+        camera: str = "front_pixels",
+        frame_size: int = 64,
+        transparent_arm: bool = True,
+        max_episode_steps: int | None = 750,
+        reward: str = "subgoals",
+        terminate_on_success: bool = True,
+        device: torch.device | str | None = "cpu",
+    ) -> None:
+        gymnasium = _import_ogbench()
+        if task not in SCENE_TASKS:
+            raise ValueError(f"SceneEnv: unknown task={task!r}; Scene's tasks are 1-5 ({SCENE_TASKS}).")
+        if not isinstance(frame_size, int) or frame_size < 1:
+            raise ValueError(f"SceneEnv.frame_size must be an int >= 1, got frame_size={frame_size!r}.")
+        if max_episode_steps is None:
+            max_episode_steps = 750
+        if not isinstance(max_episode_steps, int) or max_episode_steps < 1:
+            raise ValueError(
+                f"SceneEnv.max_episode_steps must be an int >= 1, got max_episode_steps={max_episode_steps!r}.")
+        if reward not in _REWARDS:
+            raise ValueError(f"SceneEnv.reward must be one of {_REWARDS}, got reward={reward!r}.")
+        if camera not in ("front_pixels", "front"):
+            raise ValueError(f"SceneEnv: unknown camera={camera!r}; Scene's cameras are 'front_pixels' and 'front'.")
+        super().__init__(device=device, batch_size=torch.Size([]))
+        self.task = task
+        self.from_pixels = bool(render)
+        self.render_steps = render_steps
+        self.camera = camera
+        self.frame_size = frame_size
+        self.transparent_arm = transparent_arm
+        self.max_episode_steps = max_episode_steps
+        self.reward = reward
+        self.terminate_on_success = terminate_on_success
+        self.render_count = 0
+        # OGBench's own id (its registered settings: single task, no block permutation, "pre" success
+        # timing); the time limit is ours, on the unwrapped env
+        with _quiet():
+            self._env = gymnasium.make(f"scene-singletask-task{task}-v0", width=frame_size,
+                                       height=frame_size).unwrapped
+        self._step_in_episode = 0
+        self._satisfied = np.zeros(len(SCENE_SUBGOALS), dtype=bool)
+        with _quiet():
+            self._env.reset(seed=seed)  # builds the MuJoCo model
+        self._pending_seed = seed  # the first episode is seeded the same way
+        self._configure_rendering()
+        self._make_specs()
+        if self.from_pixels:
+            _offscreen_gl()
+
+    # ------------------------------------------------------------------ specs
+    def _make_specs(self) -> None:
+        flag = Categorical(n=2, shape=(1,), dtype=torch.bool, device=self.device)
+        obs = {"observation": Unbounded(shape=(40,), dtype=torch.float32, device=self.device),
+               "subgoals": Bounded(0, len(SCENE_SUBGOALS), shape=(1,), dtype=torch.int64, device=self.device)}
+        if self.from_pixels:
+            obs["pixels"] = Bounded(0, 255, shape=(self.frame_size, self.frame_size, 3), dtype=torch.uint8,
+                                    device=self.device)
+        for key in OGBENCH_EVENT_KEYS:
+            obs[key] = flag.clone()
+        self.observation_spec = Composite(obs, shape=(), device=self.device)
+        self.action_spec = Bounded(-1.0, 1.0, shape=(5,), dtype=torch.float32, device=self.device)
+        self.reward_spec = Unbounded(shape=(1,), dtype=torch.float32, device=self.device)
+        self.done_spec = Composite(done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=(),
+                                   device=self.device)
+
+    def _configure_rendering(self) -> None:
+        model = self._env._model
+        model.vis.quality.offsamples = 0  # no multisampling: read when the renderer is created (first render)
+        if self.transparent_arm:
+            import mujoco
+
+            for name, alpha in _PIXEL_ARM.items():
+                mat = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MATERIAL, name)
+                if name.endswith(("/black", "/pad_gray")) and name.startswith("ur5e/robotiq"):
+                    model.mat_rgba[mat, :3] = _PURPLE
+                model.mat_rgba[mat, 3] = alpha
+
+    @property
+    def unwrapped(self):
+        """The OGBench ``SceneEnv`` (a gymnasium env)."""
+        return self._env
+
+    # ------------------------------------------------------------------ core
+    def _set_seed(self, seed: int | None) -> None:
+        if seed is not None:
+            self._pending_seed = int(seed)
+
+    def satisfied(self) -> np.ndarray:
+        """bool ``[5]``: which subgoals (:data:`SCENE_SUBGOALS`) hold now."""
+        cube, buttons, drawer, window = self._env._compute_successes()
+        return np.array([all(cube), *buttons, drawer, window], dtype=bool)
+
+    def render_frame(self) -> torch.Tensor:
+        """Renders the camera now: uint8 ``[frame_size, frame_size, 3]`` (counted in ``render_count``)."""
+        img = self._env.render(camera=self.camera, scene_callback=_cheap_scene)
+        self.render_count += 1
+        return torch.from_numpy(np.ascontiguousarray(img))
+
+    def _output(self, obs: np.ndarray, flags: list[bool], reward: float | None, *,
+                ends_episode: bool = False) -> TensorDictBase:
+        out = {"observation": torch.as_tensor(obs, dtype=torch.float32),
+               "subgoals": torch.tensor([int(self._satisfied.sum())], dtype=torch.int64)}
+        if self.from_pixels:
+            if ends_episode or self.render_steps is None or self.render_steps(self._step_in_episode):
+                out["pixels"] = self.render_frame()
+            else:
+                out["pixels"] = torch.zeros(self.frame_size, self.frame_size, 3, dtype=torch.uint8)
+        flags_t = torch.tensor(flags, dtype=torch.bool).unsqueeze(-1)
+        out.update(zip(_FLAG_KEYS, flags_t.unbind(0)))
+        if reward is not None:
+            out["reward"] = torch.tensor([reward], dtype=torch.float32)
+        td = TensorDict(out, batch_size=torch.Size([]))
+        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        seed, self._pending_seed = self._pending_seed, None
+        with _quiet():
+            obs, _ = self._env.reset(seed=seed)
+        self._step_in_episode = 0
+        self._satisfied = self.satisfied()
+        return self._output(obs, [False] * len(_FLAG_KEYS), None)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = tensordict.get("action").detach().cpu().numpy().astype(np.float64)
+        obs, reward, terminated, _, info = self._env.step(action)
+        self._step_in_episode += 1
+        before, self._satisfied = self._satisfied, self.satisfied()
+        achieved = (self._satisfied & ~before).tolist()
+        success = bool(self._satisfied.all())
+        if self.reward == "success":
+            reward = float(info["success"]) - 1.0
+        terminated = bool(terminated) and self.terminate_on_success
+        truncated = self._step_in_episode >= self.max_episode_steps
+        flags = [*achieved, success, any(achieved) or success, terminated, truncated, terminated or truncated]
+        return self._output(obs, flags, float(reward), ends_episode=terminated or truncated)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        env = self.__dict__.get("_env")
+        if env is not None:
+            renderer = getattr(env, "_renderer", None)
+            if renderer is not None:  # its EGL context, freed now rather than by a finaliser at exit
+                renderer.close()
+                env._renderer = None
+            env.close()
+        super().close(raise_if_closed=raise_if_closed)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(task={self.task} ({SCENE_TASKS[self.task]}), render={self.from_pixels}, "
+                f"camera={self.camera!r})")
+
+
+def make_ogbench_env(env_id: str = "ogbench/scene-task3", **kwargs: Any) -> SceneEnv:
+    """Builds a :class:`SceneEnv` from a recipe env id (``ogbench/scene-task1`` ... ``ogbench/scene-task5``);
+    keyword arguments as there. Picklable via ``functools.partial``.
+
+    The recipes' shared keywords are accepted too: ``reward_shaping`` (``True`` or ``None``: the
+    subgoal count, OGBench's own reward; ``False``: sparse success), ``train`` (ignored) and
+    ``fast_render`` (``True``: Scene's frames are always rendered cheaply; ``False`` is refused).
+
+    Examples:
+        >>> env = make_ogbench_env("ogbench/scene-task1", reward_shaping=False)
+        >>> env.task, env.reward, env.max_episode_steps
+        (1, 'success', 750)
+        >>> env.close()
+    """
+    kwargs.pop("train", None)
+    if kwargs.pop("fast_render", True) is False:
+        raise ValueError("fast_render=False: OGBench Scene's frames are always rendered without shadows, reflections "
+                         "and multisampling (the transparent arm needs no more); the option is robosuite's.")
+    shaping = kwargs.pop("reward_shaping", None)
+    if shaping is not None:
+        kwargs.setdefault("reward", "subgoals" if shaping else "success")
+    return SceneEnv(scene_task(env_id), **kwargs)
