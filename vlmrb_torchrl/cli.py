@@ -164,7 +164,10 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
                         help="stop training after this many minutes (the result then depends on the machine's speed)")
     parser.add_argument("--held-out-frames", type=int, default=None,
                         help="frames of held-out tasks for the transfer metrics (minigrid 3000; 0 = skip; the others have none)")
-    parser.add_argument("--size", default=None, choices=["small", "micro"], help="model size (micro: for tests)")
+    parser.add_argument("--size", default=None, choices=["small", "atari", "micro"],
+                        help="model size (atari: 16 px patches; micro: for tests)")
+    parser.add_argument("--aux-weight", type=float, default=None,
+                        help="weight of the image tower's auxiliary classification loss (atari 1.0, others 0)")
     parser.add_argument("--cache", default=None,
                         help="keep the generated training frames in this directory and reuse them for the next build "
                              "with the same --frames and --seed (not part of the recipe: the frames are the same)")
@@ -179,7 +182,7 @@ def build_scorer_main(argv: list[str]) -> int:
 
     args = _build_scorer_parser().parse_args(argv)
     domain = get_domain(args.name)
-    given = {k: getattr(args, k) for k in ("frames", "steps", "batch_size", "seed", "minutes", "held_out_frames", "size")
+    given = {k: getattr(args, k) for k in ("frames", "steps", "batch_size", "seed", "minutes", "held_out_frames", "size", "aux_weight")
              if getattr(args, k) is not None}
     for name in ("frames", "steps", "batch_size"):
         if given.get(name, 1) < 1:

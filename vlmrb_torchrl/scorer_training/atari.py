@@ -172,6 +172,20 @@ def frame_events(game: str, rewards: np.ndarray, lives_lost: np.ndarray) -> list
     return [good_event if at_or_before[0][i] else bad_event if at_or_before[1][i] else "none" for i in range(n)]
 
 
+def _set_pong_scores(env, td, orange: int, green: int):
+    """Writes both Pong scores into the RAM (``ram[13]``: orange, ``ram[14]``: green) and plays one
+    no-op step, whose reward (ALE's score-difference change) is dropped with it; returns that step's
+    ``"next"``. A scripted agent seldom wins more than a few points, so frames of scores 0-3 alone
+    would never show most digits."""
+    import torch
+
+    ale = env.unwrapped.ale
+    ale.setRAM(13, int(orange))
+    ale.setRAM(14, int(green))
+    td["action"] = torch.tensor(0)
+    return env.step(td)["next"]
+
+
 def generate_atari_frames(
     n_frames: int,
     *,
@@ -180,6 +194,7 @@ def generate_atari_frames(
     frame_size: int = 64,
     episode_steps: tuple[int, int] = (400, 2500),
     random_share: float = 0.2,
+    pong_score_share: float = 0.5,
 ) -> FrameSet:
     """Plays Pong and Breakout episodes (alternating) until ``n_frames`` frames are collected.
 
@@ -198,6 +213,8 @@ def generate_atari_frames(
             (the recipe's).
         episode_steps (tuple of int, optional): ``(min, max)`` steps per episode.
         random_share (float, optional): share of uniformly random episodes (:class:`AtariPolicy`).
+        pong_score_share (float, optional): share of Pong episodes that start from random scores
+            (0-19 each, written into the RAM), so that every digit of the green score appears.
 
     Returns:
         FrameSet: the frames with their :class:`AtariFrameState` (``layouts`` are
@@ -229,6 +246,8 @@ def generate_atari_frames(
             td = env.reset()
             policy.reset()
             ale = env.unwrapped.ale
+            if game == "Pong" and rng.random() < pong_score_share:
+                td = _set_pong_scores(env, td, *rng.integers(0, 20, size=2))
             steps = int(rng.integers(episode_steps[0], episode_steps[1] + 1))
             ram = ale.getRAM()
             ep_frames, balls, digits, rewards, lost = [td["pixels"].numpy()], [ball_position(game, ram)], \

@@ -60,6 +60,14 @@ class BuildConfig:
             wording of every statement seen in training (``None``), or of this many of them,
             drawn without replacement, rare statements first (MiniGrid's ~700 statements make
             the text tower the step's cost otherwise).
+        aux_weight (float): weight of an auxiliary loss on the image tower alone: a linear head on
+            the image embedding answers each validation question (cross-entropy over its exclusive
+            options, on the frames where one is true, summed over the questions); the head is
+            dropped after training. ``0``
+            (the default): the contrastive loss alone. Where the cues are a few pixels (Atari's
+            score digits), neither tower separates them at initialisation, so the contrastive
+            loss sees no signal on either side and stays at constant predictions; the head gives
+            the image tower one, and the text tower then aligns to it.
     """
 
     frames: int = 120_000
@@ -73,6 +81,7 @@ class BuildConfig:
     eval_every: int = 200
     minutes: float | None = None
     statement_texts: int | None = None
+    aux_weight: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,8 +368,13 @@ every step of each episode rendered (frame skip 4, sticky actions of the `-v5` i
 `vlmrb_torchrl.envs.atari_policies.AtariPolicy`: {kinds['random_share']:.0%} uniform random, the others a
 script (Pong: the paddle follows the ball; Breakout: serve, then keep the paddle under the ball; a random
 aim per episode) with epsilon in {{0, .05, .1, .2, .3}} and random bursts. Each episode's game is reset from
-a seed >= 2**20 (the scorer-quality benchmark's held-out episodes use seeds from 1000). Batches are
-balanced over rare statements. Each frame gets a 1-3 statement caption; every statement's wordings are
+a seed >= 2**20 (the scorer-quality benchmark's held-out episodes use seeds from 1000); half the Pong
+episodes then start from random scores (0-19 each, written into the RAM, the no-op step that shows them
+dropped), as the script seldom wins more than a few points and most green digits would never appear.
+Batches are balanced over rare statements. Besides the contrastive loss, a linear head on the image
+embedding answers each question (auxiliary cross-entropy, weight {report['config'].get('aux_weight', 0)}, dropped after
+training): the digits are a few pixels, and without it neither tower separated them and predictions stayed
+constant. Each frame gets a 1-3 statement caption; every statement's wordings are
 in `vlmrb_torchrl/scorer_training/atari.py`. Frames per state in the training data: {report['state_counts']}."""
 
 
@@ -390,7 +404,8 @@ def atari_domain() -> Domain:
         vocabulary=atari.vocabulary,
         questions=atari.ATARI_QUESTIONS,
         balanced=lambda s: s[0] != "game",
-        default_config=BuildConfig(frames=60_000, steps=2000, held_out_frames=0),
+        default_config=BuildConfig(frames=12_000, steps=1500, batch_size=64, lr=2e-3, size="atari", val_share=0.15,
+                                   eval_every=100, held_out_frames=0, aux_weight=1.0),
         describe=describe,
         versions=_atari_versions,
         card_title="a small CLIP for Pong and Breakout frames",

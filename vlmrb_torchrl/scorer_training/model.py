@@ -19,9 +19,14 @@ __all__ = ["SPECIAL_TOKENS", "build_tokenizer", "build_processor", "build_model"
 #: CLIP treats ``eos_token_id == 2`` as a legacy config and pools at the largest token id.
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<|startoftext|>", "<|endoftext|>")
 
-#: Model sizes: the vision tower sees 64 px frames in 8 px patches (an 8x8 grid of patches).
+#: Model sizes: ``small`` sees 64 px frames in 8 px patches (an 8x8 grid of patches), ``atari`` in 16 px ones.
 MODEL_SIZES: dict[str, dict[str, Any]] = {
     "small": {"image_size": 64, "patch_size": 8, "hidden": 64, "vision_layers": 3, "text_layers": 2, "heads": 4,
+              "mlp": 256, "projection_dim": 64, "max_text_len": 32},
+    # Atari: the cues (the score's digits) are a few pixels of a fixed place in the frame; with 16 px
+    # patches (a 4x4 grid) the class token averages 16 patches, not 64, at initialisation, and the
+    # 8-px model stayed at constant predictions for 250-400 steps
+    "atari": {"image_size": 64, "patch_size": 16, "hidden": 64, "vision_layers": 3, "text_layers": 2, "heads": 4,
               "mlp": 256, "projection_dim": 64, "max_text_len": 32},
     "micro": {"image_size": 32, "patch_size": 8, "hidden": 16, "vision_layers": 1, "text_layers": 1, "heads": 2,
               "mlp": 32, "projection_dim": 16, "max_text_len": 32},

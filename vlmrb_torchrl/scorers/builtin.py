@@ -32,10 +32,14 @@ clip scores high when any of its frames shows what ``oracle:robosuite`` labels:
 
 ``builtin:atari`` is the same kind of model trained by ``vlmrb build-scorer atari`` on Pong and
 Breakout frames as the DQN recipe renders them (:class:`~vlmrb_torchrl.envs.BatchedAtariEnv`, 64 px),
-captioned from the emulator's RAM and the reward events (the game; where the ball is; the agent
-scores a point, a brick breaks, the ball is lost). Its prompt set is the best of one check per game
-(:data:`ATARI_PROMPT_SET`), both ``max`` over the clip's frames: what ``oracle:atari`` labels, a
-positive reward. It knows Pong and Breakout only (:data:`ATARI_BUILTIN_GAMES`).
+captioned from the emulator's RAM and the reward events (the game; the last digit of the agent's
+score; where the ball is; the agent scores a point, a brick breaks, the ball is lost). It reads the
+score: its prompt set (:data:`ATARI_PROMPT_SET`) has one check per game and digit, "the green score
+ends in 3" (Pong: the agent's green digits) / "the score ends in 3" (Breakout) against the nine other
+digits and the other game, ``progress`` over the clip (its last frame minus its first). Every point
+the agent scores changes that digit, and nothing else does, so a clip scores high when the agent
+scored in it: what ``oracle:atari`` labels, a positive reward. A reading error common to a clip's
+first and last frame cancels out. It knows Pong and Breakout only (:data:`ATARI_BUILTIN_GAMES`).
 ``builtin:scene`` is the same kind of model trained by ``vlmrb build-scorer scene`` on OGBench Scene
 frames as the SAC recipe renders them (OGBench's ``front_pixels`` camera, 64 px, the arm transparent),
 captioned from the simulator's state (the cube on its target or not, in the drawer, on the table or
@@ -89,15 +93,23 @@ LIFT_PROMPT_SET: tuple[PromptCheck, ...] = (
     PromptCheck("the cube is lifted off the table", ("the cube is on the table",), "max"),
 )
 
+#: The score digits' words (the training captions').
+_DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _score_checks(template: str, other_game: str) -> tuple[PromptCheck, ...]:
+    return tuple(PromptCheck(template.format(d), tuple(template.format(o) for o in _DIGITS if o != d)
+                             + (f"this is a game of {other_game}",), "progress") for d in _DIGITS)
+
+
 #: The checks ``builtin:atari`` scores with (score = max over checks): the canonical wordings of
-#: ``vlmrb_torchrl.scorer_training.atari``. One check per game the model knows, ``max`` over the clip's
-#: frames (an event labels the frames before and after its step); each check's negatives include the
-#: other game, so a Breakout clip scores low on the Pong check and the other way round.
-ATARI_PROMPT_SET: tuple[PromptCheck, ...] = (
-    PromptCheck("the green paddle scores a point",
-                ("no point is scored in pong", "the orange paddle scores a point", "this is a game of breakout"), "max"),
-    PromptCheck("the ball breaks a brick", ("no brick breaks", "the ball is lost", "this is a game of pong"), "max"),
-)
+#: ``vlmrb_torchrl.scorer_training.atari``. One check per game and last digit of the agent's score,
+#: ``progress`` (the clip's last frame minus its first): a clip in which the digit turns into ``d``
+#: scores high on ``d``'s check, one in which it stays the same scores ~0 on every check. Each
+#: check's negatives include the other game, so a Breakout clip scores low on the Pong checks and
+#: the other way round.
+ATARI_PROMPT_SET: tuple[PromptCheck, ...] = (_score_checks("the green score ends in {}", "breakout")
+                                             + _score_checks("the score ends in {}", "pong"))
 
 #: The Atari games ``builtin:atari`` was trained on (``ALE/<Game>-v5``).
 ATARI_BUILTIN_GAMES: tuple[str, ...] = ("Pong", "Breakout")
