@@ -586,8 +586,10 @@ def test_a_hung_scorer_delays_checkpoints_and_the_end_by_the_timeout_only(tmp_pa
     assert summary["scorer_unscored_at_checkpoint"] > 0 and summary["scorer_drain_timeouts"] == 1
     path = tmp_path / "run" / "checkpoints" / "step_512"
     assert check_checkpoint(path) == (True, "")
-    slots = TensorDict.load_memmap(path / "replay" / "sampler" / "slots")
-    assert not slots["scored"].any()  # saved unscored: they keep the unscored priority
+    sampler = json.loads((path / "replay" / "replay.json").read_text())["sampler"]
+    scored = expand(torch.load(path / "replay" / "replay.pt", weights_only=True)["sampler"]["scored"],
+                    sampler["notes"]["scored"])
+    assert not scored.any()  # saved unscored: they keep the unscored priority
 
 
 @pytest.mark.slow  # two short training runs
@@ -743,17 +745,26 @@ def test_a_process_scorer_child_dies_with_its_run(tmp_path):
 
     script = tmp_path / "learner.py"
     script.write_text(
-        "import os, sys, time\n"
+        "import time\n"
+        "import torch\n"
         "from vlmrb_torchrl import ClipSpec, make_vlm_replay_buffer\n"
-        "rb = make_vlm_replay_buffer(64, 'oracle:minigrid', clip_spec=ClipSpec(clip_len=4), backend='process')\n"
-        "rb.async_scorer.drain(60)\n"
-        "children = [p.pid for p in rb.async_scorer._executor._processes.values()]\n"
-        "print(*children, flush=True)\n"
-        "time.sleep(600)\n")
+        "from vlmrb_torchrl.testing import make_clips\n"
+        "if __name__ == '__main__':  # (the scorer's child is spawned: it imports this file)\n"
+        "    rb = make_vlm_replay_buffer(64, 'oracle:minigrid', clip_spec=ClipSpec(clip_len=4), backend='process')\n"
+        "    batch = make_clips(2, 8).exclude('pixels', 'mask', 'success')\n"
+        "    batch['collector', 'traj_ids'] = torch.arange(2)[:, None].expand(2, 8)\n"
+        "    batch['next', 'done'] = torch.zeros(2, 8, 1, dtype=torch.bool)\n"
+        "    rb.extend(batch)\n"
+        "    rb.flush_clips()\n"
+        "    assert rb.async_scorer.drain(120)\n"
+        "    children = [p.pid for p in rb.async_scorer._executor._processes.values()]\n"
+        "    print('children:', *children, flush=True)\n"
+        "    time.sleep(600)\n")
     learner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
-        children = [int(pid) for pid in learner.stdout.readline().split()]
+        line = next(line for line in learner.stdout if line.startswith("children:"))  # (TorchRL logs there too)
+        children = [int(pid) for pid in line.split()[1:]]
     finally:
         learner.kill()
         learner.wait()
@@ -773,14 +784,25 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow  # a short training run
-def test_a_diverging_learner_stops_with_a_clear_message_and_no_nan_checkpoint(tmp_path, capsys):
+def test_a_diverging_learner_stops_with_a_clear_message_and_no_nan_checkpoint(tmp_path, monkeypatch, capsys):
     # issue 35: lr=inf with uniform replay ended rc 0 with loss=nan in metrics.csv and a NaN network saved
+    from vlmrb_torchrl.recipes import dqn
+
+    forward, calls = dqn.DoubleDQNLoss.forward, []
+
+    def diverging(self, *args, **kwargs):  # from the 40th update on the loss overflows (NaN gradients follow)
+        calls.append(1)
+        out = forward(self, *args, **kwargs)
+        return out * float("inf") if len(calls) >= 40 else out
+
+    monkeypatch.setattr(dqn.DoubleDQNLoss, "forward", diverging)
     run_dir = tmp_path / "run"
-    args = [f"{k}={v}" for k, v in TINY.items()] + ["replay=uniform", "lr=1e30", "checkpoint_every=64",
-                                                     f"output_dir={run_dir}"]
+    args = [f"{k}={v}" for k, v in TINY.items()] + ["replay=uniform", "checkpoint_every=64", f"output_dir={run_dir}"]
     assert cli_main(["train", "dqn", *args]) == 1
     err = capsys.readouterr().err
-    assert "became NaN or infinite at" in err and "the learner diverged (lr=1e+30; try a smaller lr" in err
+    assert "vlmrb train dqn: loss became NaN or infinite at" in err and "the learner diverged (lr=" in err
+    assert "Nothing of it was checkpointed; the last checkpoint: " in err
+    assert len(list((run_dir / "checkpoints").glob("step_*"))) >= 2  # those before it diverged
     from vlmrb_torchrl.recipes.checkpoint import check_finite_state
 
     for checkpoint in (run_dir / "checkpoints").glob("step_*"):  # those written before it diverged

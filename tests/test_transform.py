@@ -94,14 +94,14 @@ class TestForward:
             def score(self, clips):
                 return torch.full((clips.shape[0],), 2.0)
 
-        with pytest.raises(ValueError, match="finite values in \\[0, 1\\]"):
+        with pytest.raises(ValueError, match="Bad returned scores outside \\[0, 1\\] \\(min=2, max=2\\)"):
             VLMScoreTransform(Bad(), clip_len=2)(TensorDict(pixels=step_frames(4), batch_size=[4]))
 
         class WrongShape(RecordingScorer):
             def score(self, clips):
                 return torch.zeros(clips.shape[0] + 1)
 
-        with pytest.raises(ValueError, match="returned shape"):
+        with pytest.raises(ValueError, match="WrongShape returned scores of shape \\[3\\]; expected one score per clip"):
             VLMScoreTransform(WrongShape(), clip_len=2)(TensorDict(pixels=step_frames(4), batch_size=[4]))
 
     def test_bad_frames(self):

@@ -109,7 +109,9 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         state = super().__getstate__()
         if not self._sync and get_spawning_popen() is not None:
             # a writer process: storage and writer only; sampling and scoring stay with the owner
-            for name in ("_prioritized_sampler", "clip_stream", "scoring_transform", "async_scorer"):
+            # (and no generator: a writer never samples, and a generator's state as TorchRL pickles it cannot
+            # be sent to a spawned process: "unable to resize file", as for TensorDictReplayBuffer(shared=True))
+            for name in ("_prioritized_sampler", "clip_stream", "scoring_transform", "async_scorer", "_rng"):
                 state[name] = None
         return state
 

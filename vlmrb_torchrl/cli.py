@@ -89,7 +89,8 @@ def _saved_config(resume: str) -> dict:
 
 #: Keys of a saved config.json that describe where and how that run was started, not the run itself.
 #: ``stop_at`` ends one chunk of a run: read back, it would stop the resumed run where the last chunk stopped.
-_NOT_RESUMED = ("resume", "output_dir", "overwrite", "trust_checkpoint", "stop_at")
+#: ``scorer_checks`` is what the run's scorer checked (a record the run adds), not a config key.
+_NOT_RESUMED = ("resume", "output_dir", "overwrite", "trust_checkpoint", "stop_at", "scorer_checks")
 
 
 def _finished_line(summary: dict) -> str:
