@@ -98,7 +98,7 @@ class TestHelpers:
             (torch.tensor([0.1, 0.2, float("inf")]), ValueError, r"non-finite scores .* indices \[2\]"),
             (torch.tensor([0.1, 1.2, 0.2]), ValueError, r"outside \[0, 1\] \(min=0.1, max=1.2\)"),
             (torch.tensor([-0.5, 0.0, 0.2]), ValueError, r"outside \[0, 1\] \(min=-0.5"),
-            (["a", "b", "c"], TypeError, "must return a float tensor"),
+            (["a", "b", "c"], TypeError, "must return numbers .*got text"),
             (torch.zeros(3, dtype=torch.complex64), TypeError, "real-valued"),
         ],
     )
@@ -258,7 +258,7 @@ class TestCallableScorer(ScorerContract):
             (lambda c: torch.full((B,), 2.0), ValueError, r"bad_fn returned scores outside \[0, 1\]"),
             (lambda c: torch.full((B,), -0.1), ValueError, r"bad_fn returned scores outside \[0, 1\]"),
             (lambda c: None, TypeError, r"bad_fn must return a float tensor"),
-            (lambda c: "yes", TypeError, r"bad_fn must return a float tensor"),
+            (lambda c: "yes", TypeError, r"bad_fn must return numbers .*got text"),
         ],
     )
     def test_output_validation(self, tiny_clips, output, error, match):
