@@ -85,3 +85,56 @@ def test_score_digit_changes_exactly_when_the_agent_scores(game, steps):
     changed = digits[1:] != digits[:-1]
     assert (rewards[1:] != 0).sum() >= 2
     assert np.array_equal(changed, rewards[1:] > 0)
+
+
+# ------------------------------------------------------------------------------ the shipped model
+from vlmrb_torchrl.scorer_training import weights_sha256  # noqa: E402
+from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
+from vlmrb_torchrl.scorers.builtin import builtin_model_dir  # noqa: E402
+
+
+def test_shipped_atari_model_files_and_card():
+    path = builtin_model_dir("atari")
+    card = (path / "MODEL_CARD.md").read_text()
+    assert weights_sha256(path) in card and "vlmrb build-scorer atari" in card
+    assert (path / "model.safetensors").stat().st_size < 5 * 2**20
+    report = json.loads((path / "training.json").read_text())
+    assert report["weights_sha256"] == weights_sha256(path)
+    assert report["config"]["size"] == "atari" and report["steps_done"] == report["config"]["steps"]
+    assert report["config"]["aux_weight"] > 0
+
+
+def test_builtin_atari_scores_clips_where_the_agent_scores_higher():
+    """Breakout frames rendered as the DQN recipe renders them (held-out seed): 8-step clips (9
+    frames, the outcome frame included) with a positive reward score higher on average than clips
+    without one, and the clips above 0.5 are mostly positive (the model's precision is high, its
+    recall low: docs/builtin_scorer.md)."""
+    pytest.importorskip("transformers")
+    scorer = make_scorer("builtin:atari")
+    assert [c.positive for c in scorer.prompt_set] == [c.positive for c in ATARI_PROMPT_SET]
+    rewards, _, frames = _play("Breakout", 250, seed=1001, frame_size=64)
+    starts = np.arange(0, len(frames) - 9, 4)
+    positive = np.array([(rewards[s + 1 : s + 9] > 0).any() for s in starts])
+    assert positive.sum() >= 3 and (~positive).sum() >= 3
+    clips = torch.stack([torch.stack(frames[s : s + 9]) for s in starts])
+    scores = scorer.score(TensorDict(pixels=clips, mask=torch.ones(clips.shape[:2], dtype=torch.bool),
+                                     batch_size=clips.shape[:2])).numpy()
+    assert scores[positive].mean() > scores[~positive].mean() + 0.1, (scores[positive], scores[~positive])
+    assert positive[scores > 0.5].mean() >= 0.8, (scores[positive], scores[~positive])
+
+
+@pytest.mark.slow  # emulates and trains
+def test_tool_builds_a_tiny_atari_model_end_to_end(tmp_path):
+    pytest.importorskip("transformers")
+    from vlmrb_torchrl.cli import main
+
+    args = ["build-scorer", "atari", "--frames", "60", "--steps", "2", "--batch-size", "8", "--size", "micro"]
+    assert main([*args, "--out", str(tmp_path / "a"), "--cache", str(tmp_path / "cache")]) == 0
+    assert main([*args, "--out", str(tmp_path / "b"), "--cache", str(tmp_path / "cache")]) == 0  # from the cache
+    assert weights_sha256(tmp_path / "a") == weights_sha256(tmp_path / "b")
+    card = (tmp_path / "a" / "MODEL_CARD.md").read_text()
+    assert "builtin:atari" in card and "vlmrb build-scorer atari --frames 60" in card
+    scorer = make_scorer(f"clip:{tmp_path / 'a'}", prompt_set=ATARI_PROMPT_SET)
+    clips = torch.zeros(2, 3, 64, 64, 3, dtype=torch.uint8)
+    scores = scorer.score(TensorDict(pixels=clips, mask=torch.ones(2, 3, dtype=torch.bool), batch_size=[2, 3]))
+    assert scores.shape == (2,) and bool(((scores >= 0) & (scores <= 1)).all())

@@ -150,16 +150,16 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
                     "CPU thread, and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
                     "(minigrid: ~13 CPU-minutes; lift: ~50 minutes of robosuite rendering + ~15 of training; atari: "
-                    "~6 minutes of emulation + ~15 of training; scene: ~45 minutes of OGBench rendering + ~30 of "
+                    "~3 minutes of emulation + ~30 of training on a shared core; scene: ~45 minutes of OGBench rendering + ~30 of "
                     "training). Same "
                     "arguments, same seed: identical weights. Defaults below are per environment.",
     )
     parser.add_argument("name", choices=sorted(DOMAINS), help="which built-in scorer to train")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--frames", type=int, default=None,
-                        help="frames generated (minigrid 120000, lift and scene 30000, atari 60000)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000; scene 4000)")
-    parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128)")
+                        help="frames generated (minigrid 120000, lift and scene 30000, atari 12000)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000; scene 4000; atari 1500)")
+    parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128; atari 64)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default 0)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop training after this many minutes (the result then depends on the machine's speed)")

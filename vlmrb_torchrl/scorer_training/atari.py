@@ -172,6 +172,11 @@ def frame_events(game: str, rewards: np.ndarray, lives_lost: np.ndarray) -> list
     return [good_event if at_or_before[0][i] else bad_event if at_or_before[1][i] else "none" for i in range(n)]
 
 
+#: Pong episodes that start from random scores draw new ones every this many steps: many pairs of
+#: (orange, green) scores, so that the green digit is not learnt as a property of the whole frame.
+PONG_RESCORE_EVERY = 64
+
+
 def _set_pong_scores(env, td, orange: int, green: int):
     """Writes both Pong scores into the RAM (``ram[13]``: orange, ``ram[14]``: green) and plays one
     no-op step, whose reward (ALE's score-difference change) is dropped with it; returns that step's
@@ -213,8 +218,10 @@ def generate_atari_frames(
             (the recipe's).
         episode_steps (tuple of int, optional): ``(min, max)`` steps per episode.
         random_share (float, optional): share of uniformly random episodes (:class:`AtariPolicy`).
-        pong_score_share (float, optional): share of Pong episodes that start from random scores
-            (0-19 each, written into the RAM), so that every digit of the green score appears.
+        pong_score_share (float, optional): share of Pong episodes played from random scores
+            (0-19 each, written into the RAM at the reset and every :data:`PONG_RESCORE_EVERY`
+            steps without a point), so that every digit of the green score appears, next to
+            many orange ones.
 
     Returns:
         FrameSet: the frames with their :class:`AtariFrameState` (``layouts`` are
@@ -246,15 +253,20 @@ def generate_atari_frames(
             td = env.reset()
             policy.reset()
             ale = env.unwrapped.ale
-            if game == "Pong" and rng.random() < pong_score_share:
+            rescore = game == "Pong" and rng.random() < pong_score_share
+            if rescore:
                 td = _set_pong_scores(env, td, *rng.integers(0, 20, size=2))
             steps = int(rng.integers(episode_steps[0], episode_steps[1] + 1))
             ram = ale.getRAM()
             ep_frames, balls, digits, rewards, lost = [td["pixels"].numpy()], [ball_position(game, ram)], \
                 [score_digit(game, ram)], [0.0], [False]
             lives = env.lives
-            for _ in range(min(steps, n_frames - len(frames) - 1)):
+            for t in range(min(steps, n_frames - len(frames) - 1)):
                 nxt = env.step(policy(td))["next"]
+                if rescore and t % PONG_RESCORE_EVERY == PONG_RESCORE_EVERY - 1 and float(nxt["raw_reward"]) == 0 \
+                        and not bool(nxt["done"]):
+                    nxt = _set_pong_scores(env, nxt, *rng.integers(0, 20, size=2))
+                    nxt["raw_reward"].zero_()
                 ep_frames.append(nxt["pixels"].numpy())
                 ram = ale.getRAM()
                 balls.append(ball_position(game, ram))
