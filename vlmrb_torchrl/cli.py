@@ -151,8 +151,8 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
                     "(minigrid: ~13 CPU-minutes; lift: ~50 minutes of robosuite rendering + ~15 of training; atari: "
                     "~3 minutes of emulation + ~30 of training on a shared core; scene: ~45 minutes of OGBench rendering + ~30 of "
-                    "training). Same "
-                    "arguments, same seed: identical weights. Defaults below are per environment.",
+                    "training on 2 cores, 43 s + 2 minutes with --workers 15 --device cuda on 16 cores and an H200). Same "
+                    "arguments, same seed: identical weights on the CPU. Defaults below are per environment.",
     )
     parser.add_argument("name", choices=sorted(DOMAINS), help="which built-in scorer to train")
     parser.add_argument("--out", required=True, help="output directory")
