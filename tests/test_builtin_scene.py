@@ -148,6 +148,32 @@ def test_generated_frames_come_with_their_states():
     assert all(isinstance(s, SceneState) for s in data.states)
 
 
+def test_the_episode_plan_is_drawn_from_the_seed_alone():
+    plan = scene._plan(1000, 5, (30, 60), 3)
+    assert plan == scene._plan(1000, 5, (30, 60), 3) and plan != scene._plan(1000, 6, (30, 60), 3)
+    assert sum(e.frames for e in plan) == 1000 and [e.index for e in plan] == list(range(len(plan)))
+    assert [e.task for e in plan[:7]] == [1, 2, 3, 4, 5, 1, 2]
+    assert all(e.frames == 1 + e.steps // 3 for e in plan[:-1]) and 1 <= plan[-1].frames <= 1 + plan[-1].steps // 3
+    assert all(30 <= e.steps <= 60 and e.env_seed >= 2**20 for e in plan)
+    # a longer build starts with the same episodes
+    assert scene._plan(2000, 5, (30, 60), 3)[: len(plan) - 1] == plan[:-1]
+
+
+def test_workers_must_be_a_positive_int():
+    with pytest.raises(ValueError, match="workers must be an int >= 1"):
+        scene.generate_scene_frames(4, workers=0)
+
+
+@pytest.mark.slow  # spawns two worker processes, each building Scene envs
+def test_frames_do_not_depend_on_the_workers():
+    kwargs = dict(seed=3, episode_steps=(20, 40), frame_every=3)
+    one = scene.generate_scene_frames(30, workers=1, **kwargs)
+    two = scene.generate_scene_frames(30, workers=2, **kwargs)
+    assert len(one) == len(two) == 30 and one.episode.max() >= 2  # several episodes, shared by the workers
+    assert one.episode.tolist() == two.episode.tolist() and one.layout.tolist() == two.layout.tolist()
+    assert all((a == b).all() for a, b in zip(one.frames, two.frames)) and one.states == two.states
+
+
 # ------------------------------------------------------------------------------ the shipped model
 from vlmrb_torchrl import scorers  # noqa: E402
 from vlmrb_torchrl.scorer_training import weights_sha256  # noqa: E402
@@ -157,8 +183,10 @@ shipped = pytest.mark.skipif(not (Path(scorers.__file__).parent / "models" / "sc
                              reason="builtin:scene's weights are not in this checkout yet")
 
 
-@pytest.mark.skipif((Path(scorers.__file__).parent / "models" / "scene").is_dir(), reason="builtin:scene ships")
-def test_a_model_not_shipped_says_how_to_build_it():
+def test_a_model_not_shipped_says_how_to_build_it(monkeypatch):
+    from vlmrb_torchrl.scorers import builtin
+
+    monkeypatch.setitem(builtin.BUILTIN_MODELS, "scene", "no-such-model")  # as a version without the weights
     with pytest.raises(FileNotFoundError, match=r"does not ship this model's weights. Build it with `vlmrb build-scorer "
                                                 r"scene --out DIR` and pass scorer=clip:DIR"):
         make_scorer("builtin:scene-task3")
@@ -172,6 +200,10 @@ def test_shipped_scene_model_files_and_card():
     assert (path / "model.safetensors").stat().st_size < 5 * 2**20
     report = json.loads((path / "training.json").read_text())
     assert report["weights_sha256"] == weights_sha256(path) and report["config"]["frames"] >= 20_000
+    # trained on a GPU: the card says where, and the recipe records it
+    assert report["config"]["device"] == "cuda" and report["device"].startswith("cuda (")
+    assert f"on one GPU, {report['device'][6:-1]}" in card and "--device cuda" in card
+    assert all(v["accuracy"] >= 0.95 for v in report["val_accuracy"].values()), report["val_accuracy"]
 
 
 @shipped
@@ -205,10 +237,12 @@ def test_tool_builds_a_tiny_scene_model_end_to_end(tmp_path):
     from vlmrb_torchrl.cli import main
 
     args = ["build-scorer", "scene", "--frames", "40", "--steps", "2", "--batch-size", "8", "--size", "micro"]
-    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert main([*args, "--device", "cpu", "--workers", "2", "--out", str(tmp_path / "a")]) == 0
     card = (tmp_path / "a" / "MODEL_CARD.md").read_text()
     assert "builtin:scene" in card and "vlmrb build-scorer scene --frames 40" in card
+    assert "on one CPU thread" in card and "in 2 processes" in card
     report = json.loads((tmp_path / "a" / "training.json").read_text())
+    assert report["device"] == "cpu" and report["config"]["device"] == "cpu" and report["workers"] == 2
     assert set(report["val_accuracy"]) <= set(scene.SCENE_QUESTIONS)
     scorer = make_scorer(f"clip:{tmp_path / 'a'}", prompt_set=scene_prompt_set(3))
     clips = torch.zeros(2, 3, 64, 64, 3, dtype=torch.uint8)

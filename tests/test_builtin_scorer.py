@@ -14,7 +14,7 @@ pytest.importorskip("minigrid")
 
 from vlmrb_torchrl.envs import DOORKEY_ACTIONS, MiniGridEnv  # noqa: E402
 from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, SubgoalPolicy, minigrid_state  # noqa: E402
-from vlmrb_torchrl.scorer_training import BuildConfig, build_minigrid_scorer, weights_sha256  # noqa: E402
+from vlmrb_torchrl.scorer_training import BuildConfig, build_minigrid_scorer, build_scorer, weights_sha256  # noqa: E402
 from vlmrb_torchrl.scorer_training.captions import true_statements  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
 from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET, builtin_model_dir  # noqa: E402
@@ -69,6 +69,39 @@ def test_cli_build_scorer(tmp_path, capsys):
     assert rc == 0
     assert "vlmrb build-scorer minigrid --out" in (tmp_path / "MODEL_CARD.md").read_text()
     assert main(["build-scorer", "minigrid", "--out", str(tmp_path), "--steps", "0"]) == 2
+
+
+def test_build_device_and_workers_options(tmp_path, capsys):
+    from vlmrb_torchrl.cli import main
+    from vlmrb_torchrl.scorer_training.train import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    for bad in ("tpu", "cuda:x", "", None):
+        with pytest.raises(ValueError, match="BuildConfig.device must be"):
+            resolve_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA GPU here"):
+            resolve_device("cuda")
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            build_minigrid_scorer(tmp_path / "gpu", BuildConfig(**{**MICRO.__dict__, "device": "cuda"}), log=None)
+        assert main(["build-scorer", "minigrid", "--out", str(tmp_path / "gpu"), "--device", "cuda"]) == 2
+        assert "--device: BuildConfig.device='cuda', but torch sees no CUDA GPU" in capsys.readouterr().err
+    # frames of one process only, but for Scene: a clear error, before any frame is generated
+    with pytest.raises(ValueError, match=r"generates its frames in one process \(workers=1\); only \['scene'\]"):
+        build_scorer("minigrid", tmp_path / "w", MICRO, log=None, workers=2)
+    with pytest.raises(ValueError, match="workers must be an int >= 1"):
+        build_scorer("minigrid", tmp_path / "w", MICRO, log=None, workers=0)
+    assert main(["build-scorer", "lift", "--out", str(tmp_path / "w"), "--workers", "3"]) == 2
+    assert "--workers is for scene only" in capsys.readouterr().err
+    assert main(["build-scorer", "scene", "--out", str(tmp_path / "w"), "--workers", "0"]) == 2
+    with pytest.raises(SystemExit):
+        main(["build-scorer", "minigrid", "--out", str(tmp_path / "w"), "--device", "tpu"])
+    assert not (tmp_path / "w").exists() and not (tmp_path / "gpu").exists()
+    # a CPU build records its device; the card says one CPU thread
+    report = build_minigrid_scorer(tmp_path / "cpu", MICRO, log=None)
+    assert report["device"] == "cpu" and report["workers"] == 1 and report["config"]["device"] == "cpu"
+    assert "frames on one CPU thread" in (tmp_path / "cpu" / "MODEL_CARD.md").read_text()
 
 
 # ------------------------------------------------------------------------------ policies, states

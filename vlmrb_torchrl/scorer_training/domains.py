@@ -68,6 +68,9 @@ class BuildConfig:
             score digits), neither tower separates them at initialisation, so the contrastive
             loss sees no signal on either side and stays at constant predictions; the head gives
             the image tower one, and the text tower then aligns to it.
+        device (str): where the model trains: ``"cpu"`` (the default: one thread, byte-identical
+            weights for a seed), ``"cuda"`` / ``"cuda:N"``, or ``"auto"`` (a GPU if torch sees one).
+            A GPU's arithmetic is not bit-identical to the CPU's: the weights then differ slightly.
     """
 
     frames: int = 120_000
@@ -82,6 +85,7 @@ class BuildConfig:
     minutes: float | None = None
     statement_texts: int | None = None
     aux_weight: float = 0.0
+    device: str = "cpu"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +108,8 @@ class Domain:
             the model card's title, description and data paragraphs (``report -> str``) and
             what the validation episodes are.
         held_out (callable or None): ``(n_frames, seed) -> FrameSet`` of tasks never trained on.
+        parallel (bool): ``generate`` takes a third argument, ``workers``: processes that play the
+            episodes (the frames do not depend on it). Defaults to ``False``.
     """
 
     name: str
@@ -122,6 +128,7 @@ class Domain:
     card_data: Callable[[dict], str]
     card_validation: str = ""
     held_out: Callable[[int, int], FrameSet] | None = None
+    parallel: bool = False
 
 
 #: The frame states a cache may hold (class name -> module): nothing else is rebuilt from a cache file.
@@ -471,9 +478,9 @@ def scene_domain() -> Domain:
 
     return Domain(
         name="scene",
-        generate=lambda n, seed: scene.generate_scene_frames(n, seed=seed, episode_steps=episode_steps,
-                                                             frame_every=frame_every, random_share=random_share,
-                                                             log=lambda line: print(line, flush=True)),
+        generate=lambda n, seed, workers=1: scene.generate_scene_frames(
+            n, seed=seed, episode_steps=episode_steps, frame_every=frame_every, random_share=random_share,
+            workers=workers, log=lambda line: print(line, flush=True)),
         statements=scene.all_statements,
         true_statements=scene.true_statements,
         wordings=scene.wordings,
@@ -486,6 +493,7 @@ def scene_domain() -> Domain:
         card_title="a small CLIP for OGBench Scene frames",
         card_intro=_scene_intro,
         card_data=_scene_data,
+        parallel=True,
     )
 
 

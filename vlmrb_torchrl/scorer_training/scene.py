@@ -19,7 +19,9 @@ random, run by OGBench's scripted oracles, with noise and random bursts) and of 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -122,6 +124,74 @@ def vocabulary(extra: Iterable[str] = ()) -> list[str]:
     return sorted(words)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Episode:
+    """One episode of :func:`generate_scene_frames`: everything its frames depend on."""
+
+    index: int
+    task: int
+    steps: int
+    frames: int  # kept frames (the reset frame and every ``frame_every``-th step, cut at the build's total)
+    env_seed: int
+    policy_seed: int
+
+
+def _plan(n_frames: int, seed: int, episode_steps: tuple[int, int], frame_every: int) -> list[_Episode]:
+    """The episodes that make ``n_frames`` frames, drawn from ``seed`` alone (not from the workers)."""
+    rng = np.random.default_rng(seed)
+    plan: list[_Episode] = []
+    total = 0
+    while total < n_frames:
+        steps = int(rng.integers(episode_steps[0], episode_steps[1] + 1))
+        frames = min(1 + steps // frame_every, n_frames - total)
+        plan.append(_Episode(len(plan), len(plan) % 5 + 1, steps, frames, int(rng.integers(2**20, 2**31)),
+                             int(rng.integers(2**31))))
+        total += frames
+    return plan
+
+
+#: A worker's envs, one per (task, camera, frame size, time limit, frame_every): built once, reset per episode.
+_ENVS: dict[tuple, Any] = {}
+
+
+def _roll(episode: _Episode, camera: str, frame_size: int, max_steps: int, frame_every: int,
+          random_share: float) -> tuple[int, np.ndarray, list[SceneState], str]:
+    """Plays ``episode``: its index, its frames ``[k, S, S, 3]``, their states and the policy's mode."""
+    from vlmrb_torchrl.envs.ogbench import SceneEnv
+    from vlmrb_torchrl.envs.ogbench_policies import ScenePolicy
+
+    key = (episode.task, camera, frame_size, max_steps, frame_every)
+    env = _ENVS.get(key)
+    if env is None:
+        env = _ENVS[key] = SceneEnv(episode.task, render=True, render_steps=lambda step: step % frame_every == 0,
+                                    camera=camera, frame_size=frame_size, max_episode_steps=max_steps,
+                                    terminate_on_success=False)
+    env.set_seed(episode.env_seed)
+    td = env.reset()
+    # a policy per episode, seeded by the plan: the episode is the same whichever worker plays it
+    policy = ScenePolicy(env, seed=episode.policy_seed, random_share=random_share)
+    frames, states = [td["pixels"].numpy()], [scene_state(env)]
+    for step in range(1, episode.steps + 1):
+        if len(frames) >= episode.frames:
+            break
+        td = env.step(policy(td))["next"]
+        if step % frame_every == 0:
+            frames.append(td["pixels"].numpy())
+            states.append(scene_state(env))
+    return episode.index, np.stack(frames), states, policy.mode
+
+
+def _close_envs() -> None:
+    while _ENVS:
+        _ENVS.popitem()[1].close()
+
+
+def _worker_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # the env's tensors are tiny: one thread per worker process
+
+
 def generate_scene_frames(
     n_frames: int,
     *,
@@ -131,6 +201,7 @@ def generate_scene_frames(
     episode_steps: tuple[int, int] = (300, 750),
     frame_every: int = 2,
     random_share: float = 0.1,
+    workers: int = 1,
     log=None,
 ) -> FrameSet:
     """Rolls out scripted and random episodes of the five Scene tasks until ``n_frames`` frames are kept.
@@ -138,9 +209,11 @@ def generate_scene_frames(
     Episodes cycle through tasks 1-5 and do not end when the task is solved (the agent goes on
     with random subtasks); their length is drawn from ``episode_steps``, and every
     ``frame_every``-th observation is rendered and kept (the reset frame included): consecutive
-    frames at 20 Hz barely differ, so more episodes for the same rendering cost. Each episode
-    resets from a seed ``>= 2**20`` drawn from ``seed`` (the scorer-quality benchmark's held-out
-    episodes use seeds from 1000), so a seed gives the same frames.
+    frames at 20 Hz barely differ, so more episodes for the same rendering cost. The episodes'
+    lengths, env seeds (``>= 2**20``; the scorer-quality benchmark's held-out episodes use seeds
+    from 1000) and policy seeds are drawn from ``seed`` before any is played, and each episode
+    gets its own :class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy`: a seed gives the same
+    frames, whatever ``workers`` is.
 
     Args:
         n_frames (int): frames to keep.
@@ -153,6 +226,8 @@ def generate_scene_frames(
         episode_steps (tuple of int, optional): ``(min, max)`` steps per episode.
         frame_every (int, optional): keep every ``frame_every``-th observation. Defaults to ``2``.
         random_share (float, optional): share of random-motion episodes (:class:`ScenePolicy`).
+        workers (int, optional): processes that play the episodes (spawned; each renders with its
+            own OpenGL context). ``1`` plays them in this process. Defaults to ``1``.
         log (callable, optional): progress lines (every 2,000 frames) go here. Defaults to ``None``.
 
     Returns:
@@ -166,50 +241,49 @@ def generate_scene_frames(
     """
     import time
 
-    from vlmrb_torchrl.envs.ogbench import SceneEnv
-    from vlmrb_torchrl.envs.ogbench_policies import ScenePolicy
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"generate_scene_frames: workers must be an int >= 1, got workers={workers!r}.")
+    plan = _plan(n_frames, seed, episode_steps, frame_every)
+    args = (camera, frame_size, episode_steps[1] + 1, frame_every, random_share)
+    t0, done, reported = time.perf_counter(), 0, 0
+    played: dict[int, tuple[np.ndarray, list[SceneState], str]] = {}
 
-    rng = np.random.default_rng(seed)
-    t0, reported = time.perf_counter(), 0
-    keep = lambda step: step % frame_every == 0  # noqa: E731
-    envs: dict[int, SceneEnv] = {}
-    policies: dict[int, ScenePolicy] = {}
+    def progress(result) -> None:
+        nonlocal done, reported
+        index, frames, states, mode = result
+        played[index] = (frames, states, mode)
+        done += len(frames)
+        if log is not None and done - reported >= 2000:
+            reported = done
+            log(f"scene frames: {done}/{n_frames} ({len(played)}/{len(plan)} episodes, "
+                f"{time.perf_counter() - t0:.0f} s)")
+
+    if workers == 1:
+        try:
+            for episode in plan:
+                progress(_roll(episode, *args))
+        finally:
+            _close_envs()
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawn: a forked OpenGL context or torch thread pool is not safe to use in the child
+        with ProcessPoolExecutor(max_workers=min(workers, len(plan)), mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_worker_init) as pool:
+            # longest episodes first: the last worker to finish waits least
+            futures = [pool.submit(_roll, episode, *args) for episode in sorted(plan, key=lambda e: -e.frames)]
+            for future in as_completed(futures):
+                progress(future.result())
     frames: list[np.ndarray] = []
     states: list[SceneState] = []
     kinds: list[int] = []
     episodes: list[int] = []
-    episode = 0
-    try:
-        while len(frames) < n_frames:
-            task = episode % 5 + 1
-            steps = int(rng.integers(episode_steps[0], episode_steps[1] + 1))
-            if task not in envs:
-                envs[task] = SceneEnv(task, render=True, render_steps=keep, camera=camera, frame_size=frame_size,
-                                      max_episode_steps=episode_steps[1] + 1, terminate_on_success=False)
-                policies[task] = ScenePolicy(envs[task], seed=int(rng.integers(2**31)), random_share=random_share)
-            env, policy = envs[task], policies[task]
-            env.set_seed(int(rng.integers(2**20, 2**31)))
-            policy.reset()
-            td = env.reset()
-            start = len(frames)
-            frames.append(td["pixels"].numpy())
-            states.append(scene_state(env))
-            for step in range(1, steps + 1):
-                if len(frames) >= n_frames:
-                    break
-                td = env.step(policy(td))["next"]
-                if keep(step):
-                    frames.append(td["pixels"].numpy())
-                    states.append(scene_state(env))
-            kinds += [SCENE_EPISODE_KINDS.index(f"scene-task{task}/{policy.mode}")] * (len(frames) - start)
-            episodes += [episode] * (len(frames) - start)
-            episode += 1
-            if log is not None and len(frames) - reported >= 2000:
-                reported = len(frames)
-                log(f"scene frames: {min(len(frames), n_frames)}/{n_frames} ({episode} episodes, "
-                    f"{time.perf_counter() - t0:.0f} s)")
-    finally:
-        for env in envs.values():
-            env.close()
-    return FrameSet(frames[:n_frames], states[:n_frames], np.asarray(kinds[:n_frames], dtype=np.int64),
-                    np.asarray(episodes[:n_frames], dtype=np.int64), list(SCENE_EPISODE_KINDS))
+    for episode in plan:
+        ep_frames, ep_states, mode = played[episode.index]
+        frames += list(ep_frames)
+        states += ep_states
+        kinds += [SCENE_EPISODE_KINDS.index(f"scene-task{episode.task}/{mode}")] * len(ep_frames)
+        episodes += [episode.index] * len(ep_frames)
+    return FrameSet(frames, states, np.asarray(kinds, dtype=np.int64), np.asarray(episodes, dtype=np.int64),
+                    list(SCENE_EPISODE_KINDS))

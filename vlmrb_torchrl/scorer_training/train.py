@@ -4,7 +4,7 @@
 environment-specific: how frames are generated, the statements a state makes true, their
 wordings, the validation questions, the model card's description; ``"minigrid"`` and ``"lift"``
 ship), generates frames, captions them from the simulator's state, trains a transformers
-``CLIPModel`` on one CPU thread and saves it with ``save_pretrained``, its tokenizer and
+``CLIPModel`` on one CPU thread (or a GPU: ``BuildConfig.device``) and saves it with ``save_pretrained``, its tokenizer and
 processor, ``training.json`` (the recipe and metrics) and ``MODEL_CARD.md``. The directory loads
 with ``make_scorer("clip:DIR")`` and ``HF_HUB_OFFLINE=1``. :func:`build_minigrid_scorer` is the
 MiniGrid build (``builtin:minigrid``), :func:`build_lift_scorer` the robosuite Lift one
@@ -19,7 +19,10 @@ instead would let one easy caption carry each frame.
 
 Deterministic for a seed: data, initialisation, batches and captions come from seeded
 generators and torch runs on one thread; the same arguments give byte-identical weights
-(unless ``minutes`` cuts training short, which depends on the machine's speed).
+(unless ``minutes`` cuts training short, which depends on the machine's speed). On a GPU
+(``device="cuda"``) the data, initialisation, batches and captions are the same, but the
+arithmetic is not bit-identical to the CPU's: the weights differ slightly, and the device is
+recorded in ``training.json``.
 """
 
 from __future__ import annotations
@@ -38,14 +41,42 @@ import torch
 
 from vlmrb_torchrl.scorer_training.captions import Statement
 from vlmrb_torchrl.scorer_training.data import TRAIN_LAYOUTS, FrameSet, Layout
-from vlmrb_torchrl.scorer_training.domains import (MINIGRID_QUESTIONS, BuildConfig, Domain, get_domain, load_frames,
-                                                   minigrid_domain, save_frames)
+from vlmrb_torchrl.scorer_training.domains import (DOMAINS, MINIGRID_QUESTIONS, BuildConfig, Domain, get_domain,
+                                                   load_frames, minigrid_domain, save_frames)
 from vlmrb_torchrl.scorer_training.model import MODEL_SIZES, build_model, build_processor, build_tokenizer
 
-__all__ = ["BuildConfig", "build_scorer", "build_minigrid_scorer", "build_lift_scorer", "QUESTIONS", "weights_sha256"]
+__all__ = ["BuildConfig", "build_scorer", "build_minigrid_scorer", "build_lift_scorer", "QUESTIONS", "weights_sha256",
+           "resolve_device"]
 
 #: MiniGrid's frame-level validation questions (see :data:`~vlmrb_torchrl.scorer_training.domains.MINIGRID_QUESTIONS`).
 QUESTIONS = MINIGRID_QUESTIONS
+
+
+def resolve_device(device: str) -> torch.device:
+    """``BuildConfig.device`` as a torch device: ``"cpu"``, ``"cuda"`` (``"cuda:N"``) or ``"auto"`` (a GPU if
+    torch sees one, else the CPU).
+
+    Examples:
+        >>> resolve_device("cpu")
+        device(type='cpu')
+        >>> resolve_device("tpu")
+        Traceback (most recent call last):
+        ...
+        ValueError: BuildConfig.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got 'tpu'.
+    """
+    if not isinstance(device, str) or not (device in ("cpu", "cuda", "auto") or
+                                           (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ValueError(f"BuildConfig.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}.")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"BuildConfig.device={device!r}, but torch sees no CUDA GPU here: use 'cpu' or 'auto'.")
+    return torch.device(device)
+
+
+def _device_name(device: torch.device) -> str:
+    """What ``training.json`` records: ``"cpu"`` or ``"cuda (NVIDIA H200)"``."""
+    return "cpu" if device.type == "cpu" else f"{device.type} ({torch.cuda.get_device_name(device)})"
 
 
 def weights_sha256(out_dir: str | Path) -> str:
@@ -87,11 +118,11 @@ def _pixels(frames: list[np.ndarray], processor, chunk: int = 512) -> torch.Tens
 class _Normalize:
     """The processor's rescale + normalise, applied to the stored uint8 pixels."""
 
-    def __init__(self, processor) -> None:
+    def __init__(self, processor, device: torch.device | str = "cpu") -> None:
         ip = processor.image_processor
         self.scale = float(ip.rescale_factor)
-        self.mean = torch.tensor(ip.image_mean, dtype=torch.float32).view(1, 3, 1, 1)
-        self.std = torch.tensor(ip.image_std, dtype=torch.float32).view(1, 3, 1, 1)
+        self.mean = torch.tensor(ip.image_mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor(ip.image_std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
 
     def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
         return (pixels.float() * self.scale - self.mean) / self.std
@@ -102,7 +133,7 @@ def _features(output: Any) -> torch.Tensor:
 
 
 def _embed_texts(model, tokenizer, texts: list[str]) -> torch.Tensor:
-    tokens = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+    tokens = tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to(model.device)
     feats = _features(model.get_text_features(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"]))
     return torch.nn.functional.normalize(feats, dim=-1)
 
@@ -128,7 +159,7 @@ def _question_accuracy(model, tokenizer, normalize, pixels: torch.Tensor, hot: n
         if keep.sum() == 0:
             continue
         texts = _embed_texts(model, tokenizer, [wordings(o)[0] for o in options])
-        pred = (images[torch.from_numpy(keep)] @ texts.T).argmax(-1).numpy()
+        pred = (images[torch.from_numpy(keep).to(images.device)] @ texts.T).argmax(-1).cpu().numpy()
         out[name] = {"accuracy": round(float((pred == truth[keep].argmax(1)).mean()), 4), "frames": int(keep.sum())}
     model.train()
     return out
@@ -157,9 +188,9 @@ class _AuxHead(torch.nn.Module):
             truth = frame_hot[:, cols]
             keep = truth.sum(1) == 1
             if keep.any():
-                rows = torch.from_numpy(np.flatnonzero(keep))
-                terms.append(torch.nn.functional.cross_entropy(logits[rows][:, torch.from_numpy(cols)],
-                                                               torch.from_numpy(truth[keep].argmax(1))))
+                rows = torch.from_numpy(np.flatnonzero(keep)).to(logits.device)
+                terms.append(torch.nn.functional.cross_entropy(logits[rows][:, torch.from_numpy(cols).to(logits.device)],
+                                                               torch.from_numpy(truth[keep].argmax(1)).to(logits.device)))
         return torch.stack(terms).sum() if terms else logits.sum() * 0.0
 
 
@@ -178,6 +209,7 @@ def build_scorer(
     log: Callable[[str], None] | None = print,
     command: str | None = None,
     cache: str | Path | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Generates captioned frames of ``domain``, trains a small CLIP and saves it to ``out_dir``.
 
@@ -195,6 +227,8 @@ def build_scorer(
             (``<domain>-<frames>-seed<seed>.npz``) and reused by the next build with the same
             frames and seed: generating robosuite frames costs ~0.1 s each. Not part of the
             recipe (the frames are the same either way).
+        workers (int, optional): processes that generate the frames, for domains that can
+            (``Domain.parallel``: Scene); the frames do not depend on it. Defaults to ``1``.
 
     Returns:
         dict: the contents of ``training.json`` (config, data counts, metrics, timings, hash).
@@ -203,13 +237,19 @@ def build_scorer(
     cfg = config or domain.default_config
     if cfg.size not in MODEL_SIZES:
         raise ValueError(f"BuildConfig.size must be one of {sorted(MODEL_SIZES)}, got {cfg.size!r}.")
+    device = resolve_device(cfg.device)
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"build_scorer: workers must be an int >= 1, got workers={workers!r}.")
+    if workers > 1 and not domain.parallel:
+        raise ValueError(f"build_scorer: the {domain.name!r} domain generates its frames in one process "
+                         f"(workers=1); only {sorted(n for n, d in DOMAINS.items() if d().parallel)} take workers.")
     say = log or (lambda _: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: faster than two on a shared 2-core machine, and deterministic
     try:
-        return _build(out, cfg, domain, say, command, None if cache is None else Path(cache))
+        return _build(out, cfg, domain, say, command, None if cache is None else Path(cache), device, workers)
     finally:
         torch.set_num_threads(threads)
 
@@ -259,14 +299,14 @@ def build_lift_scorer(
     return build_scorer("lift", out_dir, config, log=log, command=command, cache=cache)
 
 
-def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say) -> FrameSet:
+def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say, workers: int = 1) -> FrameSet:
     """The training frames: generated, or read from ``cache`` where an earlier build kept them."""
     # "-v3": states as JSON, frames of several sizes (older caches held pickled states; they are not read)
     path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}-v3.npz"
     if path is not None and path.is_file():
         say(f"reading the frames from {path}")
         return load_frames(path)
-    data = domain.generate(cfg.frames, cfg.seed)
+    data = domain.generate(cfg.frames, cfg.seed, workers) if domain.parallel else domain.generate(cfg.frames, cfg.seed)
     if path is not None:  # a cache that cannot be written is not worth the generated frames: go on without it
         try:
             cache.mkdir(parents=True, exist_ok=True)
@@ -276,9 +316,10 @@ def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say) -> FrameS
     return data
 
 
-def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Path | None) -> dict[str, Any]:
+def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Path | None, device: torch.device,
+           workers: int) -> dict[str, Any]:
     t0 = time.perf_counter()
-    data: FrameSet = _frames(domain, cfg, cache, say)
+    data: FrameSet = _frames(domain, cfg, cache, say, workers)
     t_data = time.perf_counter() - t0
     say(f"generated {len(data)} frames from {data.episode.max() + 1} episodes in {t_data:.0f} s")
 
@@ -286,8 +327,8 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
     tokenizer = build_tokenizer(domain.vocabulary(), max_length=s["max_text_len"])
     processor = build_processor(tokenizer, image_size=s["image_size"])
     t1 = time.perf_counter()
-    pixels = _pixels(data.frames, processor)
-    normalize = _Normalize(processor)
+    pixels = _pixels(data.frames, processor).to(device)
+    normalize = _Normalize(processor, device)
     say(f"preprocessed frames to {tuple(pixels.shape[1:])} in {time.perf_counter() - t1:.0f} s")
     stmts = _Statements(data.states, domain)
     rng = np.random.default_rng(cfg.seed)
@@ -313,10 +354,10 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
     stmt_p = stmt_w[active] / stmt_w[active].sum()
     wordings = domain.wordings
 
-    model = build_model(len(tokenizer), size=cfg.size, seed=cfg.seed)
+    model = build_model(len(tokenizer), size=cfg.size, seed=cfg.seed).to(device)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
-    aux = _AuxHead(model.config.projection_dim, stmts.index, domain, cfg.seed) if cfg.aux_weight > 0 else None
+    aux = _AuxHead(model.config.projection_dim, stmts.index, domain, cfg.seed).to(device) if cfg.aux_weight > 0 else None
     optim = torch.optim.AdamW(list(model.parameters()) + (list(aux.parameters()) if aux else []), lr=cfg.lr,
                               weight_decay=0.01)
     warm = max(1, int(0.05 * cfg.steps))
@@ -324,7 +365,7 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
         optim, lambda k: min(1.0, (k + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, k / max(1, cfg.steps)))))
     gen = torch.Generator().manual_seed(cfg.seed)
     all_hot = stmts.hot
-    val_pixels = pixels[torch.from_numpy(val_idx)]
+    val_pixels = pixels[torch.from_numpy(val_idx).to(device)]
     val_hot = stmts.frame_hot(val_idx)
     history = []
     t2 = time.perf_counter()
@@ -353,7 +394,8 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
             caption_hot[t, r] = True
         # a caption is true of a frame when none of its statements is false there
         truth = torch.from_numpy((caption_hot.astype(np.float32) @ (~frame_hot).T.astype(np.float32)) == 0).T
-        image_embeds = _embed_pixels(model, normalize, pixels[torch.from_numpy(pick)])
+        truth = truth.to(device)
+        image_embeds = _embed_pixels(model, normalize, pixels[torch.from_numpy(pick).to(device)])
         text_embeds = _embed_texts(model, tokenizer, texts)
         scale = model.logit_scale.clamp(max=math.log(100.0)).exp()
         loss = _loss(image_embeds, text_embeds, scale, truth)
@@ -386,11 +428,11 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
     if cfg.held_out_frames > 0 and domain.held_out is not None:
         ho = domain.held_out(cfg.held_out_frames, cfg.seed + 1_000_003)
         ho_stmts = _Statements(ho.states, domain)
-        held_out = _question_accuracy(model, tokenizer, normalize, _pixels(ho.frames, processor),
+        held_out = _question_accuracy(model, tokenizer, normalize, _pixels(ho.frames, processor).to(device),
                                       ho_stmts.frame_hot(np.arange(len(ho))), ho_stmts.index, domain)
         say("held-out tasks: " + " ".join(f"{k}={v['accuracy']:.3f}" for k, v in held_out.items()))
 
-    model.save_pretrained(out)
+    model.to("cpu").save_pretrained(out)
     processor.save_pretrained(out)
     report = {
         "config": dataclasses.asdict(cfg),
@@ -400,6 +442,8 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
         "parameters": int(n_params),
         "steps_done": steps_done,
         "seconds": {"data": round(t_data, 1), "train": round(t_train, 1)},
+        "device": _device_name(device),
+        "workers": workers,
         "val_accuracy": val_metrics,
         "held_out_accuracy": held_out,
         "history": history,
@@ -410,6 +454,15 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
     (out / "MODEL_CARD.md").write_text(model_card(report, domain))
     say(f"saved to {out} ({n_params} parameters, sha256 {report['weights_sha256'][:16]}...)")
     return report
+
+
+def _trained_on(report: dict[str, Any]) -> str:
+    device = report.get("device", "cpu")  # builds before the device option trained on the CPU
+    return "one CPU thread" if device == "cpu" else f"one GPU, {device.split(' (', 1)[-1].rstrip(')')}"
+
+
+def _workers_note(report: dict[str, Any]) -> str:
+    return f" in {report['workers']} processes" if report.get("workers", 1) > 1 else ""
 
 
 def model_card(report: dict[str, Any], domain: Domain | str = "minigrid") -> str:
@@ -438,8 +491,8 @@ def model_card(report: dict[str, Any], domain: Domain | str = "minigrid") -> str
 {command}
 ```
 
-Seed {cfg['seed']}; {report['steps_done']} steps of {cfg['batch_size']} frames on one CPU thread
-({report['seconds']['data']:.0f} s data, {report['seconds']['train']:.0f} s training).
+Seed {cfg['seed']}; {report['steps_done']} steps of {cfg['batch_size']} frames on {_trained_on(report)}
+({report['seconds']['data']:.0f} s data{_workers_note(report)}, {report['seconds']['train']:.0f} s training).
 Versions: {json.dumps(report['versions'])}.
 
 ## Data
