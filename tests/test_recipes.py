@@ -209,9 +209,18 @@ _SLOW = pytest.mark.slow
 
 @pytest.mark.parametrize("replay", [pytest.param("uniform", marks=_SLOW), pytest.param("per", marks=_SLOW), "vlm",
                                     pytest.param("vlm_td", marks=_SLOW)])
-def test_minigrid_smoke_each_replay_mode(tmp_path, replay):
+def test_minigrid_smoke_each_replay_mode(tmp_path, monkeypatch, replay):
+    from torchrl.data.postprocs import MultiStep
+
+    n_step_inputs = []  # the entries each n-step computation was given
+    forward = MultiStep.forward
+    monkeypatch.setattr(MultiStep, "forward", lambda self, td: n_step_inputs.append(
+        set(td.keys(True, True))) or forward(self, td))
     cfg = apply_overrides(DQNConfig(), {**TINY, "replay": replay, "output_dir": str(tmp_path / replay)})
     summary = dqn_main(cfg)
+    # rendered frames go to the clip stream only, never through the n-step returns (they cost ~4x its time)
+    assert len(n_step_inputs) == 512 // 64
+    assert all(not any("pixels" in (k if isinstance(k, tuple) else (k,)) for k in keys) for keys in n_step_inputs)
     run_dir = tmp_path / replay
     rows = read_metrics(run_dir)
     assert [int(r["env_steps"]) for r in rows] == [256, 512]

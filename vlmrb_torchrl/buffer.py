@@ -229,6 +229,10 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         for you). ``batch`` must still hold the frames and the trajectory ids; ``batch`` and
         ``index`` are what was given to and returned by ``extend``.
         """
+        try:  # only what the stream reads is reshaped (a collector batch has ~30 entries)
+            batch = batch.select(*self.clip_stream.in_keys)
+        except KeyError:
+            pass  # the stream's push names what is missing, and what the batch holds
         if self._storage_ndim() > 1 and self.dim_extend > 0 and batch.ndim > self.dim_extend:
             batch = batch.transpose(self.dim_extend, 0)  # the layout TorchRL's extend wrote
         self._push(batch.reshape(-1) if batch.ndim > 1 else batch, index)

@@ -650,6 +650,21 @@ class ClipStream:
     # ------------------------------------------------------------------ public state
 
     @property
+    def in_keys(self) -> list[NestedKey]:
+        """The batch entries :meth:`push` reads: frames (and outcome frames), trajectory ids, end
+        flags and ``extra_keys``.
+
+        Examples:
+            >>> ClipStream(ClipSpec(clip_len=3)).in_keys
+            ['pixels', ('next', 'pixels'), ('collector', 'traj_ids'), ('next', 'done')]
+        """
+        frames = [] if self.frame_key is None else [self.frame_key]
+        if self.final_frame:
+            frames.append(self.next_frame_key)
+        done = [] if self.done_key is None else [self.done_key]
+        return [*frames, self.traj_key, *done, *self.extra_keys]
+
+    @property
     def num_trajectories(self) -> int:
         """Number of live (started, not yet ended) trajectories buffered."""
         return len(self._trajs)

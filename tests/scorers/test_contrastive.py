@@ -135,6 +135,95 @@ class TestHFContrastiveScorer:
             make_scorer(f"clip:{tiny_model_dir('idefics3')}")
 
 
+# --------------------------------------------------------------------------- lazy loading
+
+
+class TestLazyLoading:
+    def test_loads_on_first_score_with_the_same_provenance_and_scores(self, family_dir, shared_scorer):
+        _, directory = family_dir
+        eager = shared_scorer(directory)
+        lazy = HFContrastiveScorer(str(directory), lazy=True)
+        assert not lazy.loaded and "model" not in vars(lazy)
+        assert lazy.provenance == eager.provenance and list(lazy.provenance) == list(eager.provenance)
+        assert lazy.in_keys == eager.in_keys and lazy.prompt == eager.prompt
+        clips = noise_clips(4, 3)
+        assert torch.equal(lazy.score(clips), eager.score(clips))
+        assert lazy.loaded and lazy.provenance == eager.provenance
+
+    def test_reading_the_model_or_a_new_prompt_set_loads_it(self, tiny_model_dir):
+        directory = str(tiny_model_dir("clip"))
+        lazy = HFContrastiveScorer(directory, lazy=True)
+        assert lazy.model.config.model_type == "clip" and lazy.loaded
+        other = HFContrastiveScorer(directory, lazy=True).with_prompt_set([CHECKS[0]])
+        assert other.loaded and len(other.prompt_set) == 1
+        clone = pickle.loads(pickle.dumps(HFContrastiveScorer(directory, lazy=True)))
+        assert not clone.loaded  # pickled as its arguments: lazy again
+        with pytest.raises(AttributeError, match="no attribute 'no_such_thing'"):
+            lazy.no_such_thing
+
+    def test_models_whose_provenance_needs_loading_load_now(self, tiny_model_dir, tmp_path):
+        import shutil
+
+        from safetensors.torch import load_file, save_file
+
+        directory = tmp_path / "model"
+        shutil.copytree(tiny_model_dir("clip"), directory)
+        weights = load_file(directory / "model.safetensors")
+        save_file({k: v for k, v in weights.items() if k != "logit_scale"}, directory / "model.safetensors")
+        assert HFContrastiveScorer(str(directory), lazy=True).loaded  # no logit_scale to read: loaded now
+        assert not HFContrastiveScorer(str(directory), lazy=True, logit_scale=10.0).loaded  # given: still lazy
+
+    def test_a_model_that_fails_to_load_fails_its_first_use_clearly(self, tiny_model_dir, tmp_path):
+        import shutil
+
+        directory = tmp_path / "model"
+        shutil.copytree(tiny_model_dir("clip"), directory)
+        lazy = HFContrastiveScorer(str(directory), lazy=True)
+        (directory / "model.safetensors").write_bytes(b"not safetensors")  # broken after the scorer was built
+        clips = noise_clips(2, 2)
+        for _ in range(2):  # and again, without retrying the load
+            with pytest.raises(RuntimeError, match=r"loading '.*model' failed on first use \(lazy=True\)"):
+                lazy.score(clips)
+        assert not lazy.loaded
+
+    def test_a_model_changed_since_construction_is_refused(self, tiny_model_dir, tmp_path):
+        import shutil
+
+        from safetensors.torch import load_file, save_file
+
+        directory = tmp_path / "model"
+        shutil.copytree(tiny_model_dir("clip"), directory)
+        lazy = HFContrastiveScorer(str(directory), lazy=True)
+        weights = load_file(directory / "model.safetensors")
+        weights["logit_scale"] = weights["logit_scale"] + 1.0
+        save_file(weights, directory / "model.safetensors")
+        with pytest.raises(RuntimeError, match=r"provenance differs .*'logit_scale'.*'weights_hash'"):
+            lazy.score(noise_clips(2, 2))
+        assert not lazy.loaded
+
+    def test_a_load_error_in_the_scoring_thread_reaches_the_learner(self, tiny_model_dir, tmp_path):
+        import shutil
+
+        from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform
+
+        directory = tmp_path / "model"
+        shutil.copytree(tiny_model_dir("clip"), directory)
+        lazy = HFContrastiveScorer(str(directory), lazy=True)
+        (directory / "model.safetensors").write_bytes(b"not safetensors")
+        stream = ClipStream(ClipSpec(clip_len=2, final_frame=False))
+        sampler = VLMPrioritizedSampler(8, lambda_max=0.5)
+        worker = AsyncScorer(VLMScoreTransform(lazy, clip_len=2, in_keys=["pixels"], final_frame=False), sampler)
+        clips = noise_clips(1, 4)
+        from tensordict import TensorDict
+
+        batch = TensorDict({"pixels": clips["pixels"], ("collector", "traj_ids"): torch.zeros(1, 4, dtype=torch.long),
+                            ("next", "done"): torch.zeros(1, 4, 1, dtype=torch.bool)}, [1, 4])
+        worker.submit(stream.push(batch, torch.arange(4)))
+        for stop in (worker.drain, worker.close):  # the worker's error names the model and the load's error
+            with pytest.raises(RuntimeError, match="AsyncScorer's worker failed: .*failed on first use .*header"):
+                stop()
+
+
 # --------------------------------------------------------------------------- prompt sets
 
 CHECKS = [

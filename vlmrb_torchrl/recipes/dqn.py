@@ -41,6 +41,9 @@ from vlmrb_torchrl.recipes.run_dir import make_run_dir, prepare_run_dir, release
 #: entry, and a MiniGrid collector batch has ~30 of them, flags and policy outputs included).
 LEARNER_KEYS = ("observation", "action", "steps_to_next_obs", ("next", "observation"), ("next", "reward"),
                 ("next", "terminated"), ("next", "done"))
+#: What n-step returns read of a collector batch: the learner's entries and the flags that end a window. Rendered
+#: frames (several KB a step, for the scorer only) stay out: MultiStep would shift every ``("next", ...)`` entry.
+N_STEP_KEYS = (*LEARNER_KEYS, ("next", "truncated"))
 
 
 class _Scale(nn.Module):
@@ -260,7 +263,8 @@ def main(cfg: DQNConfig) -> dict:
         # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
         loss_value, last_loss = float("nan"), None
         for batch in training.batches():
-            stored = n_step_returns(multistep, batch) if multistep is not None else batch
+            learner_batch = batch.select(*N_STEP_KEYS, strict=False)  # frames go to the clip stream only
+            stored = n_step_returns(multistep, learner_batch) if multistep is not None else learner_batch
             replay.store(stored.select(*LEARNER_KEYS, strict=False), batch)  # clips are cut from `batch`
             explore[1].step(batch.numel())
             for sample in training.samples(batch):  # counters["updates"] counts this update

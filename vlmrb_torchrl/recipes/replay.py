@@ -120,10 +120,24 @@ def make_scorer_from_config(cfg: Any):
     """``make_scorer(cfg.scorer, prompt=cfg.prompt, **cfg.scorer_kwargs)`` (``builtin:minigrid`` also
     gets the task, :func:`scorer_task_kwargs`), wrapped in a :class:`~vlmrb_torchrl.scorers.NoisyScorer`
     when ``cfg.label_noise > 0``, then (the noisy one is the teacher) in a
-    :class:`~vlmrb_torchrl.scorers.DistilledScorer` when ``cfg.distill``."""
+    :class:`~vlmrb_torchrl.scorers.DistilledScorer` when ``cfg.distill``.
+
+    Contrastive models (``builtin:``, ``clip:``) are built with ``lazy=True`` unless
+    ``cfg.scorer_kwargs`` says otherwise: the model is found and its provenance read now, and it
+    loads (transformers, weights, prompt embeddings: seconds) in the scoring thread at the first
+    clips, while the envs start stepping.
+
+    Examples:
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> scorer = make_scorer_from_config(DQNConfig(replay="vlm").validate())  # builtin:minigrid
+        >>> scorer.loaded, scorer.provenance["checks_from"], scorer.in_keys
+        (False, 'mission', ['pixels', 'mask'])
+    """
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
     kwargs = dict(cfg.scorer_kwargs or {})
+    if isinstance(cfg.scorer, str) and cfg.scorer.startswith(("builtin:", "clip:")):
+        kwargs.setdefault("lazy", True)
     if cfg.prompt is not None:
         kwargs["prompt"] = cfg.prompt
     kwargs.update(scorer_task_kwargs(cfg))

@@ -10,6 +10,7 @@ import hashlib
 import importlib
 import math
 import numbers
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -108,6 +109,16 @@ class HFContrastiveScorer:
         batch_size (int, optional): frames per vision forward pass. Defaults to ``64``.
         device, dtype, revision, local_files_only, cache_dir, trust_remote_code, model_kwargs, hub_timeout:
             as for :class:`~vlmrb_torchrl.scorers.HFGenerativeScorer`.
+        lazy (bool, optional): load on first use instead of now: the constructor checks the options
+            and finds the model; transformers, the weights, the processor and the prompts'
+            embeddings load at the first :meth:`score` (in an :class:`~vlmrb_torchrl.AsyncScorer`,
+            in its scoring thread), :meth:`frame_probabilities`, :meth:`with_prompt_set` or
+            :meth:`load`, or when ``model``, ``processor``, ``text_embeds`` or ``logit_scale`` is
+            read. For a local directory whose ``model.safetensors`` holds ``logit_scale`` (or with
+            ``logit_scale=`` given), so that the provenance is known without loading; it is checked
+            against the loaded model's. Other models load now. The scores are the same. A model
+            that fails to load then fails that first call (a :class:`RuntimeError` naming the model,
+            from the load's error). Defaults to ``False``.
 
     Attributes:
         prompt (str): the positive text (with a prompt set: the set's canonical text);
@@ -181,6 +192,7 @@ class HFContrastiveScorer:
         trust_remote_code: bool = False,
         model_kwargs: dict | None = None,
         hub_timeout: float = 5.0,
+        lazy: bool = False,
     ) -> None:
         self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}  # for pickling: see __reduce__
         owner = type(self).__name__
@@ -228,42 +240,111 @@ class HFContrastiveScorer:
             hub_timeout=hub_timeout,
         )
         self.device, self.dtype = self.source.device_dtype(owner)
-        transformers, where, load = self.source.locate(owner)
-        self.processor = transformers.AutoProcessor.from_pretrained(where["path"], **load)
-        self.model = self.source.load(transformers.AutoModel, transformers, where, load, device=self.device,
-                                      dtype=self.dtype)
-        model_type = getattr(self.model.config, "model_type", None)
-        if not (hasattr(self.model, "get_image_features") and hasattr(self.model, "get_text_features")):
-            raise ValueError(
-                f"{owner}: {model!r} (model_type={model_type!r}) is not a contrastive image-text model (no "
-                f"get_image_features/get_text_features). For generative VLMs use make_scorer('hf:{model}')."
-            )
-        if logit_scale is None:
-            raw = getattr(self.model, "logit_scale", None)
-            scale = float(raw.detach().float().exp().reshape(-1)[0]) if isinstance(raw, torch.Tensor) else 100.0
-        else:
-            scale = float(logit_scale)
-        self.logit_scale = scale
         self.aggregation = aggregation
         _hf.set_scorer_attributes(
             self, model, frame_key=frame_key, mask_key=mask_key, max_frames=max_frames, batch_size=batch_size
         )
+        self._specific = {}  # the provenance entries of this scorer's options
+        if prompt_set is not None:
+            self._specific["prompt_set"] = [[c.positive, list(c.negatives), c.aggregation] for c in self.prompt_set]
+        if task is not None:
+            self._specific["task"] = task
+        self._load_error: BaseException | None = None
+        if lazy:
+            _hf.require(owner, "transformers", "PIL")
+            where = _hf.resolve_model(model, owner=owner, revision=revision, local_files_only=local_files_only,
+                                      cache_dir=cache_dir, hub_timeout=hub_timeout)
+            known = _unloaded_model_info(where, self.dtype, logit_scale)
+            if known is not None:  # loads on first use (load())
+                model_info, transformers_info, scale = known
+                self.provenance = self._provenance(where, model_info, transformers_info, logit_scale=scale)
+                return
+        self._load_now()
+
+    #: what :meth:`load` sets; reading one of them before loads the model (``lazy=True``)
+    _LOADED = frozenset({"processor", "model", "logit_scale", "text_embeds", "_check_rows", "_padding", "_pil"})
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for attributes not set yet: a lazy scorer's model and what comes with it
+        if name in HFContrastiveScorer._LOADED and "_init_kwargs" in self.__dict__:
+            self.load()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (``False`` until first use with ``lazy=True``)."""
+        return "model" in self.__dict__
+
+    def load(self) -> None:
+        """Loads the model, processor and prompt embeddings now, if not loaded yet (``lazy=True``; thread-safe).
+
+        Raises:
+            RuntimeError: the model failed to load (here, or at an earlier attempt), from that error.
+        """
+        if self.loaded:
+            return
+        with self._lock:
+            if self.loaded:
+                return
+            if self._load_error is not None:
+                raise RuntimeError(f"{type(self).__name__}: loading {self.model_name!r} failed on first use "
+                                   f"(lazy=True): {self._load_error}") from self._load_error
+            known = self.provenance
+            try:
+                self._load_now()
+            except Exception as err:
+                self._load_error = err
+                raise RuntimeError(f"{type(self).__name__}: loading {self.model_name!r} failed on first use "
+                                   f"(lazy=True): {err}") from err
+            if self.provenance != known:  # what checkpoints recorded before loading must be what was loaded
+                changed = sorted(k for k in {*known, *self.provenance} if known.get(k) != self.provenance.get(k))
+                for name in HFContrastiveScorer._LOADED:
+                    self.__dict__.pop(name, None)
+                self._load_error = RuntimeError(f"the loaded model's provenance differs from the one read without "
+                                                f"loading in {changed}; build it with lazy=False")
+                self.provenance = known
+                raise RuntimeError(f"{type(self).__name__}: {self.model_name!r}: {self._load_error}")
+
+    def _load_now(self) -> None:
+        owner, kwargs = type(self).__name__, self._init_kwargs
+        transformers, where, load = self.source.locate(owner)
+        processor = transformers.AutoProcessor.from_pretrained(where["path"], **load)
+        model = self.source.load(transformers.AutoModel, transformers, where, load, device=self.device,
+                                 dtype=self.dtype)
+        model_type = getattr(model.config, "model_type", None)
+        if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):
+            raise ValueError(
+                f"{owner}: {self.model_name!r} (model_type={model_type!r}) is not a contrastive image-text model "
+                f"(no get_image_features/get_text_features). For generative VLMs use "
+                f"make_scorer('hf:{self.model_name}')."
+            )
+        if kwargs["logit_scale"] is None:
+            raw = getattr(model, "logit_scale", None)
+            scale = float(raw.detach().float().exp().reshape(-1)[0]) if isinstance(raw, torch.Tensor) else 100.0
+        else:
+            scale = float(kwargs["logit_scale"])
+        self.processor, self.logit_scale = processor, scale
         self._padding = "max_length" if model_type in _MAX_LENGTH_PADDING else True
         self._pil = importlib.import_module("PIL.Image")
-        self._embed_checks()
-        specific = {}
-        if prompt_set is not None:
-            specific["prompt_set"] = [[c.positive, list(c.negatives), c.aggregation] for c in self.prompt_set]
-        if task is not None:
-            specific["task"] = task
-        self.provenance = _hf.provenance(
-            "clip", model, where, self.model, prompt=self.prompt, dtype=self.dtype, max_frames=max_frames,
-            transformers=transformers,
-            negatives=list(self.negatives),
-            negatives_hash=prompt_hash("\n".join(self.negatives)),
-            aggregation=aggregation,
-            logit_scale=scale,
-            **specific,
+        self.model = model  # last: `loaded` reads it
+        try:
+            self._embed_checks()
+        except BaseException:
+            del self.model
+            raise
+        provenance = self._provenance(where, model, transformers, logit_scale=scale)
+        extra = {k: v for k, v in getattr(self, "provenance", {}).items() if k not in provenance}
+        self.provenance = {**provenance, **extra}  # entries added by the builder (builtin: task, checks_from)
+
+    def _provenance(self, where: dict, model: Any, transformers: Any, *, logit_scale: float) -> dict:
+        """:func:`~vlmrb_torchrl.scorers._hf.provenance` with this scorer's entries; ``model`` and ``transformers``
+        need only ``config._commit_hash``, ``config.model_type`` and ``__version__``."""
+        return _hf.provenance(
+            "clip", self.model_name, where, model, prompt=self.prompt, dtype=self.dtype, max_frames=self.max_frames,
+            transformers=transformers, negatives=list(self.negatives),
+            negatives_hash=prompt_hash("\n".join(self.negatives)), aggregation=self.aggregation,
+            logit_scale=logit_scale, **self._specific,
         )
 
     def _embed_checks(self) -> None:
@@ -298,6 +379,7 @@ class HFContrastiveScorer:
             (True, 1, True)
         """
         owner = type(self).__name__
+        self.load()  # the new scorer shares the loaded model
         new = object.__new__(type(self))  # not copy.copy: __reduce__ pickles as arguments and reloads the weights
         new.__dict__.update(self.__dict__)
         new.prompt_set = _check_prompt_set(prompt_set, task, owner=owner)
@@ -335,7 +417,7 @@ class HFContrastiveScorer:
                       for i in range(0, len(frames), self.batch_size)]
             self._frames_embedded += len(frames)
             return torch.cat(embeds) if embeds else torch.zeros(0, dim)
-        keys = [_frame_digest(f) for f in frames]
+        keys = _frame_digests(frames)
         found: dict[bytes, torch.Tensor] = {}
         todo: dict[bytes, np.ndarray] = {}
         for key, frame in zip(keys, frames):
@@ -415,11 +497,73 @@ class HFContrastiveScorer:
         )
 
 
+def _unloaded_model_info(where: dict, dtype: torch.dtype, logit_scale: float | None) -> tuple | None:
+    """What the provenance reads of the model and of transformers, without loading either:
+    ``(model, transformers, logit_scale)`` stand-ins with ``config._commit_hash``,
+    ``config.model_type`` and ``__version__``. For a float32 model in a local directory with a
+    ``config.json`` naming its ``model_type`` and, unless ``logit_scale`` is given, a
+    ``model.safetensors`` holding ``logit_scale``; ``None`` otherwise (the scorer then loads at once)."""
+    import importlib.metadata
+    import re
+    from types import SimpleNamespace
+
+    if where["source"] != "local" or dtype != torch.float32:
+        return None
+    path = where["path"]
+    model_type = _hf.read_config(path).get("model_type")
+    weights = os.path.join(path, "model.safetensors")
+    if model_type is None or (logit_scale is None and not os.path.isfile(weights)):
+        return None
+    if logit_scale is None:
+        try:
+            from safetensors import safe_open
+
+            with safe_open(weights, framework="pt") as f:
+                if "logit_scale" not in f.keys():
+                    return None
+                raw = f.get_tensor("logit_scale")
+        except Exception:  # noqa: BLE001 - unreadable here: loading now tells what is wrong
+            return None
+        logit_scale = float(raw.detach().float().exp().reshape(-1)[0])  # as read from the loaded model
+    # transformers' own rule for a config inside a Hub cache snapshot (PretrainedConfig._commit_hash)
+    snapshot = re.search(r"snapshots/([^/]+)/", path.replace(os.sep, "/") + "/")
+    revision = snapshot.group(1) if snapshot and re.fullmatch(r"[0-9a-f]{40}", snapshot.group(1)) else None
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    model = SimpleNamespace(config=SimpleNamespace(_commit_hash=revision, model_type=model_type))
+    return model, SimpleNamespace(__version__=version), float(logit_scale)
+
+
 def _frame_digest(frame: np.ndarray) -> bytes:
     """Content key of a frame: its shape, dtype and a 128-bit BLAKE2 digest of its pixels."""
     frame = np.ascontiguousarray(frame)
     head = f"{frame.shape}{frame.dtype.str}".encode()
     return head + hashlib.blake2b(memoryview(frame).cast("B"), digest_size=16).digest()
+
+
+def _frame_digests(frames: Sequence[np.ndarray]) -> list[bytes]:
+    """``[_frame_digest(f) for f in frames]``, each distinct frame digested once.
+
+    Clips overlap: a call's frames repeat each distinct frame up to ``clip_len + 1`` times, and
+    digesting every copy was most of a scoring call's time. Equal frames are found by their bytes
+    (a dict: hashing and comparing bytes costs a fraction of a digest).
+
+    Examples:
+        >>> a, b = np.zeros((4, 4, 3), np.uint8), np.ones((4, 4, 3), np.uint8)
+        >>> _frame_digests([a, b, a.copy()]) == [_frame_digest(f) for f in (a, b, a)]
+        True
+    """
+    seen: dict[tuple, bytes] = {}
+    out = []
+    for frame in frames:
+        key = (frame.shape, frame.dtype.str, frame.tobytes())
+        digest = seen.get(key)
+        if digest is None:
+            digest = seen[key] = _frame_digest(frame)
+        out.append(digest)
+    return out
 
 
 def _check_prompt_set(prompt_set, task: str | None, *, owner: str) -> tuple[PromptCheck, ...]:
