@@ -44,6 +44,17 @@ TINY = dict(total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=1
 RELEASE = threading.Event()
 
 
+@pytest.fixture(autouse=True)
+def _release_run_dir_locks():
+    """prepare_run_dir takes the run directory's lock for the run that would follow; these tests never
+    run it, so the locks are released here (else their files stay open until the process ends)."""
+    yield
+    from vlmrb_torchrl.recipes import run_dir
+
+    for path in list(run_dir._HELD):
+        run_dir.release_run_dir(path)
+
+
 class FailingScorer:
     """A scorer whose every call fails (a VLM server that is down); scores 0.5 while ``FailingScorer.up``."""
 
