@@ -12,6 +12,8 @@ getting busier or idler moves every arm alike. Arms:
 - ``vlm_td-builtin``: ``replay=vlm_td scorer=builtin:lift`` (VLM-RB with the shipped pixel scorer:
   every step's ``agentview`` frame rendered, 64 px, fast rendering; scoring in a thread);
 - ``vlm_td-oracle``: ``replay=vlm_td scorer=oracle:robosuite`` (no frames);
+- ``vlm_td-builtin-sparse``: ``vlm_td-builtin`` with a clip every 16 steps, 5 frames each
+  (``clip_stride=16 clip_frames=5 clip_assign=cover_max``: about a third of the steps rendered);
 - ``before-uniform`` (with ``--before REV``): the recipe of an earlier commit, uniform replay.
 
 All with the recipe's defaults (Lift, 2 envs, 200-frame batches, batch 256, 2x256 MLPs, one update
@@ -47,6 +49,9 @@ ARMS = {
     "uniform-sync": ["replay=uniform", "async_collection=false"],
     "vlm_td-builtin": ["replay=vlm_td", "scorer=builtin:lift"],
     "vlm_td-oracle": ["replay=vlm_td", "scorer=oracle:robosuite"],
+    # the Scene study's clip geometry: a clip every 16 steps, 5 of its 17 frames rendered, its score on every step
+    "vlm_td-builtin-sparse": ["replay=vlm_td", "scorer=builtin:lift", "clip_stride=16", "clip_frames=5",
+                              "clip_assign=cover_max"],
 }
 
 
