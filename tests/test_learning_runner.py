@@ -63,6 +63,16 @@ def test_status_command_and_pruning(tmp_path):
     assert not list((job.run_dir / "checkpoints").iterdir())
 
 
+def test_the_runners_log_leaves_a_fresh_run_directory_empty(tmp_path):
+    (job,) = jobs(tmp_path, ["uniform"], [0])
+    # what run_jobs does before starting a run: open its log
+    job.log_path.parent.mkdir(parents=True, exist_ok=True)
+    job.log_path.write_text("")
+    assert not job.run_dir.exists() and job.status() == "pending"
+    # a recipe refuses overwrite=true on a directory with files no run wrote: a fresh run must not need it
+    assert not [arg for arg in job.command() if arg.startswith(("overwrite=", "resume="))]
+
+
 def _rows(path: Path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -73,6 +83,7 @@ def test_interrupted_run_resumes_and_results_are_synced(tmp_path):
     (job,) = jobs(tmp_path, ["vlm_oracle"], [0], stop_at="256")  # an interruption after the first checkpoint
     assert runner.run_jobs([job], parallel=1, poll_s=0.2) == 1  # stopped short: not done
     assert job.status() == "resumable"
+    assert job.log_path.is_file() and not (job.run_dir / "stdout.log").exists()
     assert [int(r["env_steps"]) for r in _rows(job.result_dir / "metrics.csv")] == [256]
     job.overrides["stop_at"] = "none"
     assert runner.run_jobs([job], parallel=1, poll_s=0.2) == 0

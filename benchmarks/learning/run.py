@@ -7,7 +7,8 @@ settings; DQN arms score with ``oracle:minigrid`` unless they name a scorer. Eac
 plain ``vlmrb train dqn`` process (``vlmrb train sac`` for the robosuite study ``lift``):
 
 - run directories (checkpoints, TensorBoard) go to ``runs/learning/<study>/<arm>/seed<N>/``
-  (not committed);
+  (not committed), each run's output to ``seed<N>.stdout.log`` beside it (a fresh run refuses a
+  directory that holds files it did not write);
 - ``metrics.csv``, ``config.json`` and ``summary.json`` are copied, while the run goes and when
   it ends, to ``benchmarks/learning/results/<study>/<arm>/seed<N>/`` (small, committed), so
   results survive a change of machine;
@@ -195,6 +196,11 @@ class Job:
         return self.runs_root / self.study / self.arm / f"seed{self.seed}"
 
     @property
+    def log_path(self) -> Path:
+        """The run's stdout and stderr: beside its directory, which a fresh run must find empty."""
+        return self.run_dir.with_name(f"seed{self.seed}.stdout.log")
+
+    @property
     def result_dir(self) -> Path:
         return self.results_root / self.study / self.arm / f"seed{self.seed}"
 
@@ -289,8 +295,8 @@ def run_jobs(jobs: list[Job], *, parallel: int, poll_s: float = 20.0) -> int:
     while todo or running:
         while todo and len(running) < parallel:
             job = todo.pop(0)
-            job.run_dir.mkdir(parents=True, exist_ok=True)
-            log = open(job.run_dir / "stdout.log", "a")
+            job.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log = open(job.log_path, "a")
             cmd = job.command()
             record_commit(job, commit)
             _say(f"start {job.name} ({job.status()}) at {commit}: {' '.join(cmd[2:])}")
@@ -310,7 +316,7 @@ def run_jobs(jobs: list[Job], *, parallel: int, poll_s: float = 20.0) -> int:
                 _say(f"done  {job.name}")
             else:
                 failed += 1
-                _say(f"FAILED {job.name} (exit {code}); see {job.run_dir / 'stdout.log'}")
+                _say(f"FAILED {job.name} (exit {code}); see {job.log_path}")
         running = still
     return failed
 
