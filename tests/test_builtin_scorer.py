@@ -87,13 +87,16 @@ def test_build_device_and_workers_options(tmp_path, capsys):
             build_minigrid_scorer(tmp_path / "gpu", BuildConfig(**{**MICRO.__dict__, "device": "cuda"}), log=None)
         assert main(["build-scorer", "minigrid", "--out", str(tmp_path / "gpu"), "--device", "cuda"]) == 2
         assert "--device: BuildConfig.device='cuda', but torch sees no CUDA GPU" in capsys.readouterr().err
-    # frames of one process only, but for Scene: a clear error, before any frame is generated
-    with pytest.raises(ValueError, match=r"generates its frames in one process \(workers=1\); only \['scene'\]"):
-        build_scorer("minigrid", tmp_path / "w", MICRO, log=None, workers=2)
+    # frames of one process only, but for MiniGrid and Scene: a clear error, before any frame is generated
+    with pytest.raises(ValueError, match=r"generates its frames in one process \(workers=1\); only \['minigrid', 'scene'\]"):
+        build_scorer("lift", tmp_path / "w", MICRO, log=None, workers=2)
     with pytest.raises(ValueError, match="workers must be an int >= 1"):
         build_scorer("minigrid", tmp_path / "w", MICRO, log=None, workers=0)
     assert main(["build-scorer", "lift", "--out", str(tmp_path / "w"), "--workers", "3"]) == 2
-    assert "--workers is for scene only" in capsys.readouterr().err
+    assert "--workers is for minigrid, scene only" in capsys.readouterr().err
+    for bad in (["--lr", "0"], ["--statement-texts", "-1"]):
+        assert main(["build-scorer", "minigrid", "--out", str(tmp_path / "w"), *bad]) == 2
+        assert "--lr must be > 0 and --statement-texts >= 0" in capsys.readouterr().err
     assert main(["build-scorer", "scene", "--out", str(tmp_path / "w"), "--workers", "0"]) == 2
     with pytest.raises(SystemExit):
         main(["build-scorer", "minigrid", "--out", str(tmp_path / "w"), "--device", "tpu"])
@@ -102,6 +105,44 @@ def test_build_device_and_workers_options(tmp_path, capsys):
     report = build_minigrid_scorer(tmp_path / "cpu", MICRO, log=None)
     assert report["device"] == "cpu" and report["workers"] == 1 and report["config"]["device"] == "cpu"
     assert "frames on one CPU thread" in (tmp_path / "cpu" / "MODEL_CARD.md").read_text()
+
+
+
+def test_cli_passes_lr_and_statement_texts(tmp_path):
+    from vlmrb_torchrl.cli import main
+
+    args = ["build-scorer", "minigrid", "--frames", "120", "--steps", "2", "--batch-size", "8", "--size", "micro",
+            "--held-out-frames", "0"]
+    assert main([*args, "--out", str(tmp_path / "a"), "--lr", "5e-4", "--statement-texts", "0"]) == 0
+    config = json.loads((tmp_path / "a" / "training.json").read_text())["config"]
+    assert config["lr"] == 5e-4 and config["statement_texts"] is None  # 0: every statement's wording
+    assert main([*args, "--out", str(tmp_path / "b"), "--statement-texts", "16"]) == 0
+    config = json.loads((tmp_path / "b" / "training.json").read_text())["config"]
+    assert config["lr"] == 2e-3 and config["statement_texts"] == 16
+
+
+def test_minigrid_frames_are_drawn_per_episode():
+    from vlmrb_torchrl.scorer_training.data import generate_frames
+
+    one = generate_frames(300, seed=5)
+    assert len(one) == 300 and one.episode.max() >= 2 and list(one.episode) == sorted(one.episode)
+    # the first episodes of a longer draw are the same: each episode depends on (seed, its index) alone
+    more = generate_frames(400, seed=5)
+    assert all((a == b).all() for a, b in zip(one.frames, more.frames)) and one.states == more.states[:300]
+    assert generate_frames(300, seed=6).states != one.states
+    with pytest.raises(ValueError, match="workers must be an int >= 1"):
+        generate_frames(10, workers=0)
+
+
+@pytest.mark.slow
+def test_minigrid_frames_do_not_depend_on_the_workers():
+    from vlmrb_torchrl.scorer_training.data import generate_frames
+
+    one = generate_frames(500, seed=3)
+    two = generate_frames(500, seed=3, workers=2)
+    assert len(two) == 500 and one.episode.max() >= 4
+    assert all((a == b).all() for a, b in zip(one.frames, two.frames)) and one.states == two.states
+    assert (one.layout == two.layout).all() and (one.episode == two.episode).all()
 
 
 # ------------------------------------------------------------------------------ policies, states

@@ -167,13 +167,16 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
                         help="frames of held-out tasks for the transfer metrics (minigrid 3000; 0 = skip; the others have none)")
     parser.add_argument("--size", default=None, choices=["small", "atari", "micro"],
                         help="model size (atari: 16 px patches; micro: for tests)")
+    parser.add_argument("--lr", type=float, default=None, help="peak AdamW learning rate (default 2e-3)")
+    parser.add_argument("--statement-texts", type=int, default=None,
+                        help="statement wordings embedded per step besides the captions (minigrid 192; 0 = all of them)")
     parser.add_argument("--aux-weight", type=float, default=None,
                         help="weight of the image tower's auxiliary classification loss (atari 1.0, others 0)")
     parser.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"],
                         help="where the model trains (default cpu: one thread, byte-identical weights for a seed; "
                              "cuda: a GPU, recorded in training.json; auto: a GPU if torch sees one)")
     parser.add_argument("--workers", type=int, default=1,
-                        help="processes that generate the frames (scene only; the frames do not depend on it)")
+                        help="processes that generate the frames (minigrid and scene; the frames do not depend on it)")
     parser.add_argument("--cache", default=None,
                         help="keep the generated training frames in this directory and reuse them for the next build "
                              "with the same --frames and --seed (not part of the recipe: the frames are the same)")
@@ -184,13 +187,18 @@ def build_scorer_main(argv: list[str]) -> int:
     """``vlmrb build-scorer minigrid|lift|atari|scene --out DIR ...``: see :func:`~vlmrb_torchrl.scorer_training.build_scorer`."""
     import dataclasses
 
-    from vlmrb_torchrl.scorer_training import build_scorer, get_domain
+    from vlmrb_torchrl.scorer_training import DOMAINS, build_scorer, get_domain
 
     args = _build_scorer_parser().parse_args(argv)
     domain = get_domain(args.name)
     given = {k: getattr(args, k) for k in ("frames", "steps", "batch_size", "seed", "minutes", "held_out_frames", "size",
-                                           "aux_weight", "device")
+                                           "lr", "statement_texts", "aux_weight", "device")
              if getattr(args, k) is not None}
+    if given.get("lr", 1.0) <= 0 or given.get("statement_texts", 0) < 0:
+        print("vlmrb build-scorer: --lr must be > 0 and --statement-texts >= 0", file=sys.stderr)
+        return 2
+    if given.get("statement_texts") == 0:
+        given["statement_texts"] = None  # every statement's wording, every step
     given.setdefault("workers", args.workers)
     for name in ("frames", "steps", "batch_size", "workers"):
         if given.get(name, 1) < 1:
@@ -198,7 +206,8 @@ def build_scorer_main(argv: list[str]) -> int:
             return 2
     workers = given.pop("workers")
     if workers > 1 and not domain.parallel:
-        print(f"vlmrb build-scorer: --workers is for scene only ({args.name} generates its frames in one process)",
+        takes = ", ".join(sorted(n for n, d in DOMAINS.items() if d().parallel))
+        print(f"vlmrb build-scorer: --workers is for {takes} only ({args.name} generates its frames in one process)",
               file=sys.stderr)
         return 2
     cfg = dataclasses.replace(domain.default_config, **given)

@@ -235,12 +235,15 @@ def generate_frames(
     frame_size: int = 64,
     random_share: float = 0.3,
     perturb_share: float = 0.3,
+    workers: int = 1,
 ) -> FrameSet:
     """Rolls out scripted, perturbed and random episodes until ``n_frames`` frames are collected.
 
     Every frame an agent sees is kept, including the last one of an episode (the agent on the
-    goal). Episodes are drawn layout by layout with probabilities ``layout.weight``; everything
-    is seeded from ``seed`` (env layouts, agents, perturbations), so a seed gives the same frames.
+    goal). Episode ``i`` draws everything it needs (its layout, with probabilities
+    ``layout.weight``, the env's seed, the agent, the perturbation) from a generator seeded by
+    ``(seed, i)`` alone: a seed gives the same frames, whichever process plays which episode.
+    The frames are episodes ``0, 1, ...`` in order, cut at ``n_frames``.
 
     Args:
         n_frames (int): frames to collect.
@@ -251,6 +254,8 @@ def generate_frames(
         frame_size (int, optional): the env's ``frame_size``. Defaults to ``64`` (the recipes').
         random_share (float, optional): share of episodes played by a uniform random agent.
         perturb_share (float, optional): share of episodes started from a perturbed state.
+        workers (int, optional): processes that play the episodes (spawned); the frames do not
+            depend on it. Defaults to ``1`` (this process).
 
     Returns:
         FrameSet: the frames with their states.
@@ -260,67 +265,110 @@ def generate_frames(
         >>> len(data), data.frames[0].dtype, len(data.states)
         (50, dtype('uint8'), 50)
     """
-    from vlmrb_torchrl.envs.minigrid import MiniGridEnv
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"generate_frames: workers must be an int >= 1, got workers={workers!r}.")
+    args = (seed, tuple(layouts), frame_size, random_share, perturb_share)
+    played: list[tuple[int, list[np.ndarray], list[MiniGridState]]] = []
+    total = 0
+    if workers == 1:
+        try:
+            while total < n_frames:
+                played.append(_episode(len(played), *args))
+                total += len(played[-1][1])
+        finally:
+            _close_envs()
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    rng = np.random.default_rng(seed)
-    envs: dict[str, MiniGridEnv] = {}
-    weights = np.array([lay.weight for lay in layouts], dtype=np.float64)
-    weights /= weights.sum()
+        # episodes are played in waves of about the frames still missing (with a margin): the
+        # frames are episodes 0, 1, ... in order, so the extra episodes of the last wave are dropped
+        mean_len = float(np.mean([lay.max_steps for lay in layouts])) / 2
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_worker_init) as pool:
+            while total < n_frames:
+                wave = max(2 * workers, int(1.2 * (n_frames - total) / mean_len) + 1)
+                for result in pool.map(_episode, range(len(played), len(played) + wave), *([a] * wave for a in args),
+                                       chunksize=max(1, wave // (8 * workers))):
+                    if total < n_frames:
+                        played.append(result)
+                        total += len(result[1])
+                lengths = [len(p[1]) for p in played]
+                mean_len = float(np.mean(lengths)) if lengths else mean_len
     frames: list[np.ndarray] = []
     states: list[MiniGridState] = []
     layout_ids: list[int] = []
     episodes: list[int] = []
-    episode = 0
-    while len(frames) < n_frames:
-        li = int(rng.choice(len(layouts), p=weights))
-        lay = layouts[li]
-        env = envs.get(lay.env_id)
-        if env is None:
-            env = envs[lay.env_id] = MiniGridEnv(lay.env_id, render=True, frame_size=frame_size)
-        env.set_seed(int(rng.integers(2**31)))
-        td = env.reset()
-        menv = env.unwrapped
-        if rng.random() < perturb_share:
-            _perturb(menv, rng)
-            frame = _render(env)
-        else:
-            frame = td["pixels"].numpy()
-        agent_seed = int(rng.integers(2**31))
-        if rng.random() < random_share:
-            policy = None
-        elif lay.scripted == "doorkey":
-            policy = DoorKeyPolicy(seed=agent_seed, epsilon=float(rng.choice(_EPSILONS)),
-                                   burst_prob=float(rng.choice((0.0, 0.03, 0.08))))
-        elif lay.scripted == "mission" and rng.random() < 0.75:
-            policy = MissionPolicy(seed=agent_seed, epsilon=float(rng.choice(_EPSILONS)),
-                                   burst_prob=float(rng.choice((0.0, 0.03, 0.08))))
-        else:
-            policy = SubgoalPolicy(seed=agent_seed, epsilon=float(rng.choice((0.05, 0.2))), burst_prob=0.03)
-        actions = list(range(6))
-        steps = int(rng.integers(lay.max_steps // 3, lay.max_steps + 1)) if policy is None else lay.max_steps
-        for _ in range(steps):
-            frames.append(frame)
-            states.append(minigrid_state(menv))
-            layout_ids.append(li)
-            episodes.append(episode)
-            if len(frames) >= n_frames:
-                break
-            action = int(rng.choice(actions)) if policy is None else policy.act(menv, allowed=actions)
-            td["action"] = torch.tensor(action)
-            td = env.step(td)
-            frame = td["next", "pixels"].numpy()
-            if bool(td["next", "done"]):
-                frames.append(frame)  # the outcome: e.g. the agent on the goal
-                states.append(minigrid_state(menv))
-                layout_ids.append(li)
-                episodes.append(episode)
-                break
-            td = td["next"]
-        episode += 1
-    for env in envs.values():
-        env.close()
+    for index, (li, ep_frames, ep_states) in enumerate(played):
+        frames += ep_frames
+        states += ep_states
+        layout_ids += [li] * len(ep_frames)
+        episodes += [index] * len(ep_frames)
     return FrameSet(frames[:n_frames], states[:n_frames], np.asarray(layout_ids[:n_frames], dtype=np.int64),
                     np.asarray(episodes[:n_frames], dtype=np.int64), [lay.env_id for lay in layouts])
+
+
+#: A process's envs, one per (env id, frame size): built once, reset per episode.
+_ENVS: dict[tuple[str, int], object] = {}
+
+
+def _close_envs() -> None:
+    while _ENVS:
+        _ENVS.popitem()[1].close()
+
+
+def _worker_init() -> None:
+    torch.set_num_threads(1)  # the env's tensors are tiny: one thread per worker process
+
+
+def _episode(index: int, seed: int, layouts: tuple[Layout, ...], frame_size: int, random_share: float,
+             perturb_share: float) -> tuple[int, list[np.ndarray], list[MiniGridState]]:
+    """Plays episode ``index`` of ``seed``'s frames: its layout's index, its frames and their states."""
+    from vlmrb_torchrl.envs.minigrid import MiniGridEnv
+
+    rng = np.random.default_rng((seed, index))
+    weights = np.array([lay.weight for lay in layouts], dtype=np.float64)
+    li = int(rng.choice(len(layouts), p=weights / weights.sum()))
+    lay = layouts[li]
+    env = _ENVS.get((lay.env_id, frame_size))
+    if env is None:
+        env = _ENVS[lay.env_id, frame_size] = MiniGridEnv(lay.env_id, render=True, frame_size=frame_size)
+    env.set_seed(int(rng.integers(2**31)))
+    td = env.reset()
+    menv = env.unwrapped
+    if rng.random() < perturb_share:
+        _perturb(menv, rng)
+        frame = _render(env)
+    else:
+        frame = td["pixels"].numpy()
+    agent_seed = int(rng.integers(2**31))
+    if rng.random() < random_share:
+        policy = None
+    elif lay.scripted == "doorkey":
+        policy = DoorKeyPolicy(seed=agent_seed, epsilon=float(rng.choice(_EPSILONS)),
+                               burst_prob=float(rng.choice((0.0, 0.03, 0.08))))
+    elif lay.scripted == "mission" and rng.random() < 0.75:
+        policy = MissionPolicy(seed=agent_seed, epsilon=float(rng.choice(_EPSILONS)),
+                               burst_prob=float(rng.choice((0.0, 0.03, 0.08))))
+    else:
+        policy = SubgoalPolicy(seed=agent_seed, epsilon=float(rng.choice((0.05, 0.2))), burst_prob=0.03)
+    actions = list(range(6))
+    steps = int(rng.integers(lay.max_steps // 3, lay.max_steps + 1)) if policy is None else lay.max_steps
+    frames: list[np.ndarray] = []
+    states: list[MiniGridState] = []
+    for _ in range(steps):
+        frames.append(frame)
+        states.append(minigrid_state(menv))
+        action = int(rng.choice(actions)) if policy is None else policy.act(menv, allowed=actions)
+        td["action"] = torch.tensor(action)
+        td = env.step(td)
+        frame = td["next", "pixels"].numpy()
+        if bool(td["next", "done"]):
+            frames.append(frame)  # the outcome: e.g. the agent on the goal
+            states.append(minigrid_state(menv))
+            break
+        td = td["next"]
+    return li, frames, states
 
 
 def _render(env) -> np.ndarray:

@@ -253,14 +253,17 @@ def minigrid_domain(layouts: tuple[Layout, ...] = TRAIN_LAYOUTS) -> Domain:
 
     return Domain(
         name="minigrid",
-        generate=lambda n, seed: generate_frames(n, seed=seed, layouts=layouts),
+        generate=lambda n, seed, workers=1: generate_frames(n, seed=seed, layouts=layouts, workers=workers),
         statements=captions.all_statements,
         true_statements=captions.true_statements,
         wordings=captions.wordings,
         vocabulary=captions.vocabulary,
         questions=MINIGRID_QUESTIONS,
         balanced=lambda s: len(s) < 3 or s[1] == "any",  # colour-free statements
-        default_config=BuildConfig(frames=120_000, steps=2500, statement_texts=192),
+        # aux_weight=1: on the broad mixture (~700 statements, most of them true in every frame) the
+        # contrastive loss alone left "holds" / "key" at the majority answer for 800+ steps (issue 37,
+        # docs/builtin_scorer.md); the per-question head moves them from step ~600
+        default_config=BuildConfig(frames=120_000, steps=2500, statement_texts=192, aux_weight=1.0),
         describe=lambda data: {"layouts": [dataclasses.asdict(lay) for lay in layouts],
                                "held_out_layouts": list(HELD_OUT_LAYOUTS)},
         versions=_minigrid_versions,
@@ -269,6 +272,7 @@ def minigrid_domain(layouts: tuple[Layout, ...] = TRAIN_LAYOUTS) -> Domain:
         card_data=_minigrid_data,
         card_validation=" of the training layouts",
         held_out=_minigrid_held_out,
+        parallel=True,
     )
 
 

@@ -301,8 +301,9 @@ def build_lift_scorer(
 
 def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say, workers: int = 1) -> FrameSet:
     """The training frames: generated, or read from ``cache`` where an earlier build kept them."""
-    # "-v3": states as JSON, frames of several sizes (older caches held pickled states; they are not read)
-    path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}-v3.npz"
+    # "-v4": states as JSON, frames of several sizes (older caches held pickled states; they are not read);
+    # MiniGrid's episodes drawn per episode (v3 MiniGrid caches hold other frames for the same seed)
+    path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}-v4.npz"
     if path is not None and path.is_file():
         say(f"reading the frames from {path}")
         return load_frames(path)
