@@ -149,7 +149,9 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
         description="Train a small CLIP on frames of an environment captioned from the simulator's state, on one "
                     "CPU thread (or a GPU: --device), and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
-                    "(minigrid: ~13 CPU-minutes; lift: ~50 minutes of robosuite rendering + ~15 of training; atari: "
+                    "(minigrid: the family recipe, not yet shipped: see docs/builtin_scorer.md; ~2 minutes with "
+                    "--workers 15 --device cuda on 16 cores and an H200, 3-5 s a step on a shared CPU core; lift: ~50 "
+                    "minutes of robosuite rendering + ~15 of training; atari: "
                     "~3 minutes of emulation + ~30 of training on a shared core; scene: ~45 minutes of OGBench rendering + ~30 of "
                     "training on 2 cores, 43 s + 2 minutes with --workers 15 --device cuda on 16 cores and an H200). Same "
                     "arguments, same seed: identical weights on the CPU. Defaults below are per environment.",
