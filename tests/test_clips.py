@@ -17,6 +17,8 @@ from tensordict import TensorDict
 
 from vlmrb_torchrl.clips import ClipBatch, ClipSpec, ClipStream
 
+from _clip_stream_loop import LoopClipStream  # tests/: the per-trajectory stream ClipStream replaced
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -754,6 +756,102 @@ class TestClipStream:
             assert (counts == 1).all()
         else:
             assert (counts >= 1).all()
+
+
+# --------------------------------------------------------------------------- vectorised = per-trajectory
+
+
+def assert_same_clip_batch(new: ClipBatch | None, old: ClipBatch | None) -> None:
+    """Field by field, bit for bit: clips (every entry, dtype included), frame pool, targets."""
+    assert (new is None) == (old is None)
+    if new is None:
+        return
+    assert new.reduce == old.reduce
+    for a, b in ((new.target_clip, old.target_clip), (new.index, old.index), (new.generation, old.generation)):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    pairs = [(new.clips, old.clips)] + ([] if old.frames is None else [(new.frames, old.frames)])
+    assert (new.frames is None) == (old.frames is None)
+    for a, b in pairs:
+        assert a.batch_size == b.batch_size
+        keys = sorted(b.keys(include_nested=True, leaves_only=True), key=str)
+        assert sorted(a.keys(include_nested=True, leaves_only=True), key=str) == keys
+        for key in keys:
+            assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+
+
+def random_stream_batches(seed: int, num_envs: int, steps: int, *, reuse_ids: bool, max_len: int):
+    """Random collector batches: episode ends, chunk sizes, layouts ([E, T], env-major or
+    time-major flat); with ``reuse_ids`` an id goes on after a done (a new trajectory)."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [[int(x) for x in torch.randint(1, max_len, (steps,), generator=gen)] for _ in range(num_envs)]
+    traj, step, done = env_data(lengths, steps)
+    if reuse_ids:  # episodes 2k and 2k + 1 of an env share an id
+        traj = traj % num_envs + num_envs * (traj // (2 * num_envs))
+    bounds = sorted({0, steps, *torch.randint(1, steps, (steps // 5,), generator=gen).tolist()})
+    batches = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        batch = make_batch(traj[:, lo:hi], done[:, lo:hi], step=step[:, lo:hi])
+        batch["extra"] = torch.randn(batch.shape, generator=gen)
+        layout = int(torch.randint(3, (1,), generator=gen))
+        if layout == 1:
+            batch = batch.reshape(-1)
+        elif layout == 2:
+            batch = batch.transpose(0, 1).contiguous().reshape(-1)
+        batches.append(batch)
+    return batches
+
+
+class TestVectorisedMatchesPerTrajectory:
+    """ClipStream cuts every segment's clips at once; it must return exactly what the
+    per-trajectory stream it replaced (tests/_clip_stream_loop.py) returned: same clips in the
+    same order, same frame pool layout, same targets, same state after every push."""
+
+    @pytest.mark.parametrize(
+        "clip_len, stride, assign",
+        [(1, 1, "start"), (4, 1, "start"), (4, 3, "cover_max"), (3, 4, "start"), (3, 4, "cover_max"),
+         (4, 11, "start"), (4, 11, "cover_max"), (16, 1, "start"), (5, 2, "start")],
+    )
+    @pytest.mark.parametrize("final_frame, pool_frames, frame_key", [
+        (True, True, "pixels"), (True, False, "pixels"), (False, True, "pixels"), (False, False, None)])
+    def test_same_clip_batches(self, clip_len, stride, assign, final_frame, pool_frames, frame_key):
+        spec = ClipSpec(clip_len=clip_len, stride=stride, assign=assign, final_frame=final_frame)
+        seed = clip_len * 100 + stride * 10 + len(assign) + 2 * final_frame + pool_frames
+        gen = torch.Generator().manual_seed(seed)
+        num_envs = 1 + seed % 4
+        kwargs = dict(frame_key=frame_key, pool_frames=pool_frames, extra_keys=["extra", ("next", "reward")])
+        new, old = ClipStream(spec, **kwargs), LoopClipStream(spec, **kwargs)
+        batches = random_stream_batches(seed, num_envs, 50, reuse_ids=bool(seed % 2), max_len=3 * clip_len + 2)
+        offset, emitted = 0, 0
+        for i, batch in enumerate(batches):
+            index = torch.arange(offset, offset + batch.numel()) % 97  # a small ring buffer
+            generation = torch.randint(0, 5, (batch.numel(),), generator=gen)
+            offset += batch.numel()
+            out = new.push(batch, index, generation)
+            assert_same_clip_batch(out, old.push(batch, index, generation))
+            emitted += 0 if out is None else len(out)
+            assert (new.num_trajectories, new.num_frames_held) == (old.num_trajectories, old.num_frames_held)
+            if i == len(batches) // 2:  # a flush mid-stream (collector recreated): ids go on
+                assert_same_clip_batch(new.flush(), old.flush())
+        assert_same_clip_batch(new.flush(), old.flush())
+        assert emitted > 0 and new.num_trajectories == 0 and new.num_frames_held == 0
+
+    def test_interleaved_ids_and_untouched_trajectories(self):
+        # steps of several trajectories interleaved in one flat batch, ids reappearing in a
+        # later batch after other ids, a trajectory untouched for a while
+        spec = ClipSpec(clip_len=3, stride=2, assign="cover_max")
+        new, old = ClipStream(spec, pool_frames=True), LoopClipStream(spec, pool_frames=True)
+        rows = [(5, 0, 0), (2, 0, 0), (5, 1, 0), (9, 0, 0), (2, 1, 1), (5, 2, 0), (2, 0, 0), (9, 1, 0)]
+        pushes = [rows, [(9, 2, 0), (9, 3, 0), (9, 4, 0), (9, 5, 0)], [(5, 3, 0), (2, 1, 0), (5, 4, 1)]]
+        offset = 0
+        for push in pushes:
+            traj, step, done = (list(x) for x in zip(*push))
+            batch = make_batch(torch.tensor(traj, dtype=torch.long), torch.tensor(done, dtype=torch.bool),
+                               step=torch.tensor(step, dtype=torch.long))
+            index = torch.arange(offset, offset + len(push))
+            offset += len(push)
+            assert_same_clip_batch(new.push(batch, index), old.push(batch, index))
+            assert (new.num_trajectories, new.num_frames_held) == (old.num_trajectories, old.num_frames_held)
+        assert_same_clip_batch(new.flush(), old.flush())
 
 
 # --------------------------------------------------------------------------- real collector

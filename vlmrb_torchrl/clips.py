@@ -20,6 +20,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
@@ -433,42 +434,23 @@ def _gather_rows(pool: Tensor, rows: Tensor) -> Tensor:
     return gathered.reshape(*rows.shape, *pool.shape[1:])
 
 
-class _Trajectory:
-    """Buffered state of one live trajectory.
-
-    ``index``/``generation`` cover steps ``next_start .. length - 1`` (targets not yet emitted);
-    ``data`` holds the frames (and extras) of the steps some pending clip still shows, at the
-    trajectory steps listed in ``steps`` (sorted; contiguous unless ``stride > clip_len``).
-    ``tail`` is the ``("next", frame)`` of step ``length - 1``, the outcome frame of a clip
-    ending there if the trajectory is flushed before its next step arrives.
-    """
-
-    __slots__ = ("length", "next_start", "data", "steps", "index", "generation", "tail")
-
-    def __init__(self) -> None:
-        self.length = 0
-        self.next_start = 0
-        self.data: dict[NestedKey, Tensor] | None = None
-        self.steps: Tensor | None = None
-        self.index: Tensor | None = None
-        self.generation: Tensor | None = None
-        self.tail: Tensor | None = None
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
-class _Piece(NamedTuple):
-    # Clips emitted from one trajectory during one push/flush. Frames are gathered later, in
-    # one pass over all pieces: clips duplicate each frame up to clip_len times, so that
-    # gather is the costly copy and must happen once.
-    data: dict
-    num_rows: int
-    rows: Tensor  # [count, L'] rows of ``data`` per clip position (the outcome position: the last real step)
-    mask: Tensor
-    clip_index: Tensor
-    target_clip: Tensor
-    index: Tensor
-    generation: Tensor
-    frame_rows: Tensor | None = None  # [count, L + 1] frame rows; row num_rows is ``tail``
-    tail: Tensor | None = None  # the outcome frame past the buffered steps, when a clip shows it
+def _take(value, rows: np.ndarray):
+    """``value[rows]`` along the first dim, for a tensor (``index_select``) or a TensorDict."""
+    rows = torch.from_numpy(rows).to(value.device)
+    return torch.index_select(value, 0, rows) if isinstance(value, Tensor) else value[rows]
+
+
+def _by_segment(held: tuple, new: tuple) -> list[np.ndarray]:
+    """Columns ``(source row, segment, ...)`` of held rows and of new rows, concatenated and
+    ordered by segment, held rows first (both parts are already in step order per segment)."""
+    columns = [np.concatenate([h, n]) for h, n in zip(held, new)]
+    key = columns[1] * 2
+    key[held[0].size:] += 1
+    order = np.argsort(key, kind="stable")
+    return [c[order] for c in columns]
 
 
 def _found_keys(td: TensorDictBase) -> list:
@@ -476,7 +458,7 @@ def _found_keys(td: TensorDictBase) -> list:
 
 
 class ClipStream:
-    """Cuts a stream of collector batches into clips, one trajectory at a time.
+    """Cuts a stream of collector batches into clips, trajectory by trajectory.
 
     Feed every collector batch to :meth:`push` together with the storage indices (and slot
     generations) that ``rb.extend(batch.reshape(-1))`` returned. The stream groups steps by
@@ -624,11 +606,13 @@ class ClipStream:
             None if self.frame_key is None else unravel_key(("next", self.frame_key))
         )
         self._data_keys = data_keys
-        self._trajs: dict[int, _Trajectory] = {}
         # (feature shape, dtype) per data key, so a mid-trajectory change fails clearly.
         self._features: dict[NestedKey, tuple] | None = None
         # Device of the last pushed batch (None for mixed devices), given to emitted clips.
         self._device: torch.device | None = None
+        # Device of the per-clip entries (mask, rows): the data's (the index's without data).
+        self._out_device: torch.device | None = None
+        self.reset()
 
     @staticmethod
     def _check_key(name: str, key: object, reserved_ok: bool = False) -> NestedKey:
@@ -667,7 +651,7 @@ class ClipStream:
     @property
     def num_trajectories(self) -> int:
         """Number of live (started, not yet ended) trajectories buffered."""
-        return len(self._trajs)
+        return self._live_id.size
 
     @property
     def num_frames_held(self) -> int:
@@ -676,14 +660,21 @@ class ClipStream:
         Bounded by ``num_trajectories * spec.clip_len`` (``clip_len + 2`` with the outcome
         frame: one more step and the buffered ``("next", frame)`` of the last step).
         """
-        return sum(
-            (0 if t.steps is None else t.steps.numel()) + (t.tail is not None)
-            for t in self._trajs.values()
-        )
+        return self._held_step.size + (self.num_trajectories if self.final_frame else 0)
 
     def reset(self) -> None:
         """Drops all buffered state without emitting anything."""
-        self._trajs.clear()
+        # Live trajectories, in the order flush() emits them (CPU int64): id, steps seen so far,
+        # first clip start not yet emitted; and the ("next", frame) of each one's last step.
+        self._live_id = self._live_length = self._live_next = _EMPTY
+        self._live_tail: Tensor | None = None
+        # Held rows, in step order within each live trajectory (``slot``: its live position):
+        # frames and extras of the steps some pending clip still shows, and the targets
+        # (index, generation) of steps ``next_start .. length - 1``.
+        self._held: dict = {}
+        self._held_slot = self._held_step = self._held_islot = _EMPTY
+        self._held_index: Tensor | None = None
+        self._held_generation: Tensor | None = None
         self._features = None
 
     def __repr__(self) -> str:
@@ -730,64 +721,39 @@ class ClipStream:
         num, data, traj, done, index, generation, next_frames = self._read_batch(
             batch, index, generation
         )
-        traj_ids, group_of = torch.unique(traj, return_inverse=True)
-        # Process trajectories in order of first appearance so output order follows the batch.
-        positions = torch.arange(num, device=traj.device)
-        first = torch.full(traj_ids.shape, num, dtype=torch.long, device=traj.device)
-        first = first.scatter_reduce(0, group_of, positions, "amin")
-        group_order = torch.argsort(first)
-        rank = torch.empty_like(group_order)
-        rank[group_order] = torch.arange(group_order.numel(), device=rank.device)
-        step_rank = rank[group_of]
-        perm = torch.argsort(step_rank, stable=True)
-        permuted = not torch.equal(perm, positions)
-        if permuted:
-            data = {k: v[perm.to(v.device)] for k, v in data.items()}
-            done = done[perm.to(done.device)]
-            perm_i = perm.to(index.device)
-            index, generation = index[perm_i], generation[perm_i]
-        counts = torch.bincount(step_rank, minlength=group_order.numel()).tolist()
-        ids = traj_ids[group_order].tolist()
-        done_at = done.nonzero().squeeze(-1).tolist()
-
-        pieces: list[_Piece] = []
-        begin, d = 0, 0
-        for tid, count in zip(ids, counts):
-            end = begin + count
-            # Split this trajectory's run at every done: a done ends the trajectory, and any
-            # later step with the same id starts a new one.
-            cuts = []
-            while d < len(done_at) and done_at[d] < end:
-                cuts.append(done_at[d] + 1)
-                d += 1
-            seg_begin = begin
-            for seg_end in [*cuts, end]:
-                if seg_end == seg_begin:
-                    continue
-                ended = seg_end in cuts
-                traj_state = self._trajs.pop(tid, None) or _Trajectory()
-                tail = None
-                if next_frames is not None:  # ("next", frame) of the segment's last step
-                    last = int(perm[seg_end - 1]) if permuted else seg_end - 1
-                    tail = next_frames[last].clone()
-                piece = self._advance(
-                    traj_state,
-                    {k: v[seg_begin:seg_end] for k, v in data.items()},
-                    index[seg_begin:seg_end],
-                    generation[seg_begin:seg_end],
-                    ended=ended,
-                    tail=tail,
-                )
-                if piece is not None:
-                    pieces.append(piece)
-                if not ended:
-                    self._trajs[tid] = traj_state
-                seg_begin = seg_end
-            begin = end
-        if not self._trajs:
-            self._features = None
         self._device = batch.device
-        return self._assemble(pieces)
+        self._out_device = next(iter(data.values())).device if data else index.device
+        # The bookkeeping works on a few small int arrays: NumPy on the CPU (a NumPy call costs a
+        # fraction of a torch call at these sizes), whatever the data's device.
+        traj, done = traj.cpu().numpy(), done.cpu().numpy()
+        # Segments: each trajectory id's steps (ids in order of first appearance in the batch,
+        # so output order follows the batch), cut after every done: a done ends the trajectory,
+        # and any later step with the same id starts a new one.
+        _, first, group_of = np.unique(traj, return_index=True, return_inverse=True)
+        rank = np.empty_like(first)
+        rank[np.argsort(first)] = np.arange(first.size)
+        step_rank = rank[group_of.reshape(-1)]
+        perm = np.argsort(step_rank, kind="stable")  # batch rows, segment by segment
+        perm_rank, perm_done = step_rank[perm], done[perm]
+        id_starts = np.ones(num, dtype=bool)
+        id_starts[1:] = perm_rank[1:] != perm_rank[:-1]
+        seg_starts = id_starts.copy()
+        seg_starts[1:] |= perm_done[:-1]
+        seg_begin = np.flatnonzero(seg_starts)
+        seg_end = np.append(seg_begin[1:], num)
+        seg_id = traj[perm[seg_begin]]
+        # The first segment of an id continues the live trajectory of that id, if any.
+        seg_slot = np.full(seg_id.size, -1)
+        if self.num_trajectories:
+            continues = (seg_id[:, None] == self._live_id) & id_starts[seg_begin, None]
+            seg_slot = np.where(continues.any(1), continues.argmax(1), -1)
+        tails = None
+        if next_frames is not None:  # ("next", frame) of each segment's last step
+            tails = _take(next_frames, perm[seg_end - 1])
+        return self._emit(
+            seg_slot, seg_end - seg_begin, perm_done[seg_end - 1], seg_id, tails,
+            perm, data, index, generation,
+        )
 
     def flush(self) -> ClipBatch | None:
         """Ends every live trajectory: emits all its pending (padded) clips and clears state.
@@ -798,13 +764,16 @@ class ClipStream:
         Returns:
             a :class:`ClipBatch`, or ``None`` if nothing was pending.
         """
-        pieces = []
-        for traj_state in self._trajs.values():
-            piece = self._advance(traj_state, None, None, None, ended=True, tail=traj_state.tail)
-            if piece is not None:
-                pieces.append(piece)
+        live = self.num_trajectories
+        out = None
+        if live:
+            out = self._emit(
+                np.arange(live), np.zeros(live, dtype=np.int64), np.ones(live, dtype=bool),
+                self._live_id, self._live_tail, _EMPTY, {k: v[:0] for k, v in self._held.items()},
+                self._held_index[:0], self._held_generation[:0],
+            )
         self.reset()
-        return self._assemble(pieces)
+        return out
 
     # ------------------------------------------------------------------ internals
 
@@ -913,7 +882,7 @@ class ClipStream:
         features = {
             k: (tuple(v.shape[1:]), v.dtype) for k, v in data.items() if isinstance(v, Tensor)
         }
-        if self._features is not None and self._trajs:
+        if self._features is not None and self.num_trajectories:
             for key, (shape, dtype) in features.items():
                 if key in self._features and self._features[key] != (shape, dtype):
                     old_shape, old_dtype = self._features[key]
@@ -925,183 +894,236 @@ class ClipStream:
                     )
         self._features = features
 
-    def _advance(
-        self,
-        traj: _Trajectory,
-        seg: dict | None,
-        seg_index: Tensor | None,
-        seg_generation: Tensor | None,
-        *,
-        ended: bool,
-        tail: Tensor | None = None,
-    ) -> _Piece | None:
-        """Appends a run of steps to ``traj``, returns its newly complete clips, updates state.
 
-        ``tail`` is the ``("next", frame)`` of the run's last step (of the trajectory's last
-        step when flushing), the outcome frame of a clip ending at the trajectory's end.
+    def _emit(
+        self,
+        seg_slot: np.ndarray,
+        seg_len: np.ndarray,
+        seg_ended: np.ndarray,
+        seg_id: np.ndarray,
+        seg_tail: Tensor | None,
+        perm: np.ndarray,
+        data: dict,
+        index: Tensor,
+        generation: Tensor,
+    ) -> ClipBatch | None:
+        """Cuts the clips that ``S`` trajectory segments complete, all at once, and updates the state.
+
+        Segment ``j`` takes the batch rows ``perm[sum(seg_len[:j]) : sum(seg_len[:j + 1])]`` (in
+        time order) and continues the live trajectory ``seg_slot[j]`` (``-1``: a new one);
+        ``seg_ended[j]`` ends it after them. ``seg_tail`` holds each segment's outcome frame at its
+        end, ``("next", frame)`` of its last step. Segments come in output order.
+
+        Every segment's steps, held ones first, form the *work* rows, ordered by segment then
+        step; clip positions are found there by ``searchsorted`` on ``segment * M + step``. Row
+        numbers point into ``held + batch (+ tails)`` sources, concatenated once per key.
         """
         clip_len, stride = self.spec.clip_len, self.spec.stride
         outcome = int(self.final_frame)
-        # A clip is ready once its frames (L steps, plus the next step's frame: its outcome)
-        # and its targets (stride block for "start", window or stride block for "cover_max")
-        # have all arrived.
-        window = max(clip_len + outcome, stride)
-        first = traj.length
-        if seg is None:
-            length, work, work_steps = first, traj.data, traj.steps
-            index, generation = traj.index, traj.generation
-        else:
-            length = first + seg_index.numel()
-            device = seg_index.device if not seg else next(iter(seg.values())).device
-            seg_steps = torch.arange(first, length, device=device)
-            if stride > clip_len:
-                # Steps between two windows are never shown: keep only their index/generation.
-                shown = (seg_steps % stride) < clip_len + outcome
-                if not bool(shown.all()):
-                    seg = {k: v[shown] for k, v in seg.items()}
-                    seg_steps = seg_steps[shown]
-            if traj.data is None:
-                work, work_steps = seg, seg_steps
-                index, generation = seg_index, seg_generation
-            else:
-                work = {k: torch.cat([traj.data[k], seg[k]]) for k in seg}
-                work_steps = torch.cat([traj.steps, seg_steps])
-                index = torch.cat([traj.index, seg_index])
-                generation = torch.cat([traj.generation, seg_generation])
-        start0 = traj.next_start
-        if ended:
-            count = -(-(length - start0) // stride) if length > start0 else 0
-        else:
-            count = (length - window - start0) // stride + 1 if length - window >= start0 else 0
+        num_segs, num_new = seg_len.size, perm.size
+        live = self.num_trajectories
+        seg_range = np.arange(num_segs)
+        continued = seg_slot >= 0
+        first = np.zeros(num_segs, dtype=np.int64)  # steps the trajectory had before
+        start0 = np.zeros(num_segs, dtype=np.int64)  # its first clip start not yet emitted
+        seg_of_slot = np.full(live, -1)
+        if live:
+            slot = seg_slot[continued]
+            first[continued], start0[continued] = self._live_length[slot], self._live_next[slot]
+            seg_of_slot[slot] = seg_range[continued]
+        length = first + seg_len
 
-        piece = None
-        if count and work is not None:
-            piece = self._cut(work, work_steps, index, generation, start0, count, length, tail)
-        if ended:
-            return piece
-        traj.tail = tail
+        # The batch's rows, segment by segment, with their trajectory steps.
+        new_seg = np.repeat(seg_range, seg_len)
+        seg_begin = np.cumsum(seg_len) - seg_len
+        new_step = first[new_seg] + np.arange(num_new) - seg_begin[new_seg]
+        new_rows, new_seg_shown = perm, new_seg
+        if stride > clip_len:  # steps between two windows are never shown: keep their targets only
+            shown = new_step % stride < clip_len + outcome
+            new_rows, new_seg_shown, new_step = perm[shown], new_seg[shown], new_step[shown]
+
+        # Work rows (frames and extras): held rows of continued trajectories, then the batch's.
+        num_held = self._held_step.size
+        held_seg = seg_of_slot[self._held_slot]
+        held_used = np.flatnonzero(held_seg >= 0)
+        w_src, w_seg, w_step = _by_segment(
+            (held_used, held_seg[held_used], self._held_step[held_used]),
+            (num_held + new_rows, new_seg_shown, new_step),
+        )
+        # Target rows (index, generation): every step from each segment's start0 to its end.
+        iheld_seg = seg_of_slot[self._held_islot]
+        iheld_used = np.flatnonzero(iheld_seg >= 0)
+        i_src = _by_segment(
+            (iheld_used, iheld_seg[iheld_used]), (self._held_islot.size + perm, new_seg)
+        )[0]
+        i_count = length - start0
+        i_off = np.cumsum(i_count) - i_count
+        index_src, generation_src = index, generation
+        if self._held_index is not None:
+            index_src = torch.cat([self._held_index, index])
+            generation_src = torch.cat([self._held_generation, generation])
+        sources = {}
+        for key, value in data.items():
+            parts = [self._held[key], value] if num_held else [value]
+            if self.final_frame and key == self.frame_key:
+                parts.append(seg_tail)
+            sources[key] = torch.cat(parts) if len(parts) > 1 else value
+        tail_rows = num_held + num_new if self.final_frame else 0  # row of segment 0's tail
+
+        # How many clips each segment completes (see the class docstring for the rules).
+        window = max(clip_len + outcome, stride)
+        todo = length - start0
+        count = np.where(
+            seg_ended,
+            (np.maximum(todo, 0) + stride - 1) // stride,
+            np.maximum((todo - window) // stride + 1, 0),
+        )
         next_start = start0 + stride * count
-        # Clone what is kept: slices would pin the whole batch (or concatenation) in memory.
-        keep_from = int((work_steps < next_start).sum())
-        traj.data = {k: v[keep_from:].clone() for k, v in work.items()}
-        traj.steps = work_steps[keep_from:].clone()
-        traj.index = index[next_start - start0 :].clone()
-        traj.generation = generation[next_start - start0 :].clone()
-        traj.next_start = next_start
-        traj.length = length
-        return piece
+        out = None
+        if count.sum():
+            out = self._cut(
+                count, start0, length, w_src, w_seg, w_step, i_src, i_off, sources,
+                tail_rows, index_src, generation_src,
+            )
+
+        # New state: the live trajectories the segments did not touch keep their order, then
+        # the segments that did not end, in order (as a dict re-inserting them would).
+        untouched = np.ones(live, dtype=bool)
+        untouched[seg_slot[continued]] = False
+        kept_old = np.flatnonzero(untouched)
+        kept_segs = np.flatnonzero(~seg_ended)
+        slot_of_old = np.full(live, -1)
+        slot_of_old[kept_old] = np.arange(kept_old.size)
+        slot_of_seg = np.full(num_segs, -1)
+        slot_of_seg[kept_segs] = kept_old.size + np.arange(kept_segs.size)
+        # Held rows: the untouched ones as they are, then each going-on segment's rows from its
+        # next clip start on. Copies (index_select): slices would pin the whole batch in memory.
+        old_rows = np.flatnonzero(untouched[self._held_slot])
+        w_keep = np.flatnonzero(~seg_ended[w_seg] & (w_step >= next_start[w_seg]))
+        held_src = np.concatenate([old_rows, w_src[w_keep]])
+        self._held = {k: _take(v, held_src) for k, v in sources.items()}
+        self._held_slot = np.concatenate([slot_of_old[self._held_slot[old_rows]], slot_of_seg[w_seg[w_keep]]])
+        self._held_step = np.concatenate([self._held_step[old_rows], w_step[w_keep]])
+        i_seg = np.repeat(seg_range, i_count)
+        i_step = start0[i_seg] + np.arange(i_src.size) - i_off[i_seg]
+        i_keep = np.flatnonzero(~seg_ended[i_seg] & (i_step >= next_start[i_seg]))
+        old_irows = np.flatnonzero(untouched[self._held_islot])
+        iheld_src = torch.from_numpy(np.concatenate([old_irows, i_src[i_keep]])).to(index_src.device)
+        self._held_index, self._held_generation = index_src[iheld_src], generation_src[iheld_src]
+        self._held_islot = np.concatenate(
+            [slot_of_old[self._held_islot[old_irows]], slot_of_seg[i_seg[i_keep]]]
+        )
+        if self.final_frame:
+            tails = _take(seg_tail, kept_segs)
+            if live:
+                tails = torch.cat([_take(self._live_tail, kept_old), tails])
+            self._live_tail = tails
+        self._live_id = np.concatenate([self._live_id[kept_old], seg_id[kept_segs]])
+        self._live_length = np.concatenate([self._live_length[kept_old], length[kept_segs]])
+        self._live_next = np.concatenate([self._live_next[kept_old], next_start[kept_segs]])
+        if not self.num_trajectories:
+            self._features = None
+        return out
 
     def _cut(
         self,
-        work: dict,
-        work_steps: Tensor,
-        index: Tensor,
-        generation: Tensor,
-        start0: int,
-        count: int,
-        length: int,
-        tail: Tensor | None = None,
-    ) -> _Piece:
-        """Gathers ``count`` clips starting at ``start0, start0 + stride, ...``."""
-        clip_len, stride = self.spec.clip_len, self.spec.stride
-        device = work_steps.device
-        starts = start0 + stride * torch.arange(count, device=device)
-        pos = starts[:, None] + torch.arange(clip_len, device=device)
-        mask = pos < length
-        # Padding repeats the last real step; that step is always buffered (it lies inside
-        # the clip's own window), so searchsorted finds exact rows.
-        pos = pos.clamp(max=length - 1)
-        rows = torch.searchsorted(work_steps, pos)
-        idx_device = index.device
-        clip_index = index[(pos - start0).to(idx_device)]
-        clip_index = torch.where(mask.to(idx_device), clip_index, -1).to(device)
+        count: np.ndarray,
+        start0: np.ndarray,
+        length: np.ndarray,
+        w_src: np.ndarray,
+        w_seg: np.ndarray,
+        w_step: np.ndarray,
+        i_src: np.ndarray,
+        i_off: np.ndarray,
+        sources: dict,
+        tail_rows: int,
+        index_src: Tensor,
+        generation_src: Tensor,
+    ) -> ClipBatch:
+        """Gathers the ``count[j]`` clips of each segment ``j`` (starts ``start0[j] + stride * k``).
 
-        frame_rows = used_tail = None
+        The frame pool lists, segment by segment, the segment's work rows and then its outcome
+        frame at the trajectory's end if a clip shows it (``sources[frame_key]`` row
+        ``tail_rows + j``).
+        """
+        clip_len, stride = self.spec.clip_len, self.spec.stride
+        num_segs, num_clips = count.size, int(count.sum())
+        clip_seg = np.repeat(np.arange(num_segs), count)
+        clip_first = np.cumsum(count) - count
+        starts = start0[clip_seg] + stride * (np.arange(num_clips) - clip_first[clip_seg])
+        clip_end = length[clip_seg]
+        pos = starts[:, None] + np.arange(clip_len)
+        mask = pos < clip_end[:, None]
+        # Padding repeats the last real step; that step is always held (it lies inside the
+        # clip's own window), so searchsorted finds exact rows.
+        pos = np.minimum(pos, clip_end[:, None] - 1)
+        scale = int(length.max()) + 1
+        w_key = w_seg * scale + w_step  # ascending: work rows are ordered by segment, then step
+        rows = np.searchsorted(w_key, clip_seg[:, None] * scale + pos)
+        i_first = i_off[clip_seg] - start0[clip_seg]  # target row of step s: i_first + s
+        clip_rows = np.where(mask, i_src[i_first[:, None] + pos], -1)
+
+        # The frame pool: each emitting segment's work rows, then its tail if a clip shows it.
+        w_count = np.bincount(w_seg, minlength=num_segs)
+        w_off = np.cumsum(w_count) - w_count
+        used_tail = np.zeros(num_segs, dtype=bool)
         if self.final_frame:
             # the outcome: the frame of the step after the last real one while that step is
-            # buffered, else (trajectory end) the tail, appended as row work_steps.numel()
-            after = (starts + clip_len).clamp(max=length)
-            inside = after < length
-            found = torch.searchsorted(work_steps, after.clamp(max=length - 1))
-            outcome_rows = torch.where(inside, found, work_steps.numel())
-            frame_rows = torch.cat([rows, outcome_rows[:, None]], 1)
-            rows = torch.cat([rows, rows[:, -1:]], 1)  # per-step entries repeat the last real step
-            mask = torch.cat([mask, mask.new_zeros(count, 1)], 1)
-            clip_index = torch.cat([clip_index, clip_index.new_full((count, 1), -1)], 1)
-            if not bool(inside.all()):
-                if tail is None:  # push() always reads it: only reachable by misuse
-                    raise RuntimeError("ClipStream: the outcome frame of a trajectory's end is missing.")
-                used_tail = tail
+            # held, else (trajectory end) the tail
+            after = np.minimum(starts + clip_len, clip_end)
+            inside = after < clip_end
+            found = np.searchsorted(w_key, clip_seg * scale + np.minimum(after, clip_end - 1))
+            used_tail[clip_seg[~inside]] = True
+        pool_len = np.where(count > 0, w_count + used_tail, 0)
+        pool_off = np.cumsum(pool_len) - pool_len
+        shift = pool_off - w_off  # work row -> pool row, per segment
+        frame_rows = rows + shift[clip_seg, None]
+        if self.final_frame:
+            outcome_rows = np.where(inside, found + shift[clip_seg], (pool_off + w_count)[clip_seg])
+            frame_rows = np.concatenate([frame_rows, outcome_rows[:, None]], 1)
+            rows = np.concatenate([rows, rows[:, -1:]], 1)  # per-step entries repeat the last real step
+            mask = np.concatenate([mask, np.zeros((num_clips, 1), dtype=bool)], 1)
+            clip_rows = np.concatenate([clip_rows, np.full((num_clips, 1), -1)], 1)
 
-        span = stride if self.spec.assign == "start" else max(clip_len, stride)
-        starts_i = starts.to(idx_device)
-        tpos = starts_i[:, None] + torch.arange(span, device=idx_device)
-        valid = tpos < length
-        target_clip = torch.arange(count, device=idx_device)[:, None].expand_as(tpos)[valid]
-        offset = tpos[valid] - start0
-        return _Piece(
-            work, work_steps.numel(), rows, mask, clip_index, target_clip, index[offset],
-            generation[offset], frame_rows, used_tail,
-        )
-
-    def _assemble(self, pieces: list[_Piece]) -> ClipBatch | None:
-        if not pieces:
-            return None
-        num_clips = [p.mask.shape[0] for p in pieces]
-        total = sum(num_clips)
-        if len(pieces) == 1:
-            source, rows = pieces[0].data, pieces[0].rows
-        else:
-            # Stack the (small) per-trajectory windows, then gather all clips at once.
-            source = {k: torch.cat([p.data[k] for p in pieces]) for k in self._data_keys}
-            num_rows = [p.num_rows for p in pieces[:-1]]
-            row_offsets = itertools.accumulate(num_rows, initial=0)
-            rows = torch.cat([p.rows + off for p, off in zip(pieces, row_offsets)])
-        frame_pool = frame_rows = None
-        if self.frame_key is not None:
-            frame_pool, frame_rows = source[self.frame_key], rows
-            if self.final_frame:
-                frame_pool, frame_rows = self._outcome_frames(pieces, frame_pool)
-            source = {k: v for k, v in source.items() if k != self.frame_key}
-        flat_rows = rows.reshape(-1)
-        clips = TensorDict(batch_size=[total, rows.shape[1]], device=self._device)
+        device = self._out_device
+        clips = TensorDict(batch_size=[num_clips, rows.shape[1]], device=self._device)
         frames = None
-        if frame_pool is not None:
+        if self.frame_key is not None:
+            w_in = np.flatnonzero(count[w_seg] > 0)
+            pool_src = np.empty(int(pool_len.sum()), dtype=np.int64)
+            pool_src[shift[w_seg[w_in]] + w_in] = w_src[w_in]
+            tail_segs = np.flatnonzero(used_tail)
+            pool_src[(pool_off + w_count)[tail_segs]] = tail_rows + tail_segs
+            frame_pool = _take(sources[self.frame_key], pool_src)
+            frame_rows = torch.from_numpy(frame_rows)
             if self.pool_frames:
                 # frames stay one copy each; clips point at their rows (see ClipBatch.frames)
                 frames = TensorDict(
                     {self.frame_key: frame_pool}, batch_size=[frame_pool.shape[0]], device=self._device
                 )
-                clips.set(FRAME_ROW_KEY, frame_rows)
+                clips.set(FRAME_ROW_KEY, frame_rows.to(device))
             else:
                 clips.set(self.frame_key, _gather_rows(frame_pool, frame_rows))
-        for key, value in source.items():
+        src_rows = torch.from_numpy(w_src[rows])
+        for key, value in sources.items():
+            if key == self.frame_key:
+                continue
             if isinstance(value, Tensor):
-                clips.set(key, _gather_rows(value, rows))
+                clips.set(key, _gather_rows(value, src_rows))
             else:
-                clips.set(key, value[flat_rows].reshape(*rows.shape))
-        clips.set(MASK_KEY, torch.cat([p.mask for p in pieces]))
-        clips.set(CLIP_INDEX_KEY, torch.cat([p.clip_index for p in pieces]))
-        offsets = itertools.accumulate(num_clips[:-1], initial=0)
-        return ClipBatch(
-            clips,
-            torch.cat([p.target_clip + off for p, off in zip(pieces, offsets)]),
-            torch.cat([p.index for p in pieces]),
-            torch.cat([p.generation for p in pieces]),
-            self.spec.reduce,
-            frames,
-        )
+                clips.set(key, value[src_rows.reshape(-1).to(value.device)].reshape(*rows.shape))
+        clips.set(MASK_KEY, torch.from_numpy(mask).to(device))
+        clip_rows = torch.from_numpy(clip_rows)
+        clip_index = torch.where(clip_rows >= 0, index_src[clip_rows.clamp(min=0).to(index_src.device)], -1)
+        clips.set(CLIP_INDEX_KEY, clip_index.to(device))
 
-    def _outcome_frames(self, pieces: list[_Piece], steps_pool: Tensor) -> tuple[Tensor, Tensor]:
-        """The frame pool with each piece's tail (trajectory-end outcome) after its own rows,
-        and the ``[B, L + 1]`` frame rows into it."""
-        if len(pieces) == 1 and pieces[0].tail is None:
-            return steps_pool, pieces[0].frame_rows
-        parts, frame_rows, offset = [], [], 0
-        for p in pieces:
-            parts.append(p.data[self.frame_key])
-            if p.tail is not None:
-                parts.append(p.tail[None])
-            frame_rows.append(p.frame_rows + offset)
-            offset += p.num_rows + (p.tail is not None)
-        return torch.cat(parts), torch.cat(frame_rows)
+        span = stride if self.spec.assign == "start" else max(clip_len, stride)
+        tpos = starts[:, None] + np.arange(span)
+        valid = tpos < clip_end[:, None]
+        target_clip = np.broadcast_to(np.arange(num_clips)[:, None], tpos.shape)[valid]
+        idx_device = index_src.device
+        target_rows = torch.from_numpy(i_src[(i_first[:, None] + tpos)[valid]]).to(idx_device)
+        return ClipBatch(
+            clips, torch.from_numpy(target_clip).to(idx_device), index_src[target_rows],
+            generation_src[target_rows], self.spec.reduce, frames,
+        )
