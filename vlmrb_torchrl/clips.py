@@ -526,9 +526,10 @@ class ClipStream:
 
     .. note::
         A trajectory that stops appearing without a ``done`` (a collector recreated on resume,
-        ``reset_at_each_iter=True``) stays buffered: its ids can come back meaning something
-        else, e.g. trajectory ids restart at 0 in a new collector. Call :meth:`flush` (score
-        what is pending) or :meth:`reset` (drop it) whenever the collector is recreated. A
+        ``reset_at_each_iter=True``) stays buffered (and its held rows are copied again at every
+        push): its ids can come back meaning something else, e.g. trajectory ids restart at 0 in
+        a new collector. Call :meth:`flush` (score what is pending) or :meth:`reset` (drop it)
+        whenever the collector is recreated. A
         ``done`` followed by more steps with the same id (``set_truncated=True``) starts a new
         trajectory: clips never cross a ``done``.
 
