@@ -86,13 +86,7 @@ class LoopClipStream(ClipStream):
         self._trajs.clear()
         self._features = None
 
-
-    def push(
-        self,
-        batch: TensorDictBase,
-        index: Tensor,
-        generation: Tensor | None = None,
-    ) -> ClipBatch | None:
+    def push(self, batch, index, generation=None) -> ClipBatch | None:
         """ClipStream.push, one trajectory segment at a time."""
         num, data, traj, done, index, generation, next_frames = self._read_batch(
             batch, index, generation
