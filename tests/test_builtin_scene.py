@@ -16,7 +16,7 @@ from tensordict import TensorDict  # noqa: E402
 from vlmrb_torchrl.envs.ogbench_policies import SceneState  # noqa: E402
 from vlmrb_torchrl.scorer_training import scene  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
-from vlmrb_torchrl.scorers.builtin import SCENE_GOALS, SCENE_PROMPT_SETS, scene_prompt_set  # noqa: E402
+from vlmrb_torchrl.scorers.builtin import SCENE_CUBE_HOLD, SCENE_GOALS, SCENE_PROMPT_SETS, scene_prompt_set  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +44,9 @@ def test_prompt_sets_ask_for_each_subgoal_in_canonical_wordings():
     canonical = {scene.wordings(s)[0]: s for s in scene.all_statements()}
     for task, checks in SCENE_PROMPT_SETS.items():
         assert len(checks) == 5 and all(c.aggregation == "rise" for c in checks)
+        # only the cube check, whose reading flickers, needs its states to last
+        assert [c.hold for c in checks] == [SCENE_CUBE_HOLD, 1, 1, 1, 1] and SCENE_CUBE_HOLD == 2
+        assert scene_prompt_set(task, cube_hold=1) == tuple(c._replace(hold=1) for c in checks)
         for check in checks:
             positive = canonical[check.positive]
             group = next(g for g in scene.SCENE_QUESTIONS.values() if positive in g)
@@ -53,6 +56,8 @@ def test_prompt_sets_ask_for_each_subgoal_in_canonical_wordings():
         "the drawer is locked", "the window is locked", "the drawer is closed", "the window is closed"]
     with pytest.raises(ValueError, match="unknown task=6"):
         scene_prompt_set(6)
+    with pytest.raises(ValueError, match="hold must be an int >= 1"):
+        scene_prompt_set(1, cube_hold=0)
 
 
 def test_builtin_scene_needs_a_task():

@@ -299,6 +299,29 @@ class TestPromptSet:
         clone = pickle.loads(pickle.dumps(scorer))
         assert clone.prompt_set == scorer.prompt_set and clone.provenance == scorer.provenance
 
+    def test_hold_is_applied_recorded_and_kept(self, tiny_model_dir):
+        from vlmrb_torchrl.scorers.prompts import aggregate
+
+        directory = str(tiny_model_dir("clip"))
+        checks = [PromptCheck("a bright red square", ["a dark room"], "rise", hold=3),
+                  PromptCheck("the red triangle", ["the green square"], "max", hold=2)]
+        scorer = HFContrastiveScorer(directory, prompt_set=checks)
+        clips = noise_clips(6, 8)
+        clips["mask"][1, 5:] = False
+        expected = torch.stack([torch.stack([aggregate(p[:, c], check.aggregation, check.hold)
+                                             for c, check in enumerate(checks)]).max()
+                                for p in scorer.frame_probabilities(clips)])
+        assert torch.equal(scorer.score(clips), expected)
+        plain = HFContrastiveScorer(directory, prompt_set=[c._replace(hold=1) for c in checks])
+        assert (plain.score(clips) >= scorer.score(clips) - 1e-6).all()  # holding only removes rises and maxima
+        assert not torch.equal(plain.score(clips), scorer.score(clips))  # ... and these noise clips have some
+        assert scorer.provenance["prompt_set"][0] == ["a bright red square", ["a dark room"], "rise", 3]
+        assert plain.provenance["prompt_set"][0] == ["a bright red square", ["a dark room"], "rise"]
+        assert scorer.provenance["prompt_hash"] != plain.provenance["prompt_hash"]
+        assert pickle.loads(pickle.dumps(scorer)).prompt_set == scorer.prompt_set
+        assert plain.with_prompt_set(checks).prompt_set == scorer.prompt_set
+        assert HFContrastiveScorer(directory, prompt_set=scorer.provenance["prompt_set"]).prompt_set == scorer.prompt_set
+
     def test_task_fills_the_checks(self, tiny_model_dir):
         scorer = HFContrastiveScorer(str(tiny_model_dir("clip")), task="open the door",
                                      prompt_set=[("an agent that {task}", ["{task} fails"], "max")])
@@ -311,7 +334,7 @@ class TestPromptSet:
             ({"prompt_set": CHECKS, "aggregation": "max"}, ValueError, "prompt_set= or aggregation="),
             ({"prompt_set": []}, ValueError, "at least one check"),
             ({"prompt_set": "a bright red square"}, TypeError, "prompt_set must be a sequence"),
-            ({"prompt_set": [("a", ["b"])]}, TypeError, r"a \(positive, negatives, aggregation\) tuple"),
+            ({"prompt_set": [("a", ["b"])]}, TypeError, r"a \(positive, negatives, aggregation\[, hold\]\) tuple"),
             ({"prompt_set": [("a", ["b"], "median")]}, ValueError, "aggregation must be one of"),
             ({"embedding_cache": -1}, ValueError, "embedding_cache must be an int >= 0"),
         ],

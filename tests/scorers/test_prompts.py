@@ -88,7 +88,8 @@ class TestPromptCheck:
 
         check = PromptCheck("holds the key", ["the key is on the floor", "no key"], "progress")
         assert check.negatives == ("the key is on the floor", "no key") and check._fields == (
-            "positive", "negatives", "aggregation")
+            "positive", "negatives", "aggregation", "hold")
+        assert check.hold == 1 and check == ("holds the key", ("the key is on the floor", "no key"), "progress", 1)
         assert PromptCheck("a", "b", "max").negatives == ("b",)  # a lone str is one negative
         assert check._replace(aggregation="mean").aggregation == "mean"
         assert AGGREGATIONS is CONTRASTIVE_AGGREGATIONS == ("max", "mean", "progress", "rise")
@@ -102,6 +103,11 @@ class TestPromptCheck:
             (("a", ["b", ""], "max"), ValueError, "negatives must be a non-empty sequence"),
             (("a", 5, "max"), TypeError, "negatives must be a sequence of str"),
             (("a", ["b"], "median"), ValueError, r"aggregation must be one of \['max', 'mean', 'progress', 'rise'\]"),
+            (("a", ["b"], "rise", 0), ValueError, "hold must be an int >= 1, got hold=0"),
+            (("a", ["b"], "rise", 2.0), ValueError, "hold must be an int >= 1, got hold=2.0"),
+            (("a", ["b"], "rise", True), ValueError, "hold must be an int >= 1, got hold=True"),
+            (("a", ["b"], "progress", 3), ValueError, "hold=3 applies to 'max' and 'rise' checks only"),
+            (("a", ["b"], "mean", 2), ValueError, "hold=2 applies to 'max' and 'rise' checks only"),
         ],
     )
     def test_errors(self, args, error, match):
@@ -120,6 +126,21 @@ class TestPromptCheck:
         assert prompt_set_text([a]) != prompt_set_text([b])
         assert prompt_set_text([a, b]) != prompt_set_text([b, a])  # the set's order is part of its name
         assert prompt_set_text([a]) == prompt_set_text([PromptCheck.coerce(('say "hi", then', ("b",), "max"))])
+        held = PromptCheck('say "hi", then', ["b"], "max", hold=2)
+        assert prompt_set_text([held]) == 'max of max[hold=2]("say \\"hi\\", then" vs "b")' != prompt_set_text([a])
+
+    def test_hold_round_trips_and_stays_out_of_the_defaults(self):
+        from vlmrb_torchrl.scorers.prompts import PromptCheck
+
+        plain = PromptCheck("the door is open", ["the door is closed"], "rise")
+        held = plain._replace(hold=3)
+        assert held.hold == 3 and held != plain
+        assert plain.record() == ["the door is open", ["the door is closed"], "rise"]  # as before hold existed
+        assert held.record() == ["the door is open", ["the door is closed"], "rise", 3]
+        assert PromptCheck.coerce(held.record()) == held and PromptCheck.coerce(plain.record()) == plain
+        assert "hold" not in repr(plain) and repr(held).endswith("aggregation='rise', hold=3)")
+        with pytest.raises(TypeError, match=r"aggregation\[, hold\]\) tuple"):
+            PromptCheck.coerce(("a", ["b"], "rise", 2, "extra"))
 
 
 class TestAggregate:
@@ -151,6 +172,53 @@ class TestAggregate:
                 brute = max(float(p[t] - p[s]) for t in range(length) for s in range(t + 1))
                 assert aggregate(p, "rise").item() == pytest.approx(brute, abs=1e-7)
                 assert aggregate(p, "rise") >= aggregate(p, "progress")
+
+    @pytest.mark.parametrize("hold", [2, 3, 5])
+    def test_hold_is_the_best_gain_between_held_states(self, hold):
+        """rise: max over s < t of min(p[t:t+hold]) - max(p[s-hold+1:s+1]) (windows cut at the clip's edges), >= 0;
+        max: the best min(p[t:t+hold])."""
+        from vlmrb_torchrl.scorers.prompts import aggregate
+
+        gen = torch.Generator().manual_seed(hold)
+        for length in (1, 2, 3, 6, 17):
+            for _ in range(20):
+                p = torch.rand(length, generator=gen)
+                high = [float(p[t : t + hold].min()) for t in range(length)]
+                low = [float(p[max(0, s - hold + 1) : s + 1].max()) for s in range(length)]
+                brute = max([0.0] + [high[t] - low[s] for t in range(length) for s in range(t)])
+                assert aggregate(p, "rise", hold).item() == pytest.approx(brute, abs=1e-7)
+                assert aggregate(p, "max", hold).item() == pytest.approx(max(high), abs=1e-7)
+                assert aggregate(p, "rise", hold) <= aggregate(p, "rise") + 1e-7  # holding only removes rises
+
+    @pytest.mark.parametrize("hold", [2, 3, 4])
+    def test_hold_keeps_events_and_drops_flickers(self, hold):
+        from vlmrb_torchrl.scorers.prompts import aggregate
+
+        low, high, length = 0.1, 0.9, 17
+        for start in range(1, length):  # false, then true for good from frame `start`: a real event, wherever it is
+            p = torch.full((length,), low)
+            p[start:] = high
+            assert aggregate(p, "rise", hold).item() == pytest.approx(high - low)
+        for width in range(1, hold):  # true for fewer than `hold` frames
+            for start in range(1, length - width):  # inside the clip: not an event
+                p = torch.full((length,), low)
+                p[start : start + width] = high
+                assert aggregate(p, "rise", hold).item() == 0.0 and aggregate(p, "max", hold).item() == pytest.approx(low)
+                assert aggregate(1 - p, "rise", hold).item() == 0.0  # a dip in a true state is not an event either
+            p = torch.full((length,), low)
+            p[length - width :] = high  # running into the clip's end: the clip cannot show whether it lasts
+            assert aggregate(p, "rise", hold).item() == pytest.approx(high - low)
+
+    def test_hold_one_is_the_plain_rule(self):
+        from vlmrb_torchrl.scorers.prompts import AGGREGATIONS, aggregate
+
+        p = torch.rand(17, generator=torch.Generator().manual_seed(0))
+        for name in AGGREGATIONS:
+            assert torch.equal(aggregate(p, name, 1), aggregate(p, name))
+        with pytest.raises(ValueError, match="hold=2 applies to 'max' and 'rise' only"):
+            aggregate(p, "progress", 2)
+        with pytest.raises(ValueError, match="hold must be an int >= 1"):
+            aggregate(p, "rise", 0)
 
     def test_unknown(self):
         from vlmrb_torchrl.scorers.prompts import aggregate

@@ -246,7 +246,7 @@ class HFContrastiveScorer:
         )
         self._specific = {}  # the provenance entries of this scorer's options
         if prompt_set is not None:
-            self._specific["prompt_set"] = [[c.positive, list(c.negatives), c.aggregation] for c in self.prompt_set]
+            self._specific["prompt_set"] = [c.record() for c in self.prompt_set]
         if task is not None:
             self._specific["task"] = task
         self._load_error: BaseException | None = None
@@ -393,7 +393,7 @@ class HFContrastiveScorer:
         new.provenance.update(
             prompt=new.prompt, prompt_hash=prompt_hash(new.prompt), negatives=list(new.negatives),
             negatives_hash=prompt_hash("\n".join(new.negatives)), aggregation=new.aggregation,
-            prompt_set=[[c.positive, list(c.negatives), c.aggregation] for c in new.prompt_set],
+            prompt_set=[c.record() for c in new.prompt_set],
             **({} if task is None else {"task": task}))
         return new
 
@@ -469,7 +469,7 @@ class HFContrastiveScorer:
         for p in per_clip:
             per_check = []
             for c, check in enumerate(self.prompt_set):
-                per_check.append(aggregate(p[:, c], check.aggregation))
+                per_check.append(aggregate(p[:, c], check.aggregation, check.hold))
             out.append(torch.stack(per_check).max())
         return validate_scores(torch.stack(out) if out else torch.zeros(0), batch, scorer=self)
 
@@ -578,7 +578,7 @@ def _check_prompt_set(prompt_set, task: str | None, *, owner: str) -> tuple[Prom
     for check in prompt_set:
         check = PromptCheck.coerce(check)
         checks.append(PromptCheck(format_prompt(check.positive, task), [format_prompt(n, task) for n in check.negatives],
-                                  check.aggregation))
+                                  check.aggregation, check.hold))
     return tuple(checks)
 
 

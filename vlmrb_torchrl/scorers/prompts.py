@@ -13,6 +13,7 @@ override is filled from ``task=``.
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -186,7 +187,7 @@ def contrastive_prompts(env_family: str = "generic", *, task: str | None = None)
     return (with_task.format(task=task) if task else plain), list(negatives)
 
 
-def aggregate(probabilities: torch.Tensor, aggregation: str) -> torch.Tensor:
+def aggregate(probabilities: torch.Tensor, aggregation: str, hold: int = 1) -> torch.Tensor:
     """Folds a clip's per-frame probabilities (``[T]``, real frames in order) into its score.
 
     - ``"max"``: the best frame, "the statement is true somewhere in the clip";
@@ -198,12 +199,30 @@ def aggregate(probabilities: torch.Tensor, aggregation: str) -> torch.Tensor:
       it is undone before the clip ends (a door opened, then closed again). It is never below
       ``"progress"``; on a clip that only rises they are equal.
 
+    **Persistence** (``hold``, ``"max"`` and ``"rise"`` only). A per-frame reading that flickers
+    (a statement the model cannot see well, one frame true, the next false) makes a ``"rise"``
+    in every clip that holds one flip, and a one-frame ``"max"``. With ``hold=k`` a state counts
+    only where it lasts: a frame's "true" level is the *lowest* probability of the ``k`` frames
+    starting at it, ``hi_t = min(p_t .. p_{t+k-1})``, and its "false" level the *highest* of the
+    ``k`` frames ending at it, ``lo_s = max(p_{s-k+1} .. p_s)``. ``"max"`` is then ``max_t hi_t``
+    and ``"rise"`` ``max_{s<t} (hi_t - lo_s)`` clamped at 0: the statement false for ``k``
+    frames, then true for ``k`` frames. A window is cut at the clip's edges (a state seen from a
+    frame to the clip's last, or from its first, counts as held: the clip cannot show more), so
+    an event near a clip's end still scores, while a flicker inside the clip scores ~0 and only
+    the few clips that end (or start) on it see it. ``hold=1`` is the rule above.
+
     Args:
         probabilities (Tensor): ``[T]`` probabilities, ``T >= 1``.
         aggregation (str): one of :data:`AGGREGATIONS`.
+        hold (int, optional): the frames a state must last to count (``"max"``, ``"rise"``).
+            Defaults to ``1``.
 
     Returns:
         a 0-dim tensor of the probabilities' dtype.
+
+    Raises:
+        ValueError: an unknown aggregation, ``hold < 1``, or ``hold > 1`` with ``"mean"`` or
+            ``"progress"``.
 
     Examples:
         >>> p = torch.tensor([0.1, 0.9, 0.2])  # true in the middle of the clip only
@@ -211,16 +230,43 @@ def aggregate(probabilities: torch.Tensor, aggregation: str) -> torch.Tensor:
         [0.9, 0.4, 0.1, 0.8]
         >>> aggregate(torch.tensor([0.9, 0.5, 0.7]), "rise").item()  # a dip and a partial recovery
         0.19999998807907104
+        >>> flicker = torch.tensor([0.1, 0.1, 0.1, 0.9, 0.1, 0.1, 0.1])  # one frame true, inside the clip
+        >>> [round(aggregate(flicker, "rise", hold=h).item(), 2) for h in (1, 2)]
+        [0.8, 0.0]
+        >>> event = torch.tensor([0.1, 0.1, 0.1, 0.1, 0.9, 0.9, 0.9])  # true for good
+        >>> round(aggregate(event, "rise", hold=3).item(), 2), round(aggregate(event[:5], "rise", hold=3).item(), 2)
+        (0.8, 0.8)
     """
+    if isinstance(hold, bool) or not isinstance(hold, int) or hold < 1:
+        raise ValueError(f"hold must be an int >= 1, got hold={hold!r}.")
+    if hold > 1 and aggregation in ("mean", "progress"):
+        raise ValueError(f"hold={hold} applies to 'max' and 'rise' only, got aggregation={aggregation!r}.")
     if aggregation == "max":
-        return probabilities.max()
+        return _held_true(probabilities, hold).max() if hold > 1 else probabilities.max()
     if aggregation == "mean":
         return probabilities.mean()
     if aggregation == "progress":
         return (probabilities[-1] - probabilities[0]).clamp(min=0.0)
     if aggregation == "rise":
-        return (probabilities - probabilities.cummin(0).values).max()
+        if hold == 1:
+            return (probabilities - probabilities.cummin(0).values).max()
+        if probabilities.shape[0] < 2:
+            return probabilities.new_zeros(())
+        high, low = _held_true(probabilities, hold), _held_false(probabilities, hold)
+        return (high[1:] - low.cummin(0).values[:-1]).max().clamp(min=0.0)
     raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got aggregation={aggregation!r}.")
+
+
+def _held_true(p: torch.Tensor, hold: int) -> torch.Tensor:
+    """``min(p[t : t + hold])`` for each ``t`` (the window cut at the end)."""
+    k = min(hold, p.shape[0])
+    return torch.cat([p, p.new_full((k - 1,), float("inf"))]).unfold(0, k, 1).min(-1).values
+
+
+def _held_false(p: torch.Tensor, hold: int) -> torch.Tensor:
+    """``max(p[s - hold + 1 : s + 1])`` for each ``s`` (the window cut at the start)."""
+    k = min(hold, p.shape[0])
+    return torch.cat([p.new_full((k - 1,), float("-inf")), p]).unfold(0, k, 1).max(-1).values
 
 
 def check_negatives(negatives: Sequence[str] | str, *, owner: str) -> list[str]:
@@ -237,18 +283,22 @@ class _PromptCheckFields(NamedTuple):
     positive: str
     negatives: tuple[str, ...]
     aggregation: str
+    hold: int = 1
 
 
 class PromptCheck(_PromptCheckFields):
     """One check of a contrastive scorer's prompt set: a positive text, the baseline texts it
-    must beat, and how its per-frame probabilities become a clip score.
+    must beat, and how its per-frame probabilities become a clip score (and, optionally, for how
+    many frames a state must last to count).
 
     A frame's probability is the softmax of its similarities over ``(positive, *negatives)``;
     ``aggregation`` (one of :data:`AGGREGATIONS`) folds them over the clip's real frames:
     ``"progress"`` for an event (a state that changes within the clip: "holds the key" vs
     "the key is on the floor"), ``"rise"`` for an event that may be undone within the clip (a
     door opened and closed again), ``"max"`` for a state worth reaching ("faces the goal");
-    see :func:`aggregate`.
+    see :func:`aggregate`. ``hold`` (``"max"`` and ``"rise"``) makes a state count only when it
+    lasts ``hold`` consecutive frames of the clip (or runs into the clip's edge): for a statement
+    whose per-frame reading flickers, which would otherwise make a ``"rise"`` of every flip.
     :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer` takes a list of them as
     ``prompt_set=`` and scores a clip by the max over its checks.
 
@@ -259,10 +309,14 @@ class PromptCheck(_PromptCheckFields):
         positive (str): the text whose probability is measured.
         negatives (sequence of str): one or more baseline texts.
         aggregation (str): ``"max"``, ``"mean"``, ``"progress"`` or ``"rise"``.
+        hold (int, optional): the consecutive frames (of those the scorer is shown) a state must
+            last to count, ``"max"`` and ``"rise"`` only: see :func:`aggregate`. Defaults to ``1``
+            (every frame counts; the repr leaves it out then).
 
     Raises:
         TypeError: a text is not a str.
-        ValueError: an empty text, no negatives, or an unknown aggregation.
+        ValueError: an empty text, no negatives, an unknown aggregation, ``hold < 1``, or
+            ``hold > 1`` with ``"mean"`` or ``"progress"``.
 
     Examples:
         >>> check = PromptCheck("the agent holds the key", ["the key is on the floor"], "progress")
@@ -272,11 +326,13 @@ class PromptCheck(_PromptCheckFields):
         Traceback (most recent call last):
             ...
         ValueError: PromptCheck.aggregation must be one of ['max', 'mean', 'progress', 'rise'], got aggregation='median'.
+        >>> PromptCheck("the cube is on its target", ["the cube is off its target"], "rise", hold=3)
+        PromptCheck(positive='the cube is on its target', negatives=('the cube is off its target',), aggregation='rise', hold=3)
     """
 
     __slots__ = ()
 
-    def __new__(cls, positive: str, negatives: Sequence[str] | str, aggregation: str) -> PromptCheck:
+    def __new__(cls, positive: str, negatives: Sequence[str] | str, aggregation: str, hold: int = 1) -> PromptCheck:
         if not isinstance(positive, str):
             raise TypeError(f"PromptCheck.positive must be a str, got {type(positive).__name__}.")
         if not positive.strip():
@@ -297,7 +353,27 @@ class PromptCheck(_PromptCheckFields):
             raise ValueError(
                 f"PromptCheck.aggregation must be one of {list(AGGREGATIONS)}, got aggregation={aggregation!r}."
             )
-        return super().__new__(cls, positive, negatives, aggregation)
+        if isinstance(hold, bool) or not isinstance(hold, numbers.Integral) or hold < 1:
+            raise ValueError(f"PromptCheck.hold must be an int >= 1, got hold={hold!r}.")
+        if hold > 1 and aggregation not in ("max", "rise"):
+            raise ValueError(f"PromptCheck.hold={hold} applies to 'max' and 'rise' checks only, got "
+                             f"aggregation={aggregation!r}.")
+        return super().__new__(cls, positive, negatives, aggregation, int(hold))
+
+    def __repr__(self) -> str:
+        held = f", hold={self.hold}" if self.hold != 1 else ""
+        return (f"PromptCheck(positive={self.positive!r}, negatives={self.negatives!r}, "
+                f"aggregation={self.aggregation!r}{held})")
+
+    def record(self) -> list:
+        """The check as a JSON list, ``[positive, [negatives...], aggregation]`` (``hold`` appended
+        when it is not 1): what a scorer's provenance records, and what :meth:`coerce` reads back.
+
+        Examples:
+            >>> PromptCheck("the door is open", ["the door is closed"], "rise", hold=2).record()
+            ['the door is open', ['the door is closed'], 'rise', 2]
+        """
+        return [self.positive, list(self.negatives), self.aggregation] + ([self.hold] if self.hold != 1 else [])
 
     @classmethod
     def _make(cls, iterable) -> PromptCheck:  # namedtuple's _make/_replace validate too
@@ -305,17 +381,19 @@ class PromptCheck(_PromptCheckFields):
 
     @classmethod
     def coerce(cls, check: PromptCheck | Sequence) -> PromptCheck:
-        """A :class:`PromptCheck` from itself or a ``(positive, negatives, aggregation)`` tuple.
+        """A :class:`PromptCheck` from itself or a ``(positive, negatives, aggregation[, hold])`` tuple.
 
         Examples:
             >>> PromptCheck.coerce(("faces the goal", ["is far from the goal"], "max")).negatives
             ('is far from the goal',)
+            >>> PromptCheck.coerce(["the door is open", ["the door is closed"], "rise", 2]).hold
+            2
         """
         if isinstance(check, PromptCheck):
             return check
-        if isinstance(check, str) or not isinstance(check, Sequence) or len(check) != 3:
+        if isinstance(check, str) or not isinstance(check, Sequence) or len(check) not in (3, 4):
             raise TypeError(
-                "a prompt check is a PromptCheck or a (positive, negatives, aggregation) tuple, "
+                "a prompt check is a PromptCheck or a (positive, negatives, aggregation[, hold]) tuple, "
                 f"got {check!r}."
             )
         return cls(*check)
@@ -326,15 +404,18 @@ def prompt_set_text(checks: Sequence[PromptCheck]) -> str:
 
     One ``aggregation(positive vs negative, ...)`` term per check in the given order, texts
     JSON-quoted (so two different sets never read the same), after ``"max of "``: the clip
-    score is the max over the checks.
+    score is the max over the checks. A check with ``hold`` > 1 reads ``aggregation[hold=k](...)``.
 
     Examples:
         >>> print(prompt_set_text([PromptCheck("holds the key", ["the key is on the floor"], "progress"),
         ...                        PromptCheck("faces the goal", ["is far from the goal", "a wall"], "max")]))
         max of progress("holds the key" vs "the key is on the floor"); max("faces the goal" vs "is far from the goal", "a wall")
+        >>> print(prompt_set_text([PromptCheck("the drawer is open", ["the drawer is closed"], "rise", hold=3)]))
+        max of rise[hold=3]("the drawer is open" vs "the drawer is closed")
     """
     terms = [
-        f"{c.aggregation}({json.dumps(c.positive)} vs {', '.join(json.dumps(n) for n in c.negatives)})"
+        f"{c.aggregation}{f'[hold={c.hold}]' if c.hold != 1 else ''}"
+        f"({json.dumps(c.positive)} vs {', '.join(json.dumps(n) for n in c.negatives)})"
         for c in checks
     ]
     return "max of " + "; ".join(terms)
