@@ -420,10 +420,15 @@ def test_dqn_recipe_scores_on_ray_workers(ray_cluster, tmp_path):
     # (the rows may come before the actors have loaded their scorers: scoring is asynchronous)
     assert all(math.isfinite(float(r["scorer_clips_per_s"])) for r in rows)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["scorer_backend"] == "ray"
-    from tensordict import TensorDict
+    import torch
 
-    slots = TensorDict.load_memmap(tmp_path / "run" / "checkpoints" / "step_512" / "replay" / "sampler" / "slots")
-    assert slots["scored"][:512].all()  # the checkpoint waited for every score from the pool
+    from vlmrb_torchrl.recipes.replay_checkpoint import expand
+
+    replay_dir = tmp_path / "run" / "checkpoints" / "step_512" / "replay"
+    sampler = json.loads((replay_dir / "replay.json").read_text())["sampler"]
+    scored = expand(torch.load(replay_dir / "replay.pt", weights_only=True)["sampler"]["scored"],
+                    sampler["notes"]["scored"])
+    assert sampler["used"] == 512 and scored.all()  # the checkpoint waited for every score from the pool
 
 
 _OWN_CLUSTER = """
