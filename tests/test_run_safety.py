@@ -729,6 +729,9 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path, monkeypatch, capsys):
     def evaluate_then_sigterm(*args, counters, **kwargs):
         if counters["env_steps"] == 256 and not hasattr(evaluate_then_sigterm, "done"):
             evaluate_then_sigterm.done = True
+            # without the recipe's handler SIGTERM would end pytest itself, not fail this test
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None), \
+                "the recipe installed no SIGTERM handler"
             signal.raise_signal(signal.SIGTERM)
         return original(*args, counters=counters, **kwargs)
 
