@@ -16,7 +16,10 @@ computed within each round. Arms (8 copies, 84x84 gray 4-stack, frameskip 4 by d
 - ``batched_1thread``: ``batched`` with one ale-py worker thread (what it costs when the
   emulator does not get a second core);
 - ``ale_vector``: ale-py's ``AtariVectorEnv`` alone (its own gray stack, no TorchRL, no scorer
-  frames): the ceiling.
+  frames): the ceiling;
+- ``ale_vector_rgb``: ale-py's ``AtariVectorEnv`` alone, configured as ``BatchedAtariEnv``
+  configures it (max-pooled 210x160 RGB screens, no stack): the ceiling of that design, what
+  ``batched`` adds on top of it is its own cost (resizes, stack, TorchRL step).
 
 Torch runs on one thread (the recipes' ``torch_threads=1``).
 
@@ -37,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ARMS = ("serial", "serial_noframes", "batched", "batched_noframes", "batched_1thread", "ale_vector")
+ARMS = ("serial", "serial_noframes", "batched", "batched_noframes", "batched_1thread", "ale_vector", "ale_vector_rgb")
 
 
 def make_arm(name: str, env_id: str, num_envs: int, seed: int):
@@ -46,14 +49,16 @@ def make_arm(name: str, env_id: str, num_envs: int, seed: int):
 
     from vlmrb_torchrl.envs.atari import BatchedAtariEnv, atari_game_name, make_atari_env
 
-    if name == "ale_vector":
+    if name.startswith("ale_vector"):
         import re
 
         from ale_py.vector_env import AtariVectorEnv
 
         game = re.sub(r"(?<!^)(?=[A-Z])", "_", atari_game_name(env_id)).lower()  # Pong -> pong, MsPacman -> ms_pacman
+        # ale_vector_rgb: BatchedAtariEnv's own settings (max-pooled RGB screens, no stack, no resize)
+        screens = dict(img_height=210, img_width=160, grayscale=False, stack_num=1) if name.endswith("rgb") else {}
         vec = AtariVectorEnv(game, num_envs, repeat_action_probability=0.25, use_fire_reset=False,
-                             reward_clipping=False)
+                             reward_clipping=False, **screens)
         vec.reset(seed=seed)
         rng = np.random.default_rng(seed)
         n_actions = int(vec.single_action_space.n)

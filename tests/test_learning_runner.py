@@ -111,3 +111,23 @@ def test_lift_study_runs_the_sac_recipe_with_its_own_evaluation_settings(tmp_pat
     assert "eval_eps" not in uniform.overrides and uniform.overrides["eval_episodes"] == "10"
     (dqn,) = runner.make_jobs("doorkey6", ["uniform"], [1], runs_root=tmp_path)
     assert dqn.command()[3:5] == ["train", "dqn"] and dqn.overrides["eval_eps"] == "0.05"
+
+
+def test_atari_studies_compare_uniform_and_vlm_rb_with_the_oracle_and_the_shipped_scorer(tmp_path):
+    assert runner.ARM_GROUPS["atari"] == ["uniform", "vlm_oracle", "vlm_builtin_atari"]
+    for study, env in (("breakout", "ALE/Breakout-v5"), ("pong", "ALE/Pong-v5")):
+        uniform, oracle, builtin = runner.make_jobs(study, runner.ARM_GROUPS["atari"], [0], runs_root=tmp_path)
+        assert uniform.command()[3:5] == ["train", "dqn"] and uniform.overrides["env"] == env
+        # the oracle arm reads Atari rewards (the study's scorer), not the DQN default oracle:minigrid
+        assert (oracle.overrides["replay"], oracle.overrides["scorer"]) == ("vlm", "oracle:atari")
+        assert (builtin.overrides["replay"], builtin.overrides["scorer"]) == ("vlm", "builtin:atari")
+        replay_keys = {"replay", "scorer"}
+        assert len({tuple(sorted((k, v) for k, v in j.overrides.items() if k not in replay_keys))
+                    for j in (uniform, oracle, builtin)}) == 1  # everything else is shared
+        assert uniform.total_frames == 100_000 and uniform.overrides["eval_max_episode_steps"] == "4500"
+    # every arm's settings make a valid DQN config (scorer=builtin:atari knows both games)
+    from vlmrb_torchrl.recipes.config import DQNConfig, apply_overrides
+
+    for job in (oracle, builtin):
+        cfg = apply_overrides(DQNConfig(), {**job.overrides, "seed": "0", "output_dir": str(job.run_dir)}).validate()
+        assert cfg.scorer == job.overrides["scorer"] and cfg.lr == 1e-4 and cfg.max_oversampling is None

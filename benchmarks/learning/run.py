@@ -32,6 +32,8 @@ Commands::
     # OGBench Scene task 2, SAC: uniform vs VLM-RB with oracle:ogbench and builtin:scene, one run at a time,
     # in chunks of 50k frames (--set stop_at=...; the next start resumes) (pip install -e ".[ogbench]")
     python benchmarks/learning/run.py --study scene2 --arms scene --seeds 0-2 --jobs 1 --background
+    # Atari Breakout at the Atari-100k budget, DQN: uniform vs VLM-RB with oracle:atari and builtin:atari
+    python benchmarks/learning/run.py --study breakout --arms atari --seeds 0-2 --jobs 2 --background
 
 Then ``python benchmarks/learning/analyze.py --study doorkey5`` draws the plots and the table.
 Runs use one torch thread each and synchronous scoring (``async_scoring=false``): a run is
@@ -112,6 +114,18 @@ for _task in range(1, 6):
     STUDIES[f"scene{_task}"] = {"env": f"ogbench/scene-task{_task}", "total_frames": "300000", "eval_every": "10000",
                                 "checkpoint_every": "25000", "buffer_size": "300000", "scorer": "oracle:ogbench",
                                 "clip_len": "16", "clip_stride": "16", "clip_frames": "5", "clip_assign": "cover_max"}
+# Atari, DQN (issue 33): the Atari-100k budget (100k agent steps = 400k emulator frames), the most this machine
+# affords (a Nature-CNN update costs ~50-100 ms of CPU on one core: ~25k of them per run). Far too short for Pong
+# (DQN needs millions of frames there; a study of whether any arm leaves -21), enough for Breakout to rise above a
+# random policy. Adam at 1e-4 and batches of 32 (CleanRL's Atari DQN), target copies every 250 updates (1k agent
+# steps), epsilon 1 -> 0.05 over 40k steps; half the run in the buffer (a transition holds two 4x84x84 stacks:
+# ~2.8 GB per run). The oracle arms read oracle:atari (a clip with a positive reward); evaluations play 10 whole
+# games (raw score) cut at 4,500 steps (5 minutes of play).
+for _game in ("Breakout", "Pong"):
+    STUDIES[_game.lower()] = {"env": f"ALE/{_game}-v5", "total_frames": "100000", "eval_every": "10000",
+                              "checkpoint_every": "25000", "buffer_size": "50000", "learning_starts": "5000",
+                              "lr": "1e-4", "batch_size": "32", "scorer": "oracle:atari", "eval_episodes": "10",
+                              "eval_max_episode_steps": "4500"}
 #: The recipe a study runs (``vlmrb train <recipe>``); DQN unless listed.
 STUDY_RECIPE: dict[str, str] = {"lift": "sac", **{f"scene{task}": "sac" for task in range(1, 6)}}
 
@@ -168,6 +182,11 @@ SCENE: dict[str, dict[str, str]] = {
     "uniform_sparse": {"replay": "uniform", "reward_shaping": "false"},
     "vlm_td_builtin": {"replay": "vlm_td", "scorer": "builtin:scene"},
 }
+#: Atari: VLM-RB with the pixel scorer shipped for Pong and Breakout (builtin:atari, reading 64-px RGB frames)
+#: instead of the privileged reward oracle.
+ATARI: dict[str, dict[str, str]] = {
+    "vlm_builtin_atari": {"replay": "vlm", "scorer": "builtin:atari"},
+}
 #: Uniform replay under other learner settings: is the collapse after solving a tuning problem?
 TUNING: dict[str, dict[str, str]] = {
     "uniform_lr1e-4": {"replay": "uniform", "lr": "1e-4"},
@@ -175,7 +194,8 @@ TUNING: dict[str, dict[str, str]] = {
     "uniform_epsend0.1": {"replay": "uniform", "eps_end": "0.1"},
 }
 ARM_GROUPS = {"main": list(ARMS), "ablation": list(ABLATIONS), "tuning": list(TUNING), "ceiling": list(CEILING),
-              "paper": ["uniform", *PAPER], "scene": ["uniform", "vlm_td_oracle", "vlm_td_builtin"]}
+              "paper": ["uniform", *PAPER], "scene": ["uniform", "vlm_td_oracle", "vlm_td_builtin"],
+              "atari": ["uniform", "vlm_oracle", "vlm_builtin_atari"]}
 
 
 @dataclass
@@ -233,7 +253,7 @@ class Job:
 
 def make_jobs(study: str, arms: list[str], seeds: list[int], *, runs_root: Path = RUNS,
               results_root: Path = RESULTS) -> list[Job]:
-    table = {**ARMS, **ABLATIONS, **TUNING, **CEILING, **PAPER, **SCENE}
+    table = {**ARMS, **ABLATIONS, **TUNING, **CEILING, **PAPER, **SCENE, **ATARI}
     unknown = [a for a in arms if a not in table]
     if unknown:
         raise SystemExit(f"unknown arms {unknown}; known: {sorted(table)} or groups {sorted(ARM_GROUPS)}")
