@@ -664,8 +664,8 @@ class BatchedAtariEnv(EnvBase):
             out["reward"] = reward.reshape(n, 1)
         if self._pixels is not None:
             out["pixels"] = self._pixels
-        td = TensorDict(out, batch_size=self.batch_size)
-        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
+        # on the env's device: TorchRL would otherwise rebuild it with .to(device) when it nests it under "next"
+        return TensorDict(out, batch_size=self.batch_size, device=self.device)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         reset = tensordict.get("_reset", None) if tensordict is not None else None
@@ -708,12 +708,12 @@ class BatchedAtariEnv(EnvBase):
             info = {key: value[order] for key, value in info.items()}
         lives = info["lives"].astype(np.int64)
         life_lost = (lives < self._lives) & (lives > 0)
-        self._lives = lives
+        self._lives[:] = lives  # (in place: setting an attribute of a TorchRL env costs a Module.__setattr__)
         game_over = game_over.astype(bool)
         truncated = truncated.astype(bool) & ~game_over
         terminated = game_over | (life_lost if self._train_mode else False)
         # a reset after this step continues the game when it ended on a lost life alone
-        self._continue_game = life_lost & ~(game_over | truncated) if self._train_mode else np.zeros_like(life_lost)
+        self._continue_game[:] = life_lost & ~(game_over | truncated) if self._train_mode else False
         gray, pixels = self._frames(screens[:, 0])
         self._stack = torch.cat([self._stack[:, 1:], gray.unsqueeze(1)], dim=1)
         if pixels is not None:
