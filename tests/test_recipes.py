@@ -426,9 +426,9 @@ def test_quick_preset_follows_the_env(capsys):
     assert "with env=ALE/...:" in out and "eval_max_episode_steps" in out and "gallery_steps" in out
 
 
-# vlm (frames for the scorer next to the agent's grey stacks, the gallery) stays in the default run
-@pytest.mark.parametrize("replay", [pytest.param("uniform", marks=_SLOW), pytest.param("per", marks=_SLOW), "vlm",
-                                    pytest.param("vlm_td", marks=_SLOW)])
+# the default run has the user's own Atari run below (vlm with the shipped scorer, through the CLI)
+@pytest.mark.parametrize("replay", [pytest.param("uniform", marks=_SLOW), pytest.param("per", marks=_SLOW),
+                                    pytest.param("vlm", marks=_SLOW), pytest.param("vlm_td", marks=_SLOW)])
 def test_atari_smoke_each_replay_mode(tmp_path, replay):
     pytest.importorskip("ale_py")
     cfg = apply_overrides(DQNConfig(), {
@@ -442,6 +442,28 @@ def test_atari_smoke_each_replay_mode(tmp_path, replay):
     assert summary["updates"] == (256 - 64) // 4 + 64 // 4
     if replay.startswith("vlm"):
         assert len(list((tmp_path / replay / "gallery").glob("*.gif"))) == 2
+
+
+def test_atari_quick_run_through_the_cli_with_the_shipped_scorer(tmp_path, capsys):
+    """A user's first Atari run, shrunk: `vlmrb train dqn env=ALE/Breakout-v5 --quick` with scorer=auto
+    (-> builtin:atari scoring 64-px frames) writes its summary, metrics and gallery, evaluations bounded."""
+    pytest.importorskip("ale_py")
+    run_dir = tmp_path / "quick"
+    code = cli_main(["train", "dqn", "--quick", "env=ALE/Breakout-v5", f"output_dir={run_dir}", "total_frames=256",
+                     "learning_starts=64", "eval_every=256", "checkpoint_every=256", "eval_max_episode_steps=50",
+                     "gallery_clips=1", "progress=false", "tensorboard=false"])
+    assert code == 0
+    assert "eval return" in capsys.readouterr().out
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["scorer"] == "builtin:atari" and config["replay"] == "vlm"
+    assert config["eval_episodes"] == 4 and config["gallery_steps"] == 1_000  # the Atari preset
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 256 and summary["updates"] == 2 * 128 // 4  # 2 batches of 128, both learn
+    assert summary["fraction_scored"] > 0 and math.isfinite(summary["eval_return"])
+    rows = read_metrics(run_dir)
+    assert rows[-1]["eval_success"] == "nan"  # Atari has no success flag
+    gifs = sorted(p.name for p in (run_dir / "gallery").glob("*.gif"))
+    assert len(gifs) == 2 and gifs[0].startswith("bottom_") and gifs[1].startswith("top_")
 
 
 @pytest.mark.parametrize("replay", ["uniform", "per", "vlm", "vlm_td"])
