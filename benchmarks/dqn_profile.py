@@ -20,7 +20,9 @@ CPU time per frame (exclusive: a part's time excludes the parts it calls) and th
 - ``loop (other)``: what the loop body and the recipe's ``main`` do outside these parts.
 
 The wrappers cost ~1-2 us per call (a few % of the total). The scorer thread's time (VLM modes) is
-not the main thread's: the process CPU time is printed too.
+not the main thread's: it is timed apart (its CPU time per frame: batching the queued clips, the
+scorer call, writing the scores into the sampler, the rest of its loop), and the process CPU time
+(all threads) is printed too.
 
 Usage::
 
@@ -60,6 +62,12 @@ class Profile:
         self.cpu: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.main = threading.main_thread()
+        # other threads (the scorer's): their own stacks, and totals apart from the main thread's
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.thread_wall: dict[str, float] = defaultdict(float)
+        self.thread_cpu: dict[str, float] = defaultdict(float)
+        self.thread_calls: dict[str, int] = defaultdict(int)
 
     def push(self, label: str) -> None:
         self.stack.append([label, time.perf_counter(), time.thread_time(), 0.0, 0.0])
@@ -85,16 +93,39 @@ class Profile:
             cpu[label] += now_c - c0 - child_c - inner_c
         return wall, cpu, calls
 
-    def wrap(self, owner, name: str, label) -> None:
-        """Times ``owner.name`` under ``label`` (a string, or a function of the enclosing part's label)."""
+    def time_thread(self, label: str, original, *args, **kwargs):
+        """``original(*args, **kwargs)`` timed under ``label`` in a thread other than the main one."""
+        stack = self.local.__dict__.setdefault("stack", [])
+        stack.append([label, time.perf_counter(), time.thread_time(), 0.0, 0.0])
+        try:
+            return original(*args, **kwargs)
+        finally:
+            label, w0, c0, child_w, child_c = stack.pop()
+            w, c = time.perf_counter() - w0, time.thread_time() - c0
+            with self.lock:
+                self.thread_wall[label] += w - child_w
+                self.thread_cpu[label] += c - child_c
+                self.thread_calls[label] += 1
+            if stack:
+                stack[-1][3] += w
+                stack[-1][4] += c
+
+    def wrap(self, owner, name: str, label, *, thread: str | None = None) -> None:
+        """Times ``owner.name`` under ``label`` (a string, or a function of the enclosing part's label)
+        in the main thread, or under ``thread`` (a label) in any other thread (not timed there if ``None``)."""
         original = owner.__dict__[name] if isinstance(owner, type) and name in owner.__dict__ else getattr(owner, name)
-        if isinstance(original, (staticmethod, classmethod)):
-            raise TypeError(f"{owner}.{name}: static/class methods are not wrapped")
+        if isinstance(original, staticmethod):
+            raise TypeError(f"{owner}.{name}: static methods are not wrapped")
+        as_classmethod = isinstance(original, classmethod)
+        if as_classmethod:
+            original = original.__func__
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
             if threading.current_thread() is not self.main:
-                return original(*args, **kwargs)
+                if thread is None:
+                    return original(*args, **kwargs)
+                return self.time_thread(thread, original, *args, **kwargs)
             parent = self.stack[-1][0] if self.stack else None
             self.push(label(parent) if callable(label) else label)
             try:
@@ -102,7 +133,7 @@ class Profile:
             finally:
                 self.pop()
 
-        setattr(owner, name, timed)
+        setattr(owner, name, classmethod(timed) if as_classmethod else timed)
 
 
 def instrument(prof: Profile) -> None:
@@ -162,6 +193,32 @@ def instrument(prof: Profile) -> None:
     w(checkpoint, "checkpoint_now", "end of batch: checkpoint")
     w(loop.Training, "end_batch", "end of batch: metrics, progress")
     w(dqn, "main", "loop (other)")
+    # the scorer thread (VLM modes, asynchronous scoring); with synchronous scoring the same calls run in the
+    # main thread, under "replay: wait for scores" (drain) and the scorer's own parts
+    from vlmrb_torchrl import worker
+    from vlmrb_torchrl.clips import ClipBatch
+    from vlmrb_torchrl.sampler import VLMPrioritizedSampler
+
+    from vlmrb_torchrl.clips import ClipStream
+
+    w(mg._FullGridRenderer, "__call__", lambda p: "eval: env" if in_eval(p) else "env: render frame")
+    w(ClipStream, "push", "replay: clip cutting (ClipStream.push)")
+    w(worker.AsyncScorer, "submit", "replay: queue clips (submit)")
+    w(VLMPrioritizedSampler, "mark_update", "replay: sampler bookkeeping on write")
+    w(VLMPrioritizedSampler, "generations", "replay: sampler bookkeeping on write")
+    w(VLMPrioritizedSampler, "sample", "replay: sampler draw (VLM mixture, weights)")
+    from torchrl.data import RandomSampler
+
+    w(RandomSampler, "sample", "replay: sampler draw (uniform)")
+    w(worker.AsyncScorer, "_run", "replay: scorer loop (sync)", thread="scorer thread: loop (other)")
+    w(worker.AsyncScorer, "_take", "replay: scorer take (sync)", thread="scorer thread: take queued clips")
+    w(ClipBatch, "cat", "replay: clip batch cat", thread="scorer thread: batch the clips")
+    w(worker.AsyncScorer, "_score", "replay: scorer call (sync)", thread="scorer thread: scorer call")
+    w(VLMPrioritizedSampler, "update_scores", "replay: write scores (sync)", thread="scorer thread: write scores")
+    from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
+
+    # a lazy scorer (builtin:, clip:) loads its model at its first call: in the scorer thread, once
+    w(HFContrastiveScorer, "load", "replay: scorer model load (sync)", thread="scorer thread: model load (once)")
 
 
 def main() -> None:
@@ -213,12 +270,21 @@ def main() -> None:
     for label in rows:
         print(f"| {label} | {1e3 * wall[label] / frames:.4f} | {1e3 * cpu[label] / frames:.4f} | "
               f"{calls[label] / frames:.3f} | {100 * wall[label] / loop_s:.1f} |")
+    if prof.thread_cpu:
+        print(f"scorer thread (whole run, set-up included): {sum(prof.thread_cpu.values()):.2f} s CPU")
+        print("| scorer thread part | wall ms/frame | CPU ms/frame | calls/frame |")
+        print("|---|---:|---:|---:|")
+        for label in sorted(prof.thread_cpu, key=lambda k: -prof.thread_cpu[k]):
+            print(f"| {label} | {1e3 * prof.thread_wall[label] / frames:.4f} | {1e3 * prof.thread_cpu[label] / frames:.4f} | "
+                  f"{prof.thread_calls[label] / frames:.3f} |")
     print("set-up in main before the first env step, by part (wall s): "
           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(setup_wall.items(), key=lambda kv: -kv[1]) if v >= 0.005))
     out = {"frames": frames, "process_s": process_s, "before_main_s": before_main, "imports_s": imports_s,
            "main_s": total_main, "setup_s": setup_s, "loop_s": loop_s, "process_cpu_s": time.process_time(),
            "setup": dict(setup_wall),
-           "parts": {k: {"wall_s": wall[k], "cpu_s": cpu[k], "calls": calls[k]} for k in rows}}
+           "parts": {k: {"wall_s": wall[k], "cpu_s": cpu[k], "calls": calls[k]} for k in rows},
+           "scorer_thread": {k: {"wall_s": prof.thread_wall[k], "cpu_s": prof.thread_cpu[k],
+                                 "calls": prof.thread_calls[k]} for k in prof.thread_cpu}}
     print(json.dumps(out))
 
 

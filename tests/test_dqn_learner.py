@@ -148,6 +148,33 @@ class TestDoubleDQNLoss:
             torch.testing.assert_close(grad, grad_ref, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(sample["td_error"], sample_ref["td_error"], rtol=1e-6, atol=1e-7)
 
+    @pytest.mark.parametrize("batch", [64, 7, 100, 256])
+    def test_unweighted_equals_weights_of_one_bit_for_bit(self, batch):
+        """``importance_weights=False`` (the recipe's VLM-RB with vlm_beta=0, whose weights are all ones): the
+        same loss and gradients, bit for bit, as weighting by ones; other weights are ignored."""
+        gen = torch.Generator().manual_seed(batch)
+        torch.manual_seed(1)
+        network = make_q_network(Bounded(0, D - 1, shape=(K,), dtype=torch.int16), N_ACTIONS, 64)
+        weighted, plain = DoubleDQNLoss(network, gamma=0.97), DoubleDQNLoss(network, gamma=0.97, importance_weights=False)
+        plain.target_network.load_state_dict(weighted.target_network.state_dict())
+        for _ in range(5):
+            sample = replay_sample(batch, weights=False, generator=gen)
+            sample["priority_weight"] = torch.ones(batch)  # what VLMPrioritizedSampler(beta=0) returns
+            results = []
+            for loss in (weighted, plain):
+                network.zero_grad()
+                value = loss(sample.clone())
+                value.backward()
+                results.append((value.detach(), [p.grad.clone() for p in network.parameters()]))
+            (value_w, grads_w), (value_p, grads_p) = results
+            assert torch.equal(value_w, value_p)
+            assert all(torch.equal(a, b) for a, b in zip(grads_w, grads_p, strict=True))
+            with torch.no_grad():  # the next round at other parameters
+                for p in network.parameters():
+                    p.add_(0.01 * torch.randn(p.shape, generator=gen))
+        sample["priority_weight"] = torch.rand(batch, generator=gen)
+        assert torch.equal(plain(sample.clone()), plain(sample.exclude("priority_weight")))
+
     def test_target_is_a_frozen_copy_until_updated(self):
         network = nn.Linear(4, 2)
         loss = DoubleDQNLoss(network, gamma=0.9)

@@ -24,6 +24,8 @@ from vlmrb_torchrl import VLMPrioritizedSampler
 from vlmrb_torchrl._slot_state import PriorityConfig, SlotState
 from vlmrb_torchrl._sumtree import torchrl_trees_available
 
+import _slot_state_reference as reference  # tests/: the statistics' scans over every slot, before issue 38
+
 BACKENDS = [
     "numpy",
     pytest.param(
@@ -1086,3 +1088,47 @@ class TestSlotState:
         assert (state.n_filled, state.n_scored, state.generation.tolist(), state.tree_v.root()) == (0, 0, [1] * 4, 0.0)
         state.reset()
         assert state.generation.tolist() == [0] * 4
+
+
+# ---------------------------------------------------------------------- statistics over [0, end) (issue 38)
+class TestStatisticsMatchReference:
+    """The statistics that read the slots below the highest filled one only return what the scans over every
+    slot they replaced returned (``tests/_slot_state_reference.py``), bit for bit."""
+
+    CONFIGS = [PriorityConfig(), PriorityConfig(threshold=None, td_boost=True, alpha=0.7),
+               PriorityConfig(unscored="max", td_boost=True), PriorityConfig(unscored=0.2, eps=0.0)]
+
+    @staticmethod
+    def states(backend, config, capacity, rng):
+        """States along a random workload: empty, filled below a quarter, one slot filled far beyond, nothing
+        scored, partly scored, everything scored, reset."""
+        state = SlotState(capacity, config, backend)
+        yield state
+        state.write(np.arange(capacity // 4))
+        yield state
+        state.set_td(np.array([capacity - 1]), np.array([2.0]))  # fills a slot beyond the written ones
+        yield state
+        state.write(rng.integers(0, capacity, capacity // 2))
+        yield state
+        for _ in range(6):
+            random_workload(state, rng, steps=10)
+            yield state
+        filled = np.flatnonzero(state.filled)
+        state.set_scores(filled, rng.random(filled.size))
+        yield state
+        state.reset(keep_generations=True)
+        yield state
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    @pytest.mark.parametrize("config", CONFIGS)
+    def test_statistics(self, backend, config):
+        rng = np.random.default_rng(1)
+        for state in self.states(backend, config, 300, rng):
+            filled = np.flatnonzero(state.filled)
+            assert state.end == (int(filled[-1]) + 1 if filled.size else 0)
+            np.testing.assert_array_equal(state.score_summary(), reference.score_summary(state))
+            p_bar = state.unscored_priority()
+            assert state.max_trees is None and state.max_leaf(p_bar) == reference.max_leaf_scan(state, p_bar)
+            loaded = SlotState(300, config, backend)
+            loaded.load(state.arrays(), max_p=state.max_p, max_td=state.max_td, stale_drops=state.stale_drops)
+            assert loaded.end == state.end

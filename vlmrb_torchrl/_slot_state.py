@@ -131,6 +131,7 @@ class SlotState:
         # scratch for de-duplicating indices in O(M) rather than sorting
         self._scratch = np.zeros(cap, dtype=np.int64)
         self.n_filled = 0
+        self.end = 0  # one past the highest filled slot: the per-slot statistics read [0, end) only
         self.n_scored = 0
         self.stale_drops = 0
         self.max_p: float | None = None
@@ -232,7 +233,9 @@ class SlotState:
         ``O(1)`` with the max trees (:meth:`ensure_max_trees`), else ``O(N)`` from the arrays.
         """
         if self.max_trees is None:
-            p, g, is_scored, is_unscored = self.leaves(slice(None))
+            # slots from `end` on are empty (mass 0), and a filled slot's mass is >= 0: the max over [0, end)
+            # (0.0 when nothing is filled) is the max over all slots
+            p, g, is_scored, is_unscored = self.leaves(slice(0, self.end))
             v = np.where(is_scored, p * g, np.where(is_unscored, p_bar * g, 0.0))
             return float(v.max()) if v.size else 0.0
         max_v, max_u = self.max_trees
@@ -298,6 +301,7 @@ class SlotState:
             self.filled[new] = True
             self.td[new] = self.max_td
             self.n_filled += int(new.size)
+            self.end = max(self.end, int(new.max()) + 1)
             self.refresh(new)
 
     def write(self, index: np.ndarray) -> None:
@@ -307,6 +311,8 @@ class SlotState:
         self.n_filled += int((~self.filled[index]).sum())
         self.n_scored -= int((self.scored[index] & self.filled[index]).sum())
         self.filled[index] = True
+        if index.size:
+            self.end = max(self.end, int(index.max()) + 1)
         self.scored[index] = False
         self.score[index] = 0.0
         self.td[index] = self.max_td
@@ -415,7 +421,8 @@ class SlotState:
 
     def score_summary(self) -> tuple[float, float]:
         """Mean raw score and positive fraction over scored slots (NaN when none)."""
-        scores = self.score[self.scored & self.filled]
+        end = self.end  # no slot from `end` on is filled
+        scores = self.score[:end][self.scored[:end] & self.filled[:end]]
         if not scores.size:
             return float("nan"), float("nan")
         return float(scores.mean()), float((scores > self.config.cut).mean())
@@ -443,6 +450,8 @@ class SlotState:
         for name in ("score", "scored", "filled", "td", "generation"):
             getattr(self, name)[:] = arrays[name]
         self.n_filled = int(self.filled.sum())
+        filled = np.flatnonzero(self.filled)
+        self.end = int(filled[-1]) + 1 if filled.size else 0
         self.n_scored = int((self.scored & self.filled).sum())
         self.max_p = max_p
         self.max_td = max_td

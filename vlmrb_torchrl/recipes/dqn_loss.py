@@ -24,7 +24,7 @@ class DoubleDQNLoss(nn.Module):
       ``"steps_to_next_obs"`` (n-step returns; 1 when absent);
     - the loss: the smooth-L1 (Huber) distance of ``q`` and ``y``, averaged over the batch, or
       weighted by ``"priority_weight"`` (``sum(w * l) / sum(w)``) when the sample has importance
-      weights (PER, VLM-RB with ``vlm_beta > 0``);
+      weights (PER, VLM-RB with ``vlm_beta > 0``) and ``importance_weights`` is on;
     - the priority ``(q - y) ** 2`` written to the sample's ``"td_error"`` (what TorchRL's
       prioritized samplers and the ``vlm_td`` boost read), unless ``td_error=False``.
 
@@ -44,6 +44,11 @@ class DoubleDQNLoss(nn.Module):
             ``"observation"``.
         td_error (bool): write ``sample["td_error"]``; replay without TD-error priorities (uniform,
             ``vlm``) does not read it. Defaults to ``True``.
+        importance_weights (bool): weight the loss by the sample's ``"priority_weight"``. ``False``
+            averages over the batch and ignores them: for a sampler whose weights are all ones
+            (``VLMPrioritizedSampler(beta=0)``, the paper's setting), where the plain average is the
+            same number, bit for bit, with its gradients, and skips the weighting's tensor operations.
+            Defaults to ``True``.
 
     The target network is a copy made at construction; :meth:`update_target` copies the
     online parameters into it (the recipe calls it every ``target_update`` updates).
@@ -62,9 +67,10 @@ class DoubleDQNLoss(nn.Module):
     """
 
     def __init__(self, value_network: nn.Module, *, gamma: float, observation_key: str = "observation",
-                 td_error: bool = True) -> None:
+                 td_error: bool = True, importance_weights: bool = True) -> None:
         super().__init__()
         self.td_error = td_error
+        self.importance_weights = importance_weights
         self.value_network = value_network
         self.target_network = copy.deepcopy(value_network).requires_grad_(False)
         self.gamma = float(gamma)
@@ -100,7 +106,7 @@ class DoubleDQNLoss(nn.Module):
             if self.td_error:
                 sample.set("td_error", (q - target).pow(2).unsqueeze(-1))  # [B, 1], as DQNLoss
         elementwise = F.smooth_l1_loss(q, target, reduction="none")
-        weight = sample.get("priority_weight", None)
+        weight = sample.get("priority_weight", None) if self.importance_weights else None
         if weight is None:
             return elementwise.mean()
         weight = weight.reshape(-1).to(elementwise.dtype)
