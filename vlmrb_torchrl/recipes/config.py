@@ -336,8 +336,9 @@ def _atari_builtin_game(env_id: str) -> bool:
     return env_id.startswith("ALE/") and env_id.split("/", 1)[1].split("-", 1)[0] in ("Pong", "Breakout")
 
 
-#: The camera ``builtin:lift`` was trained on and the SAC recipe's default on ``robosuite/Lift``.
-LIFT_SCORER_CAMERA = "agentview"
+#: The camera ``builtin:lift`` was trained on (:data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS`:
+#: 45 cm in front of the cube, where a lift is plain) and the SAC recipe's default on ``robosuite/Lift``.
+LIFT_SCORER_CAMERA = "front_close"
 
 #: The SAC recipe's per-env defaults (``None`` in :class:`SACConfig`, ``"auto"`` for the scorer): by env
 #: family, the episode limit, the camera the scorer sees, whether the reward is shaped and the default scorer.
@@ -353,7 +354,7 @@ SAC_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 #: Per-env exceptions to :data:`SAC_ENV_DEFAULTS`, by exact env name: Lift's scorer frames come from the
-#: camera ``builtin:lift`` was trained on.
+#: close front camera ``builtin:lift`` was trained on.
 SAC_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "robosuite/Lift": {"camera": LIFT_SCORER_CAMERA},
 }
@@ -374,8 +375,8 @@ def sac_env_defaults(env: str) -> dict[str, Any]:
     (:data:`SAC_TASK_DEFAULTS`); empty for an env the recipe does not take.
 
     Examples:
-        >>> sac_env_defaults("ogbench/scene-task2")["camera"], sac_env_defaults("robosuite/Stack")["camera"]
-        ('front_pixels', 'agentview')
+        >>> sac_env_defaults("robosuite/Lift")["camera"], sac_env_defaults("robosuite/Stack")["camera"]
+        ('front_close', 'agentview')
     """
     family = sac_env_family(env)
     return {**SAC_ENV_DEFAULTS[family], **SAC_TASK_DEFAULTS.get(env, {})} if family else {}
@@ -401,9 +402,9 @@ class SACConfig(RecipeConfig):
                                           "their frames on one core, the learner on the other; reproducible for a "
                                           "seed); False = collect, then learn, in one process")
     # env
-    camera: str | None = _field(None, "offscreen camera rendered for the VLM (None = the env's: robosuite "
-                                      "agentview, OGBench Scene front_pixels; robosuite also front_close, a close "
-                                      "front view of Lift's cube)")
+    camera: str | None = _field(None, "offscreen camera rendered for the VLM (None = the env's: robosuite/Lift "
+                                      "front_close, a close front view where a lift is plain; other robosuite "
+                                      "tasks agentview; OGBench Scene front_pixels)")
     frame_size: int = _field(64, "VLM frame width/height in pixels")
     reward_shaping: bool | None = _field(
         None, "a dense reward instead of sparse success (robosuite: its shaped reward; OGBench Scene: the number "
@@ -433,7 +434,7 @@ class SACConfig(RecipeConfig):
     # replay
     scorer: str = _field(
         "auto", "scorer spec for vlm modes: auto (the env's built-in scorer: builtin:lift on robosuite, builtin:scene "
-                "on OGBench Scene), builtin:lift (the small CLIP shipped with the package, scoring agentview frames "
+                "on OGBench Scene), builtin:lift (the small CLIP shipped with the package, scoring front_close "
                 "frames of Lift), builtin:scene (the one for OGBench Scene, with the task's prompt set: "
                 "builtin:scene-task<N>), oracle:robosuite / oracle:ogbench (privileged event flags), python:mod:fn, "
                 "clip:<id or dir>, hf:<id or dir>, ...")

@@ -344,7 +344,7 @@ def lift_domain() -> Domain:
         vocabulary=lift.vocabulary,
         questions=lift.LIFT_QUESTIONS,
         balanced=lambda s: True,
-        default_config=BuildConfig(frames=30_000, steps=2000, held_out_frames=0),
+        default_config=BuildConfig(frames=6000, steps=1000, batch_size=64, held_out_frames=0),
         describe=describe,
         versions=_lift_versions,
         card_title="a small CLIP for robosuite Lift frames",
