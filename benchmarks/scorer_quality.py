@@ -2,8 +2,8 @@
 
 Rolls out ``--episodes`` episodes of a MiniGrid env (:class:`~vlmrb_torchrl.envs.MiniGridEnv`),
 of robosuite Lift (``--env robosuite/Lift``: :class:`~vlmrb_torchrl.envs.RobosuiteEnv` as the
-SAC recipe builds it, ``agentview`` frames, episodes ending on success or after ``--max-steps``,
-default 200), of an Atari game (``--env ALE/Pong-v5``: :class:`~vlmrb_torchrl.envs.AtariEnv`
+SAC recipe builds it, the recipe's ``front_close`` frames (``--camera agentview`` for another camera),
+episodes ending on success or after ``--max-steps``, default 200), of an Atari game (``--env ALE/Pong-v5``: :class:`~vlmrb_torchrl.envs.AtariEnv`
 in evaluation mode, whole games cut at ``--max-steps``, default 2,500; its ``"pixels"`` are those
 of the DQN recipe's :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`, and the scripted agent reads
 the RAM, which only ``AtariEnv`` exposes) or of an OGBench Scene task (``--env ogbench/scene-task3``:
@@ -453,6 +453,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="truncate episodes after this many steps (default: MiniGrid's own max_steps; "
                         f"robosuite: 200, the SAC recipe's; Atari: {ATARI_MAX_STEPS}; OGBench Scene: 750, OGBench's)")
     parser.add_argument("--frame-size", type=int, default=64, help="rendered frame size (recipes: 64)")
+    parser.add_argument("--camera", default=None,
+                        help="robosuite: the camera (default: the SAC recipe's, front_close on Lift; agentview, "
+                             "frontview, ... or any RobosuiteEnv camera)")
     parser.add_argument("--full-render", action="store_true",
                         help="robosuite: render with reflections, shadows and multisampling (the recipes render "
                              "without them: RobosuiteEnv(fast_render=True))")
@@ -557,10 +560,16 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
     if args.env.startswith(ROBOSUITE_PREFIX):
         from vlmrb_torchrl.envs.robosuite import make_robosuite_env
 
+        from vlmrb_torchrl.recipes.config import sac_env_defaults
+
         # the recipe's camera and episode rules (ends on success); a construction seed fixes the cube's size
-        return make_robosuite_env(args.env, render=render, frame_size=args.frame_size, camera="agentview",
-                                  max_episode_steps=args.max_steps or 200, seed=args.seed,
-                                  fast_render=not args.full_render)
+        camera = args.camera or sac_env_defaults(args.env).get("camera", "agentview")
+        try:
+            return make_robosuite_env(args.env, render=render, frame_size=args.frame_size, camera=camera,
+                                      max_episode_steps=args.max_steps or 200, seed=args.seed,
+                                      fast_render=not args.full_render)
+        except ValueError as err:
+            parser.error(f"--camera {camera!r}: {err}")
     from vlmrb_torchrl.envs.minigrid import make_minigrid_env
     from vlmrb_torchrl.recipes.envs import minigrid_actions
 
@@ -814,7 +823,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
             "epsilon": args.epsilon, "burst_prob": args.burst_prob,
             "threshold": threshold, "label_noise": args.label_noise, "noise_std": args.noise_std,
             "actions": list(getattr(env, "action_names", ())), "max_steps": args.max_steps,
-            "frame_size": args.frame_size, "task": "per-episode mission" if scorer_for is not None else None,
+            "frame_size": args.frame_size, "camera": getattr(env, "camera", None),
+            "fast_render": getattr(env, "fast_render", None), "task": "per-episode mission" if scorer_for is not None else None,
             "rendered": stream.frame_key is not None, "torch_threads": args.threads or threads_before,
         },
         "provenance": _jsonable(getattr(scorer, "provenance", {})),

@@ -135,3 +135,67 @@ def test_fast_render_switches_off_costly_effects_and_keeps_the_picture():
     assert default.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] == 1 and full.unwrapped.sim.model._model.vis.quality.offsamples > 0
     fast.close()
     full.close()
+
+
+def _red(frame: torch.Tensor) -> torch.Tensor:
+    """The red cube's pixels (~(185, 62, 73); the table, the arm and the floor are grey)."""
+    f = frame.int()
+    return (f[..., 0] > 2 * f[..., 1]) & (f[..., 0] > 2 * f[..., 2])
+
+
+def _red_rows(frame: torch.Tensor) -> float:
+    """Mean row of the red cube's pixels in an upright frame."""
+    red = _red(frame)
+    assert red.sum() >= 4, "no cube in the frame"
+    return red.nonzero()[:, 0].float().mean().item()
+
+
+def test_front_close_camera_shows_the_cube_large_and_a_lift_plainly():
+    """camera="front_close" (ROBOSUITE_VIEWS): MuJoCo's free camera 45 cm in front of the cube, 45° field of
+    view; it changes no camera of the model, shows the cube much larger than agentview, and a 5 cm lift
+    moves the cube up the frame by many rows (a couple in agentview)."""
+    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS
+
+    view = ROBOSUITE_VIEWS["front_close"]
+    assert (view.distance, view.fovy) == (0.45, 45.0)
+    position = view.position()
+    assert np.linalg.norm(position - np.asarray(view.lookat)) == pytest.approx(0.45)
+    assert position[0] > 0.4 and abs(position[1]) < 1e-9 and position[2] > view.lookat[2]  # in front, above the aim
+
+    env = RobosuiteEnv("Lift", seed=0, render=True, camera="front_close", render_steps=lambda k: False)
+    try:
+        env.set_seed(0)
+        env.reset()
+        raw = env.unwrapped
+        cam_pos = raw.sim.model._model.cam_pos.copy()
+        frames = {}
+        for camera in ("front_close", "agentview"):
+            env.camera = camera
+            frames[camera] = env.render_frame()
+        assert frames["front_close"].shape == (64, 64, 3) and frames["front_close"].dtype == torch.uint8
+        assert not torch.equal(frames["front_close"], frames["agentview"])
+        env.camera = "front_close"
+        assert torch.equal(env.render_frame(), frames["front_close"])  # after a fixed camera, the same picture
+        np.testing.assert_array_equal(raw.sim.model._model.cam_pos, cam_pos)  # no model camera moved
+        assert _red(frames["front_close"]).sum() > 2 * _red(frames["agentview"]).sum()  # the cube: ~80 px vs ~30
+        joint = raw.cube.joints[0]
+        qpos = np.array(raw.sim.data.get_joint_qpos(joint))
+        rows = {}
+        for camera in ("front_close", "agentview"):
+            env.camera = camera
+            rows[camera] = [_red_rows(env.render_frame())]
+        qpos[2] += 0.05
+        raw.sim.data.set_joint_qpos(joint, qpos)
+        raw.sim.forward()
+        for camera in ("front_close", "agentview"):
+            env.camera = camera
+            rows[camera].append(_red_rows(env.render_frame()))
+        lift_rows = {camera: before - after for camera, (before, after) in rows.items()}
+        assert lift_rows["front_close"] > 6 and lift_rows["front_close"] > 2 * lift_rows["agentview"], lift_rows
+    finally:
+        env.close()
+
+
+def test_unknown_camera_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"unknown camera='nowhere'.*agentview.*front_close"):
+        RobosuiteEnv("Lift", camera="nowhere")

@@ -20,7 +20,14 @@ from vlmrb_torchrl.envs.minigrid import (
 )
 from vlmrb_torchrl.envs.minigrid_missions import MissionTracker, parse_mission
 from vlmrb_torchrl.envs.ogbench import OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SCENE_TASKS, SceneEnv, make_ogbench_env
-from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS, ClipRenderSteps, RobosuiteEnv, make_robosuite_env
+from vlmrb_torchrl.envs.robosuite import (
+    ROBOSUITE_EVENT_KEYS,
+    ROBOSUITE_VIEWS,
+    CameraView,
+    ClipRenderSteps,
+    RobosuiteEnv,
+    make_robosuite_env,
+)
 
 __all__ = [
     "ATARI_PROMPTS",
@@ -28,6 +35,7 @@ __all__ = [
     "BatchedAtariEnv",
     "BatchedMiniGridCollector",
     "BatchedMiniGridEnv",
+    "CameraView",
     "ClipRenderSteps",
     "DOORKEY_ACTIONS",
     "MINIGRID_EVENT_KEYS",
@@ -35,6 +43,7 @@ __all__ = [
     "MissionTracker",
     "OGBENCH_EVENT_KEYS",
     "ROBOSUITE_EVENT_KEYS",
+    "ROBOSUITE_VIEWS",
     "RobosuiteEnv",
     "SCENE_SUBGOALS",
     "SCENE_TASKS",

@@ -12,6 +12,7 @@ lookup). Offscreen rendering uses ``MUJOCO_GL=egl`` unless the variable is alrea
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from collections.abc import Callable
@@ -23,7 +24,8 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-__all__ = ["RobosuiteEnv", "make_robosuite_env", "ClipRenderSteps", "ROBOSUITE_EVENT_KEYS"]
+__all__ = ["RobosuiteEnv", "make_robosuite_env", "ClipRenderSteps", "ROBOSUITE_EVENT_KEYS", "CameraView",
+           "ROBOSUITE_VIEWS"]
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -42,6 +44,52 @@ _FLAG_KEYS = (*ROBOSUITE_EVENT_KEYS, "terminated", "truncated", "done")
 #: The object whose grasp / lift the events track, by task (attribute of the robosuite env).
 #: Door: the handle is grasped, nothing is lifted. Other tasks: only ``success`` fires.
 _TASK_OBJECTS = {"Lift": "cube", "Stack": "cubeA", "Door": "door"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CameraView:
+    """A camera placed by where it looks: MuJoCo's free camera aimed at ``lookat`` from ``distance``.
+
+    The camera sits at ``lookat - distance * (cos(el) cos(az), cos(el) sin(az), sin(el))`` (degrees,
+    world frame) and looks at ``lookat``; ``elevation < 0`` looks down. Rendering one changes no
+    camera of the robosuite model (a free camera is MuJoCo's ``mjCAMERA_FREE``, drawn with the
+    model's ``vis.global_.fovy``, which :class:`RobosuiteEnv` sets to ``fovy`` before drawing).
+
+    Attributes:
+        lookat (tuple of float): the point looked at (m, world frame).
+        distance (float): camera-to-``lookat`` distance (m).
+        azimuth (float): heading (degrees); 180 looks along ``-x``, from in front of the table.
+        elevation (float): pitch (degrees).
+        fovy (float): vertical field of view (degrees).
+
+    Examples:
+        >>> view = ROBOSUITE_VIEWS["front_close"]
+        >>> x, y, z = view.position()  # 45 cm in front of the cube's start (x = 0, y = 0), 12 cm above the aim
+        >>> round(float(x), 3), abs(round(float(y), 3)), round(float(z), 3)
+        (0.435, 0.0, 0.976)
+    """
+
+    lookat: tuple[float, float, float]
+    distance: float
+    azimuth: float
+    elevation: float
+    fovy: float = 45.0
+
+    def position(self) -> np.ndarray:
+        """The camera's position (m, world frame)."""
+        az, el = np.radians(self.azimuth), np.radians(self.elevation)
+        forward = np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+        return np.asarray(self.lookat, dtype=np.float64) - self.distance * forward
+
+
+#: Cameras :class:`RobosuiteEnv` renders besides the model's own, by name. ``"front_close"``: in
+#: front of the table, 45 cm from the point 6 cm above the table's centre (where Lift's cube starts,
+#: within 3 cm), 12 cm above it, 45° field of view. At 64 px the cube is ~8 px wide and a 5 cm lift
+#: moves it ~10 px against the fixed table edge; in ``agentview`` the fingers hide the cube and a
+#: lift moves it a few pixels.
+ROBOSUITE_VIEWS: dict[str, CameraView] = {
+    "front_close": CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0),
+}
 
 
 def _import_robosuite():
@@ -113,7 +161,10 @@ class RobosuiteEnv(EnvBase):
             ``render_steps(step_in_episode)`` is true (e.g. a :class:`ClipRenderSteps`) and on
             the step that ends an episode (the last clip's outcome frame); other steps get an
             all-zero frame. ``None`` renders every step. Defaults to ``None``.
-        camera (str): offscreen camera. Defaults to ``"agentview"``.
+        camera (str): offscreen camera: one of the model's (``"agentview"``, ``"frontview"``,
+            ``"sideview"``, ``"birdview"``, ``"robot0_eye_in_hand"``, ...) or of
+            :data:`ROBOSUITE_VIEWS` (``"front_close"``: close in front of Lift's cube, where a lift is
+            plain). Defaults to ``"agentview"``.
         frame_size (int): frames are ``[frame_size, frame_size, 3]`` uint8. Defaults to ``64``.
         fast_render (bool): render without reflections, shadows and multisampling, into an offscreen
             buffer of the frame's size (:mod:`vlmrb_torchrl.envs._mujoco_render`): ~4x cheaper frames
@@ -205,6 +256,11 @@ class RobosuiteEnv(EnvBase):
                 f"RobosuiteEnv: unknown task={task!r}; robosuite tasks: {sorted(suite.ALL_ENVIRONMENTS)}."
             )
         self._env = suite.make(task, **kwargs)
+        cameras = list(self._env.sim.model.camera_names)
+        if camera not in cameras and camera not in ROBOSUITE_VIEWS:
+            self._env.close()
+            raise ValueError(f"RobosuiteEnv: unknown camera={camera!r}; {task}'s cameras: {cameras}, "
+                             f"and views placed by this package: {sorted(ROBOSUITE_VIEWS)}.")
         self._step_in_episode = 0
         self._object_z0: float | None = None
         obs = self._env.reset()
@@ -285,9 +341,28 @@ class RobosuiteEnv(EnvBase):
     def render_frame(self) -> torch.Tensor:
         """Renders the camera now: uint8 ``[frame_size, frame_size, 3]`` (counted in ``render_count``)."""
         self._prepare_render_context()
-        img = self._env.sim.render(camera_name=self.camera, width=self.frame_size, height=self.frame_size)
+        view = ROBOSUITE_VIEWS.get(self.camera)
+        if view is None:
+            img = self._env.sim.render(camera_name=self.camera, width=self.frame_size, height=self.frame_size)
+        else:
+            img = self._render_view(view)
         self.render_count += 1
         return torch.from_numpy(np.ascontiguousarray(img[::-1]))
+
+    def _render_view(self, view: CameraView) -> np.ndarray:
+        """Renders ``view`` with the offscreen context's free camera (what ``sim.render`` does for a named one)."""
+        import mujoco
+        from robosuite.utils.binding_utils import _MjSim_render_lock  # the lock sim.render holds
+
+        context = self._env.sim._render_context_offscreen
+        with _MjSim_render_lock:
+            context.cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+            context.cam.lookat[:] = view.lookat
+            context.cam.distance, context.cam.azimuth, context.cam.elevation = (view.distance, view.azimuth,
+                                                                                view.elevation)
+            context.model._model.vis.global_.fovy = view.fovy  # the free camera's field of view
+            context.render(width=self.frame_size, height=self.frame_size, camera_id=-1)
+            return context.read_pixels(self.frame_size, self.frame_size)
 
     def _output(self, obs: dict, flags: list[bool], reward: float | None, *, ends_episode: bool = False) -> TensorDictBase:
         out = {"observation": torch.from_numpy(self._obs(obs))}

@@ -10,7 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "sac_env_family", "ConfigError",
+__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TASK_DEFAULTS", "LIFT_SCORER_CAMERA",
+           "sac_env_family", "sac_env_defaults", "ConfigError",
            "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")
@@ -335,16 +336,27 @@ def _atari_builtin_game(env_id: str) -> bool:
     return env_id.startswith("ALE/") and env_id.split("/", 1)[1].split("-", 1)[0] in ("Pong", "Breakout")
 
 
+#: The camera ``builtin:lift`` was trained on (:data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS`:
+#: 45 cm in front of the cube, where a lift is plain) and the SAC recipe's default on ``robosuite/Lift``.
+LIFT_SCORER_CAMERA = "front_close"
+
 #: The SAC recipe's per-env defaults (``None`` in :class:`SACConfig`, ``"auto"`` for the scorer): by env
 #: family, the episode limit, the camera the scorer sees, whether the reward is shaped and the default scorer.
 SAC_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
-    # robosuite: a 200-step horizon, agentview frames, the sparse success reward, builtin:lift
+    # robosuite: a 200-step horizon, agentview frames (Lift: see SAC_TASK_DEFAULTS), the sparse success
+    # reward, builtin:lift
     "robosuite/": {"max_episode_steps": 200, "camera": "agentview", "reward_shaping": False,
                    "scorer": "builtin:lift"},
     # OGBench Scene: OGBench's 750 steps, its pixel camera, its own reward (the subgoal count),
     # builtin:scene with the task's prompt set
     "ogbench/": {"max_episode_steps": 750, "camera": "front_pixels", "reward_shaping": True,
                  "scorer": "builtin:scene"},
+}
+
+#: Per-env exceptions to :data:`SAC_ENV_DEFAULTS`, by exact env name: Lift's scorer frames come from the
+#: close front camera ``builtin:lift`` was trained on.
+SAC_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "robosuite/Lift": {"camera": LIFT_SCORER_CAMERA},
 }
 
 
@@ -356,6 +368,18 @@ def sac_env_family(env: str) -> str | None:
         ('robosuite/', 'ogbench/', None)
     """
     return next((family for family in SAC_ENV_DEFAULTS if env.startswith(family)), None)
+
+
+def sac_env_defaults(env: str) -> dict[str, Any]:
+    """The SAC recipe's defaults for ``env``: its family's (:data:`SAC_ENV_DEFAULTS`) updated by its own
+    (:data:`SAC_TASK_DEFAULTS`); empty for an env the recipe does not take.
+
+    Examples:
+        >>> sac_env_defaults("robosuite/Lift")["camera"], sac_env_defaults("robosuite/Stack")["camera"]
+        ('front_close', 'agentview')
+    """
+    family = sac_env_family(env)
+    return {**SAC_ENV_DEFAULTS[family], **SAC_TASK_DEFAULTS.get(env, {})} if family else {}
 
 
 @dataclasses.dataclass
@@ -378,8 +402,9 @@ class SACConfig(RecipeConfig):
                                           "their frames on one core, the learner on the other; reproducible for a "
                                           "seed); False = collect, then learn, in one process")
     # env
-    camera: str | None = _field(None, "offscreen camera rendered for the VLM (None = the env's: robosuite "
-                                      "agentview, OGBench Scene front_pixels)")
+    camera: str | None = _field(None, "offscreen camera rendered for the VLM (None = the env's: robosuite/Lift "
+                                      "front_close, a close front view where a lift is plain; other robosuite "
+                                      "tasks agentview; OGBench Scene front_pixels)")
     frame_size: int = _field(64, "VLM frame width/height in pixels")
     reward_shaping: bool | None = _field(
         None, "a dense reward instead of sparse success (robosuite: its shaped reward; OGBench Scene: the number "
@@ -409,8 +434,8 @@ class SACConfig(RecipeConfig):
     # replay
     scorer: str = _field(
         "auto", "scorer spec for vlm modes: auto (the env's built-in scorer: builtin:lift on robosuite, builtin:scene "
-                "on OGBench Scene), builtin:lift (the small CLIP shipped with the package, scoring agentview frames "
-                "of Lift), builtin:scene (the one for OGBench Scene, with the task's prompt set: "
+                "on OGBench Scene), builtin:lift (the small CLIP shipped with the package, scoring front_close "
+                "frames of Lift), builtin:scene (the one for OGBench Scene, with the task's prompt set: "
                 "builtin:scene-task<N>), oracle:robosuite / oracle:ogbench (privileged event flags), python:mod:fn, "
                 "clip:<id or dir>, hf:<id or dir>, ...")
     # evaluation
@@ -423,10 +448,7 @@ class SACConfig(RecipeConfig):
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "alpha_init")
 
     def _resolve(self) -> None:
-        family = sac_env_family(self.env)
-        if family is None:
-            return  # the env check below says what is accepted
-        for key, value in SAC_ENV_DEFAULTS[family].items():
+        for key, value in sac_env_defaults(self.env).items():  # empty for an env the check below refuses
             if getattr(self, key) in (None, "auto"):
                 setattr(self, key, value)
         task = _scene_task(self.env)
@@ -440,7 +462,7 @@ class SACConfig(RecipeConfig):
         lift_scorer = vlm and scorer == "builtin:lift"
         scene_scorer = vlm and scorer.startswith("builtin:scene")
         builtin = lift_scorer or scene_scorer
-        trained_on = "agentview" if lift_scorer else "front_pixels"
+        trained_on = LIFT_SCORER_CAMERA if lift_scorer else "front_pixels"
         return [*super()._checks(),
                 ("env", family == "robosuite/" or task is not None,
                  "robosuite/<Task> (e.g. robosuite/Lift) or ogbench/scene-task1 ... ogbench/scene-task5"),

@@ -110,6 +110,8 @@ class Domain:
         held_out (callable or None): ``(n_frames, seed) -> FrameSet`` of tasks never trained on.
         parallel (bool): ``generate`` takes a third argument, ``workers``: processes that play the
             episodes (the frames do not depend on it). Defaults to ``False``.
+        frames_tag (str): what the frames' look depends on beyond the seed (camera, rendering), in the
+            frame cache's file name, so that a cache of other frames is not read. Defaults to ``""``.
     """
 
     name: str
@@ -129,6 +131,7 @@ class Domain:
     card_validation: str = ""
     held_out: Callable[[int, int], FrameSet] | None = None
     parallel: bool = False
+    frames_tag: str = ""
 
 
 #: The frame states a cache may hold (class name -> module): nothing else is rebuilt from a cache file.
@@ -290,7 +293,8 @@ def _lift_versions() -> dict[str, str]:
 def _lift_intro(report: dict) -> str:
     return f"""A transformers `CLIPModel` ({report["parameters"]:,} parameters, size "{report["config"]["size"]}": see
 `config.json`) trained from scratch on robosuite Lift frames rendered by `vlmrb_torchrl.envs.RobosuiteEnv`
-exactly as the SAC recipe renders them for its scorer (`camera="agentview"`, `frame_size=64`), with
+exactly as the SAC recipe renders them for its scorer (`camera="{report["frames_rendered"]["camera"]}"`,
+`frame_size={report["frames_rendered"]["frame_size"]}`, `fast_render={report["frames_rendered"]["fast_render"]}`), with
 captions generated from the simulator's state: the gripper open or closed, near the cube or far from
 it, grasping the cube or not (robosuite's `_check_grasp`), the cube lifted off the table or resting on
 it. The simulator's state is privileged information used at training time only; at scoring time the
@@ -314,22 +318,25 @@ statements. Each frame gets a 1-3 statement caption; every statement's wordings 
 
 
 def lift_domain() -> Domain:
-    """The robosuite Lift domain (``builtin:lift``): the SAC recipe's ``agentview`` frames at 64 px."""
+    """The robosuite Lift domain (``builtin:lift``): the SAC recipe's ``front_close`` fast frames at 64 px."""
     from vlmrb_torchrl.scorer_training import lift
 
     episode_steps, random_share, miss_share = (80, 160), 0.2, 0.2
+    camera, frame_size, fast_render = "front_close", 64, True
 
     def describe(data: FrameSet) -> dict[str, Any]:
         shares = {name: round(sum(bool(getattr(s, name)) for s in data.states) / max(1, len(data)), 3)
                   for name in ("grasped", "lifted", "near", "gripper_open")}
-        return {"episode_kinds": {"steps": list(episode_steps), "random_share": random_share,
+        return {"frames_rendered": {"camera": camera, "frame_size": frame_size, "fast_render": fast_render},
+                "episode_kinds": {"steps": list(episode_steps), "random_share": random_share,
                                   "miss_share": miss_share, "kinds": list(lift.LIFT_EPISODE_KINDS),
                                   "frames": {k: int((data.layout == i).sum()) for i, k in enumerate(data.layouts)}},
                 "statement_shares": shares}
 
     return Domain(
         name="lift",
-        generate=lambda n, seed: lift.generate_lift_frames(n, seed=seed, episode_steps=episode_steps,
+        generate=lambda n, seed: lift.generate_lift_frames(n, seed=seed, camera=camera, frame_size=frame_size,
+                                                           fast_render=fast_render, episode_steps=episode_steps,
                                                            random_share=random_share, miss_share=miss_share),
         statements=lift.all_statements,
         true_statements=lift.true_statements,
@@ -337,12 +344,13 @@ def lift_domain() -> Domain:
         vocabulary=lift.vocabulary,
         questions=lift.LIFT_QUESTIONS,
         balanced=lambda s: True,
-        default_config=BuildConfig(frames=30_000, steps=2000, held_out_frames=0),
+        default_config=BuildConfig(frames=6000, steps=1000, batch_size=64, held_out_frames=0),
         describe=describe,
         versions=_lift_versions,
         card_title="a small CLIP for robosuite Lift frames",
         card_intro=_lift_intro,
         card_data=_lift_data,
+        frames_tag=f"{camera}-{'fast' if fast_render else 'full'}",
     )
 
 
@@ -400,7 +408,8 @@ def atari_domain() -> Domain:
         for s in data.states:
             key = f"{s.game}/{s.event}"
             counts[key] = counts.get(key, 0) + 1
-        return {"episode_kinds": {"steps": list(episode_steps), "random_share": random_share,
+        return {"frames_rendered": {"camera": camera, "frame_size": frame_size, "fast_render": fast_render},
+                "episode_kinds": {"steps": list(episode_steps), "random_share": random_share,
                                   "kinds": list(atari.ATARI_EPISODE_KINDS),
                                   "frames": {k: int((data.layout == i).sum()) for i, k in enumerate(data.layouts)}},
                 "state_counts": dict(sorted(counts.items()))}

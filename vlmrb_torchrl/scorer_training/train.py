@@ -292,7 +292,7 @@ def build_lift_scorer(
 ) -> dict[str, Any]:
     """Generates captioned robosuite Lift frames, trains a small CLIP and saves it to ``out_dir`` (``builtin:lift``).
 
-    :func:`build_scorer` with the Lift domain (``agentview`` frames at the SAC recipe's 64 px,
+    :func:`build_scorer` with the Lift domain (the SAC recipe's ``front_close`` fast frames at 64 px,
     :mod:`~vlmrb_torchrl.scorer_training.lift`); robosuite is needed. The defaults rebuild the
     shipped model.
     """
@@ -303,7 +303,8 @@ def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say, workers: 
     """The training frames: generated, or read from ``cache`` where an earlier build kept them."""
     # "-v4": states as JSON, frames of several sizes (older caches held pickled states; they are not read);
     # MiniGrid's episodes drawn per episode (v3 MiniGrid caches hold other frames for the same seed)
-    path = None if cache is None else cache / f"{domain.name}-{cfg.frames}-seed{cfg.seed}-v4.npz"
+    name = "-".join(x for x in (domain.name, domain.frames_tag, str(cfg.frames), f"seed{cfg.seed}", "v4") if x)
+    path = None if cache is None else cache / f"{name}.npz"
     if path is not None and path.is_file():
         say(f"reading the frames from {path}")
         return load_frames(path)

@@ -22,7 +22,8 @@ mission, it is the best of three checks on the clip's frames,
 the VLM-RB paper's labels, where only reaching the goal is progress (``oracle:minigrid_goal``).
 
 ``builtin:lift`` is the same kind of model trained by ``vlmrb build-scorer lift`` on robosuite
-Lift frames as the SAC recipe renders them (``agentview``, 64 px), captioned from the simulator's
+Lift frames as the SAC recipe renders them (``front_close``: a camera 45 cm in front of the cube;
+64 px; fast rendering), captioned from the simulator's
 state (gripper open / closed, near / far from the cube, grasping it or not, cube lifted or on the
 table). Its prompt set is the best of two checks, both ``max`` over the clip's frames, so that a
 clip scores high when any of its frames shows what ``oracle:robosuite`` labels:
