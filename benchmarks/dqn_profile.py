@@ -140,12 +140,17 @@ def instrument(prof: Profile) -> None:
     import minigrid.minigrid_env
     import torch
     from torchrl.collectors import Collector
+    from torchrl.data import RandomSampler
     from torchrl.envs import EnvBase
     from torchrl.modules import MLP
 
+    from vlmrb_torchrl import worker
+    from vlmrb_torchrl.clips import ClipBatch, ClipStream
     from vlmrb_torchrl.envs import minigrid as mg
     from vlmrb_torchrl.recipes import checkpoint, dqn, evaluate, loop, replay
     from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
+    from vlmrb_torchrl.sampler import VLMPrioritizedSampler
+    from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
 
     def in_eval(parent):
         return parent is not None and parent.startswith("eval")
@@ -195,28 +200,18 @@ def instrument(prof: Profile) -> None:
     w(dqn, "main", "loop (other)")
     # the scorer thread (VLM modes, asynchronous scoring); with synchronous scoring the same calls run in the
     # main thread, under "replay: wait for scores" (drain) and the scorer's own parts
-    from vlmrb_torchrl import worker
-    from vlmrb_torchrl.clips import ClipBatch
-    from vlmrb_torchrl.sampler import VLMPrioritizedSampler
-
-    from vlmrb_torchrl.clips import ClipStream
-
     w(mg._FullGridRenderer, "__call__", lambda p: "eval: env" if in_eval(p) else "env: render frame")
     w(ClipStream, "push", "replay: clip cutting (ClipStream.push)")
     w(worker.AsyncScorer, "submit", "replay: queue clips (submit)")
     w(VLMPrioritizedSampler, "mark_update", "replay: sampler bookkeeping on write")
     w(VLMPrioritizedSampler, "generations", "replay: sampler bookkeeping on write")
     w(VLMPrioritizedSampler, "sample", "replay: sampler draw (VLM mixture, weights)")
-    from torchrl.data import RandomSampler
-
     w(RandomSampler, "sample", "replay: sampler draw (uniform)")
     w(worker.AsyncScorer, "_run", "replay: scorer loop (sync)", thread="scorer thread: loop (other)")
     w(worker.AsyncScorer, "_take", "replay: scorer take (sync)", thread="scorer thread: take queued clips")
     w(ClipBatch, "cat", "replay: clip batch cat", thread="scorer thread: batch the clips")
     w(worker.AsyncScorer, "_score", "replay: scorer call (sync)", thread="scorer thread: scorer call")
     w(VLMPrioritizedSampler, "update_scores", "replay: write scores (sync)", thread="scorer thread: write scores")
-    from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
-
     # a lazy scorer (builtin:, clip:) loads its model at its first call: in the scorer thread, once
     w(HFContrastiveScorer, "load", "replay: scorer model load (sync)", thread="scorer thread: model load (once)")
 
