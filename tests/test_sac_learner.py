@@ -180,6 +180,37 @@ class TestSACLearner:
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(learner.log_alpha, reference.log_alpha, rtol=1e-5, atol=1e-7)
 
+    @pytest.mark.parametrize("batch", [256, 7, 100])
+    def test_unweighted_equals_weights_of_one_bit_for_bit(self, batch):
+        """``importance_weights=False`` (the recipe's VLM-RB with vlm_beta=0, whose weights are all ones): the
+        same losses, gradients and parameters after two updates (actor_steps=2), bit for bit, as weighting by
+        ones; other weights are then ignored."""
+        gen = torch.Generator().manual_seed(batch)
+        learners = [build()[1], build()[1]]  # one seed: the same weights
+        learners[1].importance_weights = False
+        optims = [learner.make_optimizer(policy_lr=1e-3, q_lr=2e-3) for learner in learners]
+        for step in range(3):
+            sample = replay_sample(batch, weights=False, generator=gen)
+            sample["priority_weight"] = torch.ones(batch)  # what VLMPrioritizedSampler(beta=0) returns
+            results = []
+            for learner, optim in zip(learners, optims):
+                torch.manual_seed(step)
+                losses = learner.update(sample.clone(), optim, actor_steps=2)
+                grads = [p.grad.clone() for p in learner.parameters() if p.grad is not None]
+                results.append((losses, grads, [p.detach().clone() for p in learner.parameters()]))
+            (losses_w, grads_w, params_w), (losses_p, grads_p, params_p) = results
+            assert sorted(losses_w) == sorted(losses_p)
+            assert all(torch.equal(losses_w[key], losses_p[key]) for key in losses_w)
+            assert len(grads_w) == len(grads_p) > 0
+            assert all(torch.equal(a, b) for a, b in zip(grads_w, grads_p, strict=True))
+            assert all(torch.equal(a, b) for a, b in zip(params_w, params_p, strict=True))
+        sample = replay_sample(batch, weights=True, generator=gen)
+        torch.manual_seed(0)
+        weighted_ignored = learners[1].losses(sample.clone())
+        torch.manual_seed(0)
+        unweighted = learners[1].losses(sample.exclude("priority_weight"))
+        assert all(torch.equal(weighted_ignored[key], unweighted[key]) for key in unweighted)
+
     def test_policy_frequency_steps(self):
         """actor_steps=0 trains the critics only; actor_steps=k takes k actor and temperature steps."""
         _, learner = build()

@@ -34,7 +34,8 @@ class SACLearner(nn.Module):
       critics' parameters detached (the actor loss trains the actor only);
     - ``loss_alpha``: ``-log_alpha * (log pi(a~|s) + target_entropy)`` (target ``-|A|``);
     - with importance weights (``"priority_weight"``: PER, VLM-RB with ``vlm_beta > 0``) every
-      loss is ``sum(w * l) / sum(w)`` instead of the mean, as TorchRL's losses reduce;
+      loss is ``sum(w * l) / sum(w)`` instead of the mean, as TorchRL's losses reduce (unless
+      ``importance_weights=False``);
     - the priority ``max_i |Q_i(s, a) - y|`` written to the sample's ``"td_error"`` ``[B]``
       (what TorchRL's prioritized samplers and the ``vlm_td`` boost read).
 
@@ -63,6 +64,9 @@ class SACLearner(nn.Module):
         target_entropy (float, optional): defaults to ``-A``.
         observation_key (str): the observation entry (and ``("next", key)``). Defaults to
             ``"observation"``.
+        importance_weights (bool): weight the losses by the sample's ``"priority_weight"``. ``False``
+            ignores it: what the recipe passes for VLM-RB with ``vlm_beta=0``, whose weights are all
+            ones (the same losses and gradients bit for bit, without the weighted reductions).
 
     Examples:
         >>> from tensordict import TensorDict
@@ -83,7 +87,7 @@ class SACLearner(nn.Module):
 
     def __init__(self, actor: nn.Module, critic: EnsembleMLP, *, action_low: torch.Tensor, action_high: torch.Tensor,
                  gamma: float, tau: float, alpha_init: float = 1.0, target_entropy: float | None = None,
-                 observation_key: str = "observation") -> None:
+                 observation_key: str = "observation", importance_weights: bool = True) -> None:
         super().__init__()
         self.actor = actor
         self.critic = critic
@@ -102,6 +106,7 @@ class SACLearner(nn.Module):
         self.gamma = float(gamma)
         self.tau = float(tau)
         self.observation_key = observation_key
+        self.importance_weights = importance_weights
 
     # ------------------------------------------------------------------ pieces
     def sample_action(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,6 +134,10 @@ class SACLearner(nn.Module):
         critic = self.target_critic if target else self.critic
         return critic(torch.cat([action, obs], -1), detach=detach).squeeze(-1)
 
+    def _weight(self, sample: TensorDictBase, dtype: torch.dtype) -> torch.Tensor | None:
+        weight = sample.get("priority_weight", None) if self.importance_weights else None
+        return None if weight is None else weight.reshape(-1).to(dtype)
+
     @staticmethod
     def _reduce(loss: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
         return loss.mean() if weight is None else (loss * weight).sum() / weight.sum()
@@ -146,9 +155,7 @@ class SACLearner(nn.Module):
         if terminated is None:
             terminated = sample.get(("next", "done"))
         terminated = terminated.reshape(-1)
-        weight = sample.get("priority_weight", None)
-        if weight is not None:
-            weight = weight.reshape(-1).to(reward.dtype)
+        weight = self._weight(sample, reward.dtype)
         alpha = self.log_alpha.detach().exp()
 
         with torch.no_grad():  # the target (drawn first, as SACLoss does)
@@ -205,9 +212,7 @@ class SACLearner(nn.Module):
         total.backward()
         optimizer.step()
         for _ in range(actor_steps - 1):
-            weight = sample.get("priority_weight", None)
-            extra = self._actor_losses(sample.get(self.observation_key),
-                                       None if weight is None else weight.reshape(-1).to(total.dtype),
+            extra = self._actor_losses(sample.get(self.observation_key), self._weight(sample, total.dtype),
                                        self.log_alpha.detach().exp())
             optimizer.zero_grad()
             (extra["loss_actor"] + extra["loss_alpha"]).backward()
