@@ -7,9 +7,10 @@ each), so that a machine getting busier or idler moves every arm alike. Arms:
   could write with the recipe's settings (one-hot cells into ``nn.Linear``; imports nothing from
   this package); ``plain_ebag``: the same loop reading the one-hot positions with
   ``nn.EmbeddingBag`` (the recipe's sparse first layer);
-- ``recipe:<replay>[:<scorer>]``: ``vlmrb train dqn`` of this checkout (``uniform``, ``per``,
+- ``recipe:<replay>[:<scorer>[:<backend>]]``: ``vlmrb train dqn`` of this checkout (``uniform``, ``per``,
   ``vlm`` / ``vlm_td`` with a scorer: ``oracle`` = ``oracle:minigrid``, ``builtin`` =
-  ``builtin:minigrid``, the pixel scorer);
+  ``builtin:minigrid``, the pixel scorer; ``backend`` = the recipe's ``scorer_backend``, ``thread`` by
+  default, ``process`` to score in a child process on another core);
 - ``before:<replay>[:<scorer>]``: the same command run from ``--before REV`` (a temporary ``git worktree``).
 
 Modes (DoorKey-5x5, 8 envs, batch 64, one update per 4 frames, 2x256 MLP, 3-step double DQN):
@@ -55,10 +56,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SCORERS = {"oracle": "oracle:minigrid", "builtin": "builtin:minigrid"}
 
 
-def recipe_command(replay: str, scorer: str, frames: int, out: Path, mode: str) -> list[str]:
+def recipe_command(replay: str, scorer: str, frames: int, out: Path, mode: str, backend: str = "") -> list[str]:
     common = [sys.executable, "-m", "vlmrb_torchrl.cli", "train", "dqn", f"replay={replay}",
               f"scorer={SCORERS.get(scorer, scorer or 'oracle:minigrid')}", f"total_frames={frames}",
               "progress=false", "gallery_clips=0", "seed=0", f"output_dir={out}", "overwrite=true"]
+    if backend:
+        common.append(f"scorer_backend={backend}")
     if mode == "whole":  # the settings; everything else the recipe's defaults
         return [*common, "learning_starts=2000", f"eval_every={frames}"]
     common.append("async_scoring=false")
@@ -96,6 +99,7 @@ def _timed(command: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, f
 def run_arm(arm: str, *, frames: int, before: Path | None, work: Path, mode: str) -> dict[str, float]:
     kind, _, rest = arm.partition(":")
     replay, _, scorer = rest.partition(":")
+    scorer, _, backend = scorer.partition(":")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     if kind in ("plain", "plain_ebag"):
         command = plain_command(frames, mode, "embedding_bag" if kind == "plain_ebag" else "linear")
@@ -105,7 +109,7 @@ def run_arm(arm: str, *, frames: int, before: Path | None, work: Path, mode: str
     cwd = ROOT if kind == "recipe" else before
     env["PYTHONPATH"] = str(cwd)  # the checkout's package, not the installed one
     out_dir = work / arm.replace(":", "_")
-    _, wall, cpu = _timed(recipe_command(replay, scorer, frames, out_dir, mode), cwd=cwd, env=env)
+    _, wall, cpu = _timed(recipe_command(replay, scorer, frames, out_dir, mode, backend), cwd=cwd, env=env)
     return {"env_steps_per_s": float(last_row(out_dir / "metrics.csv")["env_steps_per_s"]), "wall_s": wall,
             "cpu_s": cpu}
 
