@@ -26,6 +26,10 @@ to the scorer (``render_steps``). The frames keep OGBench's task visualisation (
 env's ``visualize_info``): the cube's target drawn as a faint cube, and the cube lighter once it
 sits on it.
 
+A seed determines every episode, bit for bit: OGBench settles the scene at each reset with two
+random actions, drawn here from a generator seeded with the env (they leave the constraint
+solver's warm start in the state the episode starts from; see ``_seeded_scene_class``).
+
 Reward, success and termination are OGBench's: the reward is the number of satisfied subgoals
 minus 5 (``-5 .. 0``), the episode ends when the task is solved, and both are computed from the
 state *before* the action (OGBench's ``success_timing="pre"`` for single tasks), so the episode
@@ -41,6 +45,8 @@ MuJoCo 3.3.x, next to robosuite; no dataset is downloaded). Offscreen rendering 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import importlib.util
 import os
 import re
@@ -130,6 +136,42 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
         yield
+
+
+@functools.cache
+def _seeded_scene_class() -> type:
+    """OGBench's ``SceneEnv`` whose resets are determined by their seed, all of the simulator state.
+
+    OGBench's reset (task mode) steps the scene twice with ``self.action_space.sample()`` to settle
+    it, then restores ``qpos`` and ``qvel``; but ``action_space`` is a new ``Box`` at every call,
+    seeded from the OS's entropy, and the controls and the constraint solver's warm start
+    (``qacc_warmstart``) those steps leave stay in the state the episode starts from. The
+    observations are the same, but the next solver results differ in their last bits, and a
+    trajectory of one seed and one action sequence drifted apart some steps into the episode
+    (two SAC runs of one seed differed after the first time-limit reset). Here those actions come
+    from a generator of the env's own, seeded with each seeded reset (a stream independent of the
+    one OGBench draws the scene from: every initial state is still OGBench's for its seed) and
+    continued by unseeded ones.
+    """
+    from gymnasium.spaces import Box
+    from ogbench.manipspace.envs.scene_env import SceneEnv as OGBenchScene
+
+    class SeededScene(OGBenchScene):
+        _action_rng: np.random.Generator | None = None
+
+        def reset(self, *args, seed: int | None = None, **kwargs):
+            if seed is not None or self._action_rng is None:
+                self._action_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+            return super().reset(*args, seed=seed, **kwargs)
+
+        @property
+        def action_space(self) -> Box:
+            space = super().action_space
+            if self._action_rng is None:  # before the first reset (gymnasium.make's checks)
+                return space
+            return Box(space.low, space.high, dtype=space.dtype, seed=self._action_rng)
+
+    return SeededScene
 
 
 def _offscreen_gl() -> None:
@@ -248,10 +290,12 @@ class SceneEnv(EnvBase):
         self.terminate_on_success = terminate_on_success
         self.render_count = 0
         # OGBench's own id (its registered settings: single task, no block permutation, "pre" success
-        # timing); the time limit is ours, on the unwrapped env
+        # timing), built as the subclass that seeds its reset's random actions; the time limit is ours, on
+        # the unwrapped env
+        spec = dataclasses.replace(gymnasium.spec(f"scene-singletask-task{task}-v0"),
+                                   entry_point=_seeded_scene_class())
         with _quiet():
-            self._env = gymnasium.make(f"scene-singletask-task{task}-v0", width=frame_size,
-                                       height=frame_size).unwrapped
+            self._env = gymnasium.make(spec, width=frame_size, height=frame_size).unwrapped
         self._step_in_episode = 0
         self._satisfied = np.zeros(len(SCENE_SUBGOALS), dtype=bool)
         with _quiet():
