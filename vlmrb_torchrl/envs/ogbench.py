@@ -146,9 +146,9 @@ def _seeded_scene_class() -> type:
     it, then restores ``qpos`` and ``qvel``; but ``action_space`` is a new ``Box`` at every call,
     seeded from the OS's entropy, and the controls and the constraint solver's warm start
     (``qacc_warmstart``) those steps leave stay in the state the episode starts from. The
-    observations are the same, but the next solver results differ in their last bits, and a
-    trajectory of one seed and one action sequence drifted apart some steps into the episode
-    (two SAC runs of one seed differed after the first time-limit reset). Here those actions come
+    observations are the same, but a later step's constraint solution can differ in its last
+    bits, and a trajectory of one seed and one action sequence drifted apart some steps into the
+    episode (two SAC runs of one seed differed after the first time-limit reset). Here those actions come
     from a generator of the env's own, seeded with each seeded reset (a stream independent of the
     one OGBench draws the scene from: every initial state is still OGBench's for its seed) and
     continued by unseeded ones.
