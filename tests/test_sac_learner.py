@@ -211,6 +211,16 @@ class TestSACLearner:
         unweighted = learners[1].losses(sample.exclude("priority_weight"))
         assert all(torch.equal(weighted_ignored[key], unweighted[key]) for key in unweighted)
 
+    def test_q_value_is_the_batch_mean_of_the_critics_minimum(self):
+        _, learner = build()
+        sample = replay_sample(BATCH, weights=True, generator=torch.Generator().manual_seed(5))
+        with torch.no_grad():
+            twin = learner.q_values(sample["observation"], sample["action"])
+        assert not torch.equal(twin[0], twin[1])  # the build's twin critics differ: the minimum matters
+        out = learner.losses(sample)
+        torch.testing.assert_close(out["q_value"], twin.min(0).values.mean())
+        assert not out["q_value"].requires_grad
+
     def test_policy_frequency_steps(self):
         """actor_steps=0 trains the critics only; actor_steps=k takes k actor and temperature steps."""
         _, learner = build()
@@ -220,7 +230,7 @@ class TestSACLearner:
         target_before = [p.clone() for p in learner.target_critic.parameters()]
         log_alpha = learner.log_alpha.detach().clone()
         out = learner.update(sample, optim, actor_steps=0)
-        assert sorted(out) == ["alpha", "loss_qvalue"]
+        assert sorted(out) == ["alpha", "loss_qvalue", "q_value"]
         assert all(torch.equal(a, b) for a, b in zip(actor_before, learner.actor.parameters()))
         assert torch.equal(learner.log_alpha, log_alpha)
         assert not any(torch.equal(a, b) for a, b in zip(target_before, learner.target_critic.parameters()))

@@ -89,7 +89,7 @@ def test_lift_smoke_each_replay_mode(tmp_path, replay):
     run_dir = tmp_path / replay
     rows = read_metrics(run_dir)
     assert [int(r["env_steps"]) for r in rows] == [200]
-    for col in ("eval_success", "eval_return", "loss", "loss_actor", "loss_qvalue", "alpha", "entropy",
+    for col in ("eval_success", "eval_return", "loss", "loss_actor", "loss_qvalue", "alpha", "entropy", "q_value",
                 "env_steps_per_s"):
         assert math.isfinite(float(rows[-1][col])), (col, rows[-1])
     if replay.startswith("vlm"):

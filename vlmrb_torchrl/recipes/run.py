@@ -27,10 +27,10 @@ METRIC_COLUMNS = [
     "fraction_scored", "positive_fraction", "sampled_positive_fraction", "max_oversampling_ratio", "stale_drops", "scorer_clips_per_s",
     "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "env_steps_per_s", "time_s",
 ]
-#: SAC's metrics: the entropy temperature and policy entropy instead of epsilon ...
+#: SAC's metrics: the entropy temperature, policy entropy and the critics' mean value instead of epsilon ...
 SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon"]
 SAC_METRIC_COLUMNS[SAC_METRIC_COLUMNS.index("loss") + 1:SAC_METRIC_COLUMNS.index("loss") + 1] = [
-    "loss_actor", "loss_qvalue", "alpha", "entropy"]
+    "loss_actor", "loss_qvalue", "alpha", "entropy", "q_value"]
 #: ... and, after the return, the subgoals satisfied at the end of an evaluation episode (OGBench Scene)
 SAC_METRIC_COLUMNS.insert(SAC_METRIC_COLUMNS.index("eval_return") + 1, "eval_subgoals")
 

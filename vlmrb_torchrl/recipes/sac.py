@@ -166,7 +166,7 @@ def main(cfg: SACConfig) -> dict:
                 due = (counters["updates"] - 1) % cfg.policy_frequency == 0
                 last.update(learner.update(sample, optim, actor_steps=cfg.policy_frequency if due else 0))
             losses = {key: float(last.get(key, float("nan"))) for key in
-                      ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy")}
+                      ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy", "q_value")}
             losses["loss"] = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
             del losses["loss_alpha"]
             training.end_batch(losses, show=("loss", "alpha"))

@@ -37,7 +37,9 @@ class SACLearner(nn.Module):
       loss is ``sum(w * l) / sum(w)`` instead of the mean, as TorchRL's losses reduce (unless
       ``importance_weights=False``);
     - the priority ``max_i |Q_i(s, a) - y|`` written to the sample's ``"td_error"`` ``[B]``
-      (what TorchRL's prioritized samplers and the ``vlm_td`` boost read).
+      (what TorchRL's prioritized samplers and the ``vlm_td`` boost read);
+    - ``q_value``, the batch mean of ``min_i Q_i(s, a)`` (a diagnostic, not a loss: a critic whose
+      values leave the range the rewards allow is diverging).
 
     :meth:`update` then takes the optimizer step and the soft target update
     (``Q' <- (1 - tau) Q' + tau Q``, one ``torch._foreach_lerp_`` over every target tensor).
@@ -82,7 +84,7 @@ class SACLearner(nn.Module):
         ...                      ("next", "terminated"): torch.zeros(8, 1, dtype=torch.bool)}, [8])
         >>> losses = learner.update(sample, optim)
         >>> sorted(losses), sample["td_error"].shape
-        (['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue'], torch.Size([8]))
+        (['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue', 'q_value'], torch.Size([8]))
     """
 
     def __init__(self, actor: nn.Module, critic: EnsembleMLP, *, action_low: torch.Tensor, action_high: torch.Tensor,
@@ -145,8 +147,8 @@ class SACLearner(nn.Module):
     # ------------------------------------------------------------------ losses
     def losses(self, sample: TensorDictBase, *, actor: bool = True) -> dict[str, torch.Tensor]:
         """SACLoss's losses on ``sample`` (``loss_actor`` and ``loss_alpha`` only with ``actor=True``);
-        writes ``sample["td_error"]`` ``[B]``. Also returns ``alpha`` and the actor sample's ``entropy``
-        (detached)."""
+        writes ``sample["td_error"]`` ``[B]``. Also returns ``alpha``, ``q_value`` (the batch mean of the
+        twin critics' minimum at the sample's actions) and the actor sample's ``entropy`` (detached)."""
         obs = sample.get(self.observation_key)
         next_obs = sample.get(("next", self.observation_key))
         action = sample.get("action")
@@ -167,7 +169,7 @@ class SACLearner(nn.Module):
         q = self.q_values(obs, action)  # [n, B]
         loss_qvalue = self._reduce((q - target).square().sum(0), weight)
         sample.set("td_error", (q.detach() - target).abs().max(0).values)
-        out = {"loss_qvalue": loss_qvalue, "alpha": alpha}
+        out = {"loss_qvalue": loss_qvalue, "alpha": alpha, "q_value": q.detach().min(0).values.mean()}
         if actor:
             out.update(self._actor_losses(obs, weight, alpha))
         return out
@@ -201,8 +203,8 @@ class SACLearner(nn.Module):
         ``actor_steps=0`` updates the critics only.
 
         Returns:
-            the first step's losses, ``alpha`` and ``entropy`` (detached scalars; the actor's entries only
-            when it was updated).
+            the first step's losses, ``alpha``, ``q_value`` and ``entropy`` (detached scalars; the actor's
+            entries only when it was updated).
         """
         losses = self.losses(sample, actor=actor_steps > 0)
         total = losses["loss_qvalue"]
