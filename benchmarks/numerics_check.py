@@ -171,7 +171,24 @@ def _dumps_leaves(replay: Path) -> dict[str, object]:
     return leaves
 
 
-def compare(now: Path, before: Path) -> list[str]:
+def _relocated(leaf, before_root: Path | None):
+    """A string leaf of the ``--before`` run with its checkout's path replaced by this checkout's: a
+    scorer's provenance records its model directory (``builtin:`` models ship inside the package), which
+    names the checkout and is not a difference between the two codes."""
+    if before_root is None or not isinstance(leaf, str):
+        return leaf
+    return leaf.replace(str(before_root.resolve()), str(ROOT.resolve()))
+
+
+def compare(now: Path, before: Path, before_root: Path | None = None) -> list[str]:
+    """What differs between two runs: metrics rows (timings aside) and every leaf of the last checkpoint.
+    ``before_root``: the checkout the ``before`` run ran from (its path in string leaves is mapped to this one's).
+
+    Examples:
+        >>> _relocated(str(Path("/tmp/x/before/vlmrb_torchrl/m").resolve()), Path("/tmp/x/before")) == str(
+        ...     ROOT.resolve() / "vlmrb_torchrl" / "m")
+        True
+    """
     problems = []
     rows_now, rows_before = metrics_rows(now / "metrics.csv"), metrics_rows(before / "metrics.csv")
     if len(rows_now) != len(rows_before):
@@ -189,7 +206,7 @@ def compare(now: Path, before: Path) -> list[str]:
     if set(leaves_now) != set(leaves_before):
         problems.append(f"checkpoint entries differ: {sorted(set(leaves_now) ^ set(leaves_before))[:8]}")
     for key in sorted(set(leaves_now) & set(leaves_before)):
-        if not _same(leaves_now[key], leaves_before[key]):
+        if not _same(leaves_now[key], _relocated(leaves_before[key], before_root)):
             problems.append(f"checkpoint {ckpt_now.name}: {key} differs")
     return problems
 
@@ -220,7 +237,7 @@ def main() -> int:
                     if proc.returncode:
                         print(f"{replay} ({name}) failed:\n{err[-3000:]}", file=sys.stderr)
                         return 2
-                problems = compare(work / f"now_{replay}", work / f"before_{replay}")
+                problems = compare(work / f"now_{replay}", work / f"before_{replay}", before)
                 status = "identical" if not problems else "DIFFERENT"
                 print(f"{replay}: {status} to {args.before} ({args.frames} frames, {args.env})", flush=True)
                 for p in problems[:10]:
