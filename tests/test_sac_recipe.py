@@ -98,11 +98,34 @@ def test_lift_smoke_each_replay_mode(tmp_path, replay):
         # the ceiling holds (max_oversampling=4, the default)
         assert float(rows[-1]["max_oversampling_ratio"]) <= 4.0 + 1e-6
     assert summary["env_steps"] == 200 and summary["updates"] == 150
+    assert summary["q_ceiling_exceeded_at"] is None  # critics within what the rewards can back up
     assert json.loads((run_dir / "config.json").read_text())["replay"] == replay
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "step_200" / "DONE").exists()
     if replay == "vlm_td":
         assert len(list((run_dir / "gallery").glob("*.gif"))) == 2
+
+
+def test_diverging_critics_are_reported(tmp_path, monkeypatch):
+    # a ceiling no value can stay under stands in for critics that left what the rewards can back up
+    import vlmrb_torchrl.recipes.sac as sac_module
+    from vlmrb_torchrl.recipes.value_ceiling import SoftValueCeiling
+
+    class Unreachable(SoftValueCeiling):
+        def ceiling(self, alpha: float) -> float:
+            return -math.inf
+
+    made = []
+    monkeypatch.setattr(sac_module, "SoftValueCeiling", lambda **kw: made.append(Unreachable(**kw)) or made[-1])
+    cfg = apply_overrides(SACConfig(), {**TINY, "replay": "uniform", "output_dir": str(tmp_path / "run")})
+    with pytest.warns(RuntimeWarning, match="critics are diverging") as caught:
+        summary = sac_main(cfg)
+    assert sum("critics are diverging" in str(w.message) for w in caught) == 1  # reported once
+    (ceiling,) = made
+    assert ceiling.gamma == cfg.gamma and ceiling.max_entropy == pytest.approx(7 * math.log(2))  # Lift: 7 actions
+    # the third batch with updates in a row: learning starts at 100 frames, batches of 50
+    assert summary["q_ceiling_exceeded_at"] == 200 == ceiling.exceeded_at
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["q_ceiling_exceeded_at"] == 200
 
 
 @pytest.mark.slow  # trains and resumes through the CLI

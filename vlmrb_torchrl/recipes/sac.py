@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import warnings
 
 import torch
 from tensordict.nn import InteractionType, NormalParamExtractor, TensorDictModule
@@ -39,6 +40,7 @@ from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counte
 from vlmrb_torchrl.recipes.collector_process import CollectorProcess
 from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, start_run
 from vlmrb_torchrl.recipes.run_dir import make_run_dir, prepare_run_dir, release_run_dir
+from vlmrb_torchrl.recipes.value_ceiling import SoftValueCeiling
 from vlmrb_torchrl.recipes.sac_loss import SACLearner
 
 
@@ -157,10 +159,15 @@ def main(cfg: SACConfig) -> dict:
             eval_policy=eval_policy, eval_env_fn=eval_env_fn, eval_max_steps=cfg.max_episode_steps,
             make_collector=lambda env_steps: collector_fn(env_steps=env_steps)))
 
+        # a warning when the critics hold values the replayed rewards cannot back up (they are diverging)
+        ceiling = SoftValueCeiling(gamma=cfg.gamma, max_entropy=float(
+            torch.log(action_spec.space.high - action_spec.space.low).sum()))
+
         # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
         last = {"alpha": learner.log_alpha.detach().exp()}  # the last update's losses (the actor's: its last update)
         for batch in training.batches():
             replay.store(batch.select(*LEARNER_KEYS, strict=False), batch)  # clips are cut from `batch`
+            ceiling.observe(batch.get(("next", "reward")))
             for sample in training.samples(batch):  # counters["updates"] counts this update
                 # CleanRL's delayed policy update: the actor every policy_frequency-th update, that many times
                 due = (counters["updates"] - 1) % cfg.policy_frequency == 0
@@ -169,6 +176,9 @@ def main(cfg: SACConfig) -> dict:
                       ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy", "q_value")}
             losses["loss"] = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
             del losses["loss_alpha"]
+            diverging = ceiling.check(losses["q_value"], alpha=losses["alpha"], env_steps=counters["env_steps"])
+            if diverging is not None:
+                warnings.warn(f"vlmrb train sac: {diverging}", RuntimeWarning, stacklevel=1)
             training.end_batch(losses, show=("loss", "alpha"))
 
         # --- outputs: clip gallery (frames rendered every step here), summary
@@ -180,4 +190,5 @@ def main(cfg: SACConfig) -> dict:
                 run.dir / "gallery", scorer=start.scorer,
                 make_env=env_factory(cfg.env, train=False, render=True, **env_kwargs), policy=eval_policy,
                 clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, episodes=2, steps=cfg.gallery_steps)
-        return run.write_summary(counters, training.metrics_last, gallery)
+        return run.write_summary(counters, {**training.metrics_last, "q_ceiling_exceeded_at": ceiling.exceeded_at},
+                                 gallery)
