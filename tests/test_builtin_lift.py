@@ -127,7 +127,7 @@ def test_policy_modes_are_drawn_per_episode_from_its_seed():
 # ------------------------------------------------------------------------------ the shipped model
 from vlmrb_torchrl.scorer_training import weights_sha256  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
-from vlmrb_torchrl.scorers.builtin import LIFT_PROMPT_SET, builtin_model_dir  # noqa: E402
+from vlmrb_torchrl.scorers.builtin import LIFT_HOLD, LIFT_PROMPT_SET, builtin_model_dir, lift_prompt_set  # noqa: E402
 
 
 def test_shipped_lift_model_files_and_card():
@@ -142,6 +142,36 @@ def test_shipped_lift_model_files_and_card():
     assert report["frames_rendered"] == {"camera": "front_close", "frame_size": 64, "fast_render": True}
     assert 'camera="front_close"' in card and "fast_render=True" in card
 
+
+
+def test_builtin_lift_counts_a_grasp_or_lift_only_when_it_lasts_3_frames(monkeypatch):
+    """Both checks hold 3 frames (tuned on seeds 3000-3029, docs/builtin_scorer.md): a grasp or a lift read
+    for 1-2 frames inside a clip is dropped, one read for 3 frames counts; ``hold=1`` is the plain ``max``."""
+    pytest.importorskip("transformers")
+    assert LIFT_HOLD == 3 and [c.hold for c in LIFT_PROMPT_SET] == [3, 3]
+    assert [c.aggregation for c in LIFT_PROMPT_SET] == ["max", "max"]
+    assert lift_prompt_set(hold=1) == tuple(c._replace(hold=1) for c in LIFT_PROMPT_SET)
+    scorer = make_scorer("builtin:lift")
+    plain = scorer.with_prompt_set(list(lift_prompt_set(hold=1)))
+    assert scorer.prompt_set == LIFT_PROMPT_SET
+    assert scorer.provenance["prompt"].startswith('max of max[hold=3]("the robot grasps the cube"')
+    assert scorer.provenance["prompt_hash"] != plain.provenance["prompt_hash"]
+
+    def probs(check: int, start: int, frames: int) -> torch.Tensor:
+        p = torch.full((17, 2), 0.05)  # a 16-step clip and its outcome frame
+        p[start : start + frames, check] = 0.95
+        return p
+
+    clips = {"grasp 1 frame": probs(0, 8, 1), "grasp 2 frames": probs(0, 8, 2), "lift 2 frames": probs(1, 5, 2),
+             "grasp 3 frames": probs(0, 8, 3), "lift 3 frames": probs(1, 5, 3), "none": probs(0, 0, 0)}
+    batch = TensorDict(pixels=torch.zeros(len(clips), 17, 64, 64, 3, dtype=torch.uint8),
+                       mask=torch.ones(len(clips), 17, dtype=torch.bool), batch_size=[len(clips), 17])
+    for s in (scorer, plain):
+        monkeypatch.setattr(s, "_check_probabilities", lambda _: list(clips.values()))
+    held = dict(zip(clips, scorer.score(batch).tolist()))
+    assert [name for name, score in held.items() if score > 0.5] == ["grasp 3 frames", "lift 3 frames"], held
+    assert max(held["grasp 1 frame"], held["grasp 2 frames"], held["lift 2 frames"]) < 0.1
+    assert [name for name, score in zip(clips, plain.score(batch).tolist()) if score > 0.5] == list(clips)[:-1]
 
 def test_builtin_lift_scores_a_rendered_grasp_high_and_the_approach_low():
     """Frames rendered as the SAC recipe renders them: clips showing the grasp score above 0.5,
