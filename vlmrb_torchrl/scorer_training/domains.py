@@ -408,8 +408,7 @@ def atari_domain() -> Domain:
         for s in data.states:
             key = f"{s.game}/{s.event}"
             counts[key] = counts.get(key, 0) + 1
-        return {"frames_rendered": {"camera": camera, "frame_size": frame_size, "fast_render": fast_render},
-                "episode_kinds": {"steps": list(episode_steps), "random_share": random_share,
+        return {"episode_kinds": {"steps": list(episode_steps), "random_share": random_share,
                                   "kinds": list(atari.ATARI_EPISODE_KINDS),
                                   "frames": {k: int((data.layout == i).sum()) for i, k in enumerate(data.layouts)}},
                 "state_counts": dict(sorted(counts.items()))}
