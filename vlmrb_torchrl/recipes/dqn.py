@@ -31,7 +31,7 @@ from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
 from vlmrb_torchrl.recipes.envs import env_factory, is_minigrid, make_collector, minigrid_actions, probe_env
 from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
-from vlmrb_torchrl.recipes.replay import make_replay, reads_mission, uses_scorer
+from vlmrb_torchrl.recipes.replay import importance_weighted, make_replay, reads_mission
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
 from vlmrb_torchrl.recipes.run import Run, start_run
 from vlmrb_torchrl.recipes.run_dir import make_run_dir, prepare_run_dir, release_run_dir
@@ -234,10 +234,9 @@ def main(cfg: DQNConfig) -> dict:
         explore = make_policy(qnet, action_spec, eps_init=cfg.eps_start, eps_end=cfg.eps_end,
                               steps=int(cfg.eps_fraction * cfg.total_frames))
         eval_policy = make_policy(qnet, action_spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps, steps=1)
-        # n-step targets use gamma ** steps_to_next_obs; TD errors only for the modes that read them; the VLM
-        # sampler's importance weights are all ones with vlm_beta=0 (the default): the plain mean, same bits
+        # n-step targets use gamma ** steps_to_next_obs; TD errors only for the modes that read them
         loss = DoubleDQNLoss(q_values, gamma=cfg.gamma, td_error=cfg.replay in ("per", "vlm_td"),
-                             importance_weights=not (uses_scorer(cfg.replay) and cfg.vlm_beta == 0))
+                             importance_weights=importance_weighted(cfg))
         params = list(loss.value_network.parameters())
         # fused: one kernel for all parameters instead of ~8 tensor ops each (the default on CPU)
         optim = torch.optim.Adam(params, lr=cfg.lr, fused=True)

@@ -27,7 +27,7 @@ from vlmrb_torchrl.clip_scoring import reads_frames
 from vlmrb_torchrl.scorers.base import scorer_stats
 
 __all__ = ["FRAME_KEY", "VLM_MODES", "Replay", "UniformReplay", "PrioritizedReplay", "VLMReplay", "make_replay",
-           "make_scorer_from_config", "uses_scorer", "needs_frames", "sample_tensordict", "scorer_task_kwargs",
+           "make_scorer_from_config", "uses_scorer", "importance_weighted", "needs_frames", "sample_tensordict", "scorer_task_kwargs",
            "reads_mission", "scorer_checks", "MISSION_KEY"]
 
 #: Where the recipe envs write rendered frames (when the scorer reads them).
@@ -44,6 +44,21 @@ def uses_scorer(replay: str) -> bool:
         (True, False)
     """
     return replay in VLM_MODES
+
+
+def importance_weighted(cfg) -> bool:
+    """Whether the replay's samples carry importance weights that can differ from 1: PER, and VLM-RB with
+    ``vlm_beta > 0``. VLM-RB with ``vlm_beta=0`` (the default, the paper's setting) weights every draw by 1, so
+    the recipes' losses take plain means (the same numbers, bit for bit, without the weighting's operations).
+
+    Examples:
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> importance_weighted(DQNConfig(replay="vlm")), importance_weighted(DQNConfig(replay="vlm", vlm_beta=0.4))
+        (False, True)
+        >>> importance_weighted(DQNConfig(replay="per"))
+        True
+    """
+    return not (uses_scorer(cfg.replay) and cfg.vlm_beta == 0)
 
 
 def needs_frames(scorer) -> bool:

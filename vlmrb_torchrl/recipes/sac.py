@@ -35,7 +35,7 @@ from vlmrb_torchrl.recipes.config import SACConfig
 from vlmrb_torchrl.recipes.envs import env_factory, make_collector, probe_env
 from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
-from vlmrb_torchrl.recipes.replay import make_replay, uses_scorer
+from vlmrb_torchrl.recipes.replay import importance_weighted, make_replay
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
 from vlmrb_torchrl.recipes.collector_process import CollectorProcess
 from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, start_run
@@ -128,9 +128,7 @@ def main(cfg: SACConfig) -> dict:
         critic = EnsembleMLP.from_mlps([make_critic(obs_dim, action_spec.shape[-1], cfg.hidden) for _ in range(2)])
         learner = SACLearner(actor.module[0].module, critic, action_low=action_spec.space.low,
                              action_high=action_spec.space.high, gamma=cfg.gamma, tau=cfg.tau,
-                             alpha_init=cfg.alpha_init,
-                             # VLM-RB's weights with vlm_beta=0 are all ones: the plain means, bit for bit
-                             importance_weights=not (uses_scorer(cfg.replay) and cfg.vlm_beta == 0)).to(start.device)
+                             alpha_init=cfg.alpha_init, importance_weights=importance_weighted(cfg)).to(start.device)
         optim = learner.make_optimizer(policy_lr=cfg.policy_lr or cfg.lr, q_lr=cfg.q_lr or cfg.lr)
         eval_policy = _Deterministic(actor)
 
