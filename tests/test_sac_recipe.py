@@ -117,7 +117,8 @@ def test_diverging_critics_are_reported(tmp_path, monkeypatch):
 
     made = []
     monkeypatch.setattr(sac_module, "SoftValueCeiling", lambda **kw: made.append(Unreachable(**kw)) or made[-1])
-    cfg = apply_overrides(SACConfig(), {**TINY, "replay": "uniform", "output_dir": str(tmp_path / "run")})
+    cfg = apply_overrides(SACConfig(), {**TINY, "replay": "uniform", "output_dir": str(tmp_path / "run"),
+                                        "async_collection": False})  # no collector process: a fast test
     with pytest.warns(RuntimeWarning, match="critics are diverging") as caught:
         summary = sac_main(cfg)
     assert sum("critics are diverging" in str(w.message) for w in caught) == 1  # reported once
