@@ -121,6 +121,53 @@ def test_cli_passes_lr_and_statement_texts(tmp_path):
     assert config["lr"] == 2e-3 and config["statement_texts"] == 16
 
 
+def test_flips_map_pixels_and_statements():
+    import dataclasses
+
+    import numpy as np
+
+    from vlmrb_torchrl.scorer_training.captions import all_statements
+    from vlmrb_torchrl.scorer_training.domains import minigrid_domain
+    from vlmrb_torchrl.scorer_training.train import _Flips
+
+    domain = minigrid_domain()
+    index = {s: i for i, s in enumerate(all_statements())}
+    flips = _Flips(domain, index, seed=0)
+    pixels = torch.arange(64 * 3 * 4 * 4, dtype=torch.int64).reshape(64, 3, 4, 4).to(torch.uint8)
+    flipped, maps = flips(pixels)
+    left, right, key = index[("room", "left")], index[("room", "right")], index[("holds", "any", "key")]
+    hot = np.zeros((64, len(index)), dtype=bool)
+    hot[:, [left, key]] = True  # every frame: the agent in the left room, holding a key
+    new_hot = np.take_along_axis(hot, _Flips.inverse(maps), axis=1)
+    seen = set()
+    for i in range(64):
+        h = torch.equal(flipped[i], pixels[i].flip(-1)) or torch.equal(flipped[i], pixels[i].flip(-1).flip(-2))
+        v = torch.equal(flipped[i], pixels[i].flip(-2)) or torch.equal(flipped[i], pixels[i].flip(-1).flip(-2))
+        seen.add((h, v))
+        # a left-right flip (alone or with an up-down one) puts the agent in the right room; nothing else moves
+        assert maps[i, left] == (right if h else left) and maps[i, key] == key
+        assert new_hot[i, key] and new_hot[i, right] == h and new_hot[i, left] == (not h) and new_hot[i].sum() == 2
+    assert seen == {(False, False), (True, False), (False, True), (True, True)}
+    assert torch.equal(pixels, torch.arange(64 * 3 * 16).reshape(64, 3, 4, 4).to(torch.uint8))  # not flipped in place
+    # domains whose frames have an orientation refuse it; a map must be one to one
+    with pytest.raises(ValueError, match="has no symmetries"):
+        _Flips(dataclasses.replace(domain, symmetries=()), index, seed=0)
+    with pytest.raises(ValueError, match="maps two statements to one"):
+        _Flips(dataclasses.replace(domain, symmetries=(("horizontal", lambda s: ("room", "left")
+                                                         if s == ("room", "right") else s),)), index, seed=0)
+
+
+def test_augmented_build_and_cli(tmp_path, capsys):
+    from vlmrb_torchrl.cli import main
+
+    report = build_minigrid_scorer(tmp_path / "a", BuildConfig(**{**MICRO.__dict__, "augment": True}), log=None)
+    assert report["config"]["augment"] is True
+    assert weights_sha256(tmp_path / "a") != build_minigrid_scorer(tmp_path / "b", MICRO, log=None)["weights_sha256"]
+    assert main(["build-scorer", "lift", "--out", str(tmp_path / "c"), "--augment"]) == 2
+    assert "--augment is for minigrid only" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
 def test_minigrid_frames_are_drawn_per_episode():
     from vlmrb_torchrl.scorer_training.data import generate_frames
 

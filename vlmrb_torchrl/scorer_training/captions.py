@@ -22,7 +22,8 @@ from collections.abc import Iterable
 
 from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
 
-__all__ = ["COLORS", "OBJECTS", "Statement", "true_statements", "wordings", "all_statements", "vocabulary"]
+__all__ = ["COLORS", "OBJECTS", "Statement", "true_statements", "wordings", "all_statements", "vocabulary",
+           "mirrored_left_right", "mirrored_up_down"]
 
 #: MiniGrid's colours (minigrid.core.constants.COLOR_NAMES) and the objects captions name.
 COLORS = ("red", "green", "blue", "purple", "yellow", "grey")
@@ -198,6 +199,31 @@ def all_statements() -> list[Statement]:
             if a[1] != "door" or b[1] != "door":
                 out += [("next", *a, *b), ("apart", *a, *b)]
     return out
+
+
+def mirrored_left_right(statement: Statement) -> Statement:
+    """What a true ``statement`` becomes when the frame is flipped left to right: the agent in the left
+    room is in the right one; nothing else changes (what the agent faces turns with it, objects
+    next to each other stay so).
+
+    Examples:
+        >>> mirrored_left_right(("room", "left")), mirrored_left_right(("faces", "red", "ball"))
+        (('room', 'right'), ('faces', 'red', 'ball'))
+    """
+    if statement[0] == "room" and statement[1] in ("left", "right"):
+        return ("room", "right" if statement[1] == "left" else "left")
+    return statement
+
+
+def mirrored_up_down(statement: Statement) -> Statement:
+    """What a true ``statement`` becomes when the frame is flipped up to down: itself (rooms are left,
+    doorway or right of a vertical wall; no statement names up or down).
+
+    Examples:
+        >>> mirrored_up_down(("room", "left"))
+        ('room', 'left')
+    """
+    return statement
 
 
 def vocabulary(extra: Iterable[str] = ()) -> list[str]:

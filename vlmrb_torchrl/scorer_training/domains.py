@@ -71,6 +71,13 @@ class BuildConfig:
         device (str): where the model trains: ``"cpu"`` (the default: one thread, byte-identical
             weights for a seed), ``"cuda"`` / ``"cuda:N"``, or ``"auto"`` (a GPU if torch sees one).
             A GPU's arithmetic is not bit-identical to the CPU's: the weights then differ slightly.
+        augment (bool): mirror the training frames: each frame of a batch is flipped by each of the
+            domain's :attr:`Domain.symmetries` with probability 1/2, and its statements are mapped
+            with the flip (MiniGrid: left-right and up-down; "the agent is in the left room"
+            becomes "... the right room" under a left-right flip). Where every training layout
+            puts the goal in the same corner, the model can answer "where is the goal" from where
+            the agent is; mirrored frames leave it the goal tile to look at. Validation and held-out
+            frames are not flipped. Defaults to ``False`` (the batches of earlier builds).
     """
 
     frames: int = 120_000
@@ -86,6 +93,7 @@ class BuildConfig:
     statement_texts: int | None = None
     aux_weight: float = 0.0
     device: str = "cpu"
+    augment: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +120,11 @@ class Domain:
             episodes (the frames do not depend on it). Defaults to ``False``.
         frames_tag (str): what the frames' look depends on beyond the seed (camera, rendering), in the
             frame cache's file name, so that a cache of other frames is not read. Defaults to ``""``.
+        symmetries (tuple): the image flips that keep a frame a frame of the domain, as
+            ``(axis, statement -> statement)`` pairs, ``axis`` ``"horizontal"`` (a left-right flip) or
+            ``"vertical"`` (up-down), the function giving what a true statement becomes in the
+            flipped frame (:attr:`BuildConfig.augment`). Defaults to ``()``: none (gravity, a
+            score display or a fixed camera give the frames an orientation).
     """
 
     name: str
@@ -132,6 +145,7 @@ class Domain:
     held_out: Callable[[int, int], FrameSet] | None = None
     parallel: bool = False
     frames_tag: str = ""
+    symmetries: tuple[tuple[str, Callable[[Statement], Statement]], ...] = ()
 
 
 #: The frame states a cache may hold (class name -> module): nothing else is rebuilt from a cache file.
@@ -276,6 +290,7 @@ def minigrid_domain(layouts: tuple[Layout, ...] = TRAIN_LAYOUTS) -> Domain:
         card_validation=" of the training layouts",
         held_out=_minigrid_held_out,
         parallel=True,
+        symmetries=(("horizontal", captions.mirrored_left_right), ("vertical", captions.mirrored_up_down)),
     )
 
 

@@ -194,6 +194,52 @@ class _AuxHead(torch.nn.Module):
         return torch.stack(terms).sum() if terms else logits.sum() * 0.0
 
 
+class _Flips:
+    """``BuildConfig.augment``: flips each frame of a batch by each of the domain's symmetries with
+    probability 1/2 (its own generator: the batches and captions draw what they drew without it)
+    and says what each frame's statements became."""
+
+    _DIMS = {"horizontal": -1, "vertical": -2}
+
+    def __init__(self, domain: Domain, index: dict[Statement, int], seed: int) -> None:
+        if not domain.symmetries:
+            raise ValueError(f"BuildConfig.augment=True, but the {domain.name!r} domain has no symmetries: its "
+                             "frames have an orientation a flip would break. Build it with augment=False.")
+        self.rng = np.random.default_rng([seed, 1])
+        names = list(index)
+        self.flips = []
+        for axis, statement_map in domain.symmetries:
+            if axis not in self._DIMS:
+                raise ValueError(f"Domain.symmetries: axis must be 'horizontal' or 'vertical', got {axis!r}.")
+            mapped = [statement_map(s) for s in names]
+            unknown = [m for m in mapped if m not in index]
+            if unknown:
+                raise ValueError(f"Domain.symmetries: the {axis} flip maps statements to unknown ones: {unknown[:3]}.")
+            perm = np.array([index[m] for m in mapped])
+            if len(set(perm.tolist())) != len(perm):
+                raise ValueError(f"Domain.symmetries: the {axis} flip maps two statements to one; it must be one to one.")
+            self.flips.append((self._DIMS[axis], perm))
+
+    def __call__(self, pixels: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
+        """``(flipped pixels, maps)``: ``maps[i, s]`` is the index statement ``s`` of frame ``i`` became."""
+        maps = np.broadcast_to(np.arange(len(self.flips[0][1])), (len(pixels), len(self.flips[0][1]))).copy()
+        pixels = pixels.clone()
+        for dim, perm in self.flips:
+            rows = np.flatnonzero(self.rng.random(len(pixels)) < 0.5)
+            if len(rows):
+                idx = torch.from_numpy(rows).to(pixels.device)
+                pixels[idx] = pixels[idx].flip(dim)
+                maps[rows] = perm[maps[rows]]
+        return pixels, maps
+
+    @staticmethod
+    def inverse(maps: np.ndarray) -> np.ndarray:
+        """Per row, the permutation that undoes ``maps``: ``hot[:, inverse]`` is the flipped frame's multi-hot."""
+        inv = np.empty_like(maps)
+        np.put_along_axis(inv, maps, np.broadcast_to(np.arange(maps.shape[1]), maps.shape), axis=1)
+        return inv
+
+
 def _loss(image_embeds, text_embeds, scale, truth: torch.Tensor) -> torch.Tensor:
     logits = scale * image_embeds @ text_embeds.T  # [B, T]
     negatives = logits.masked_fill(truth, float("-inf")).logsumexp(-1, keepdim=True)
@@ -366,6 +412,7 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
     sched = torch.optim.lr_scheduler.LambdaLR(
         optim, lambda k: min(1.0, (k + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, k / max(1, cfg.steps)))))
     gen = torch.Generator().manual_seed(cfg.seed)
+    flips = _Flips(domain, stmts.index, cfg.seed) if cfg.augment else None
     all_hot = stmts.hot
     val_pixels = pixels[torch.from_numpy(val_idx).to(device)]
     val_hot = stmts.frame_hot(val_idx)
@@ -377,12 +424,18 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
     for step in range(cfg.steps):
         pick = train_idx[torch.multinomial(frame_w, cfg.batch_size, replacement=True, generator=gen).numpy()]
         frame_hot = all_hot[stmts.state_id[pick]]
+        batch_pixels = pixels[torch.from_numpy(pick).to(device)]
+        # each frame's statement map under its flips (identity without augmentation)
+        maps = np.broadcast_to(np.arange(len(stmts.names)), frame_hot.shape)
+        if flips is not None:
+            batch_pixels, maps = flips(batch_pixels)
+            frame_hot = np.take_along_axis(frame_hot, flips.inverse(maps), axis=1)
         texts, rows = [], []
-        for u in stmts.state_id[pick]:
+        for u, mapped in zip(stmts.state_id[pick], maps):
             true = stmts.true[u]
             k = min(len(true), int(rng.choice((1, 2, 3), p=(0.5, 0.3, 0.2))))
             p = stmt_w[true] / stmt_w[true].sum()
-            chosen = rng.choice(true, size=k, replace=False, p=p)
+            chosen = mapped[rng.choice(true, size=k, replace=False, p=p)]
             texts.append(" and ".join(str(rng.choice(wordings(stmts.names[c]))) for c in chosen))
             rows.append(chosen)
         extra = active
@@ -397,7 +450,7 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
         # a caption is true of a frame when none of its statements is false there
         truth = torch.from_numpy((caption_hot.astype(np.float32) @ (~frame_hot).T.astype(np.float32)) == 0).T
         truth = truth.to(device)
-        image_embeds = _embed_pixels(model, normalize, pixels[torch.from_numpy(pick).to(device)])
+        image_embeds = _embed_pixels(model, normalize, batch_pixels)
         text_embeds = _embed_texts(model, tokenizer, texts)
         scale = model.logit_scale.clamp(max=math.log(100.0)).exp()
         loss = _loss(image_embeds, text_embeds, scale, truth)
