@@ -96,7 +96,7 @@ def test_build_device_and_workers_options(tmp_path, capsys):
     assert "--workers is for minigrid, scene only" in capsys.readouterr().err
     for bad in (["--lr", "0"], ["--statement-texts", "-1"]):
         assert main(["build-scorer", "minigrid", "--out", str(tmp_path / "w"), *bad]) == 2
-        assert "--lr must be > 0 and --statement-texts >= 0" in capsys.readouterr().err
+        assert "--lr must be > 0, --statement-texts and --opposite-texts >= 0" in capsys.readouterr().err
     assert main(["build-scorer", "scene", "--out", str(tmp_path / "w"), "--workers", "0"]) == 2
     with pytest.raises(SystemExit):
         main(["build-scorer", "minigrid", "--out", str(tmp_path / "w"), "--device", "tpu"])
@@ -157,14 +157,46 @@ def test_flips_map_pixels_and_statements():
                                                          if s == ("room", "right") else s),)), index, seed=0)
 
 
+def test_opposite_texts_pair_a_true_statement_with_an_opposite():
+    import dataclasses
+
+    import numpy as np
+
+    from vlmrb_torchrl.scorer_training.captions import opposites
+    from vlmrb_torchrl.scorer_training.data import Layout, generate_frames
+    from vlmrb_torchrl.scorer_training.domains import minigrid_domain
+    from vlmrb_torchrl.scorer_training.train import _OppositeTexts, _Statements
+
+    domain = minigrid_domain()
+    data = generate_frames(300, seed=3, layouts=(Layout("BabyAI-GoToLocal-v0", 1.0, "mission"),))
+    stmts = _Statements(data.states, domain)
+    texts = _OppositeTexts(domain, stmts, np.ones(len(stmts.names)), seed=0)
+    identity = np.arange(len(stmts.names))[None]
+    heads = set()
+    for frame in range(len(data)):
+        pair = texts.draw(stmts.state_id[[frame]], identity, 1)
+        true, opposite = (stmts.names[c] for c in pair)
+        assert true in domain.true_statements(data.states[frame]) and opposite in opposites(true)
+        heads.add(true[0])
+    assert {"faces", "faces_not", "floor"} <= heads  # facing an object and not facing one both get their pair
+    # a flipped frame's statements are the mapped ones; a batch of n frames gives n pairs (or fewer)
+    assert len(texts.draw(stmts.state_id[:10], np.repeat(identity, 10, 0), 4)) == 8
+    with pytest.raises(ValueError, match="names no opposites"):
+        _OppositeTexts(dataclasses.replace(domain, opposites=None), stmts, np.ones(len(stmts.names)), seed=0)
+
+
 def test_augmented_build_and_cli(tmp_path, capsys):
     from vlmrb_torchrl.cli import main
 
     report = build_minigrid_scorer(tmp_path / "a", BuildConfig(**{**MICRO.__dict__, "augment": True}), log=None)
     assert report["config"]["augment"] is True
     assert weights_sha256(tmp_path / "a") != build_minigrid_scorer(tmp_path / "b", MICRO, log=None)["weights_sha256"]
-    assert main(["build-scorer", "lift", "--out", str(tmp_path / "c"), "--augment"]) == 2
-    assert "--augment is for minigrid only" in capsys.readouterr().err
+    report = build_minigrid_scorer(tmp_path / "o", BuildConfig(**{**MICRO.__dict__, "opposite_texts": 8}), log=None)
+    assert report["config"]["opposite_texts"] == 8 and report["weights_sha256"] != weights_sha256(tmp_path / "b")
+    for flag, message in (("--augment", "--augment is for minigrid only"),
+                          ("--opposite-texts=4", "--opposite-texts is for minigrid only")):
+        assert main(["build-scorer", "lift", "--out", str(tmp_path / "c"), flag]) == 2
+        assert message in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
 
 

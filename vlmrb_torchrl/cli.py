@@ -180,6 +180,9 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
     parser.add_argument("--augment", action=argparse.BooleanOptionalAction, default=None,
                         help="flip training frames left-right and up-down (their statements mapped; minigrid only: "
                              "the other domains' frames have an orientation)")
+    parser.add_argument("--opposite-texts", type=int, default=None,
+                        help="frames per step whose caption statement is paired with an opposite one as texts "
+                             "(minigrid: faces / does not face, ...; default 0)")
     parser.add_argument("--workers", type=int, default=1,
                         help="processes that generate the frames (minigrid and scene; the frames do not depend on it)")
     parser.add_argument("--cache", default=None,
@@ -197,10 +200,10 @@ def build_scorer_main(argv: list[str]) -> int:
     args = _build_scorer_parser().parse_args(argv)
     domain = get_domain(args.name)
     given = {k: getattr(args, k) for k in ("frames", "steps", "batch_size", "seed", "minutes", "held_out_frames", "size",
-                                           "lr", "statement_texts", "aux_weight", "device", "augment")
+                                           "lr", "statement_texts", "aux_weight", "device", "augment", "opposite_texts")
              if getattr(args, k) is not None}
-    if given.get("lr", 1.0) <= 0 or given.get("statement_texts", 0) < 0:
-        print("vlmrb build-scorer: --lr must be > 0 and --statement-texts >= 0", file=sys.stderr)
+    if given.get("lr", 1.0) <= 0 or given.get("statement_texts", 0) < 0 or given.get("opposite_texts", 0) < 0:
+        print("vlmrb build-scorer: --lr must be > 0, --statement-texts and --opposite-texts >= 0", file=sys.stderr)
         return 2
     if given.get("statement_texts") == 0:
         given["statement_texts"] = None  # every statement's wording, every step
@@ -216,6 +219,10 @@ def build_scorer_main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     cfg = dataclasses.replace(domain.default_config, **given)
+    if cfg.opposite_texts and domain.opposites is None:
+        print(f"vlmrb build-scorer: --opposite-texts is for "
+              f"{', '.join(sorted(n for n, d in DOMAINS.items() if d().opposites is not None))} only", file=sys.stderr)
+        return 2
     if cfg.augment and not domain.symmetries:
         print(f"vlmrb build-scorer: --augment is for {', '.join(sorted(n for n, d in DOMAINS.items() if d().symmetries))} "
               f"only ({args.name}'s frames have an orientation a flip would break)", file=sys.stderr)

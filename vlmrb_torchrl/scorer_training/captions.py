@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
 
 __all__ = ["COLORS", "OBJECTS", "Statement", "true_statements", "wordings", "all_statements", "vocabulary",
-           "mirrored_left_right", "mirrored_up_down"]
+           "mirrored_left_right", "mirrored_up_down", "opposites"]
 
 #: MiniGrid's colours (minigrid.core.constants.COLOR_NAMES) and the objects captions name.
 COLORS = ("red", "green", "blue", "purple", "yellow", "grey")
@@ -199,6 +199,44 @@ def all_statements() -> list[Statement]:
             if a[1] != "door" or b[1] != "door":
                 out += [("next", *a, *b), ("apart", *a, *b)]
     return out
+
+
+def opposites(statement: Statement) -> tuple[Statement, ...]:
+    """The statements a check of the mission prompt sets (:mod:`vlmrb_torchrl.scorers.minigrid_prompts`)
+    weighs ``statement`` against (``BuildConfig.opposite_texts`` puts them side by side in
+    training): faces / does not face, next to / not next to, held / on the floor, each door state
+    against the others, on / next to / far from the goal; ``()`` for the rest. Usually false where
+    ``statement`` is true; not always (two doors, one open and one closed): training reads every
+    text's truth from the frame's state, so an exception is no wrong label.
+
+    Examples:
+        >>> opposites(("faces", "red", "ball"))
+        (('faces_not', 'red', 'ball'),)
+        >>> opposites(("door", "any", "open"))
+        (('door', 'any', 'closed'), ('absent', 'any', 'door'))
+        >>> opposites(("goal", "on"))
+        (('goal', 'next'), ('goal', 'far'))
+    """
+    head = statement[0]
+    if head == "faces" and statement[2] in NAMED:
+        return (("faces_not", *statement[1:]),)
+    if head == "faces_not":
+        return (("faces", *statement[1:]),)
+    if head in ("next", "apart"):
+        return (("apart" if head == "next" else "next", *statement[1:]),)
+    if head == "holds":
+        return (("floor", *statement[1:]),)
+    if head == "floor":
+        return (("holds", *statement[1:]),)
+    if head == "door":
+        color, state = statement[1:]
+        exclusive = {"open": ("closed",), "closed": ("open",), "locked": ("notlocked", "unlocked", "open"),
+                     "unlocked": ("locked", "open"), "notlocked": ("locked",)}[state]
+        out = tuple(("door", color, e) for e in exclusive)
+        return out + ((("absent", color, "door"),) if state == "open" else ())
+    if head == "goal":
+        return tuple(("goal", w) for w in ("on", "next", "far") if w != statement[1])
+    return ()
 
 
 def mirrored_left_right(statement: Statement) -> Statement:

@@ -78,6 +78,14 @@ class BuildConfig:
             puts the goal in the same corner, the model can answer "where is the goal" from where
             the agent is; mirrored frames leave it the goal tile to look at. Validation and held-out
             frames are not flipped. Defaults to ``False`` (the batches of earlier builds).
+        opposite_texts (int): frames of each batch whose caption is followed by a wording of one
+            of its true statements and one of that statement's :attr:`Domain.opposites` ("the
+            agent faces the red ball" and "the agent does not face the red ball"), so that the
+            decision a check makes is trained on every step. A frame's caption names its rarer
+            statements; a complement true in most frames is otherwise almost never a text of the
+            step, and a check against it ("go to X": faces X vs does not face X) then scores
+            whatever the untrained text lands on. Defaults to ``0`` (none: the batches of
+            earlier builds).
     """
 
     frames: int = 120_000
@@ -94,6 +102,7 @@ class BuildConfig:
     aux_weight: float = 0.0
     device: str = "cpu"
     augment: bool = False
+    opposite_texts: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +134,8 @@ class Domain:
             ``"vertical"`` (up-down), the function giving what a true statement becomes in the
             flipped frame (:attr:`BuildConfig.augment`). Defaults to ``()``: none (gravity, a
             score display or a fixed camera give the frames an orientation).
+        opposites (callable or None): ``statement -> tuple`` of the statements a prompt check
+            weighs it against (:attr:`BuildConfig.opposite_texts`). Defaults to ``None``.
     """
 
     name: str
@@ -146,6 +157,7 @@ class Domain:
     parallel: bool = False
     frames_tag: str = ""
     symmetries: tuple[tuple[str, Callable[[Statement], Statement]], ...] = ()
+    opposites: Callable[[Statement], tuple[Statement, ...]] | None = None
 
 
 #: The frame states a cache may hold (class name -> module): nothing else is rebuilt from a cache file.
@@ -291,6 +303,7 @@ def minigrid_domain(layouts: tuple[Layout, ...] = TRAIN_LAYOUTS) -> Domain:
         held_out=_minigrid_held_out,
         parallel=True,
         symmetries=(("horizontal", captions.mirrored_left_right), ("vertical", captions.mirrored_up_down)),
+        opposites=captions.opposites,
     )
 
 

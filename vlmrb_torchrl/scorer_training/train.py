@@ -240,6 +240,39 @@ class _Flips:
         return inv
 
 
+class _OppositeTexts:
+    """``BuildConfig.opposite_texts``: for frames of a batch, one true statement that has opposites
+    (rare ones first) and one of its opposites, as texts of the step (their own generator: the
+    batches and captions draw what they drew without it)."""
+
+    def __init__(self, domain: Domain, stmts: _Statements, stmt_w: np.ndarray, seed: int) -> None:
+        if domain.opposites is None:
+            raise ValueError(f"BuildConfig.opposite_texts > 0, but the {domain.name!r} domain names no opposites "
+                             "(Domain.opposites). Build it with opposite_texts=0.")
+        self.rng = np.random.default_rng([seed, 2])
+        self.opposites = {}
+        for i, name in enumerate(stmts.names):
+            known = [stmts.index[o] for o in domain.opposites(name) if o in stmts.index]
+            if known:
+                self.opposites[i] = np.array(known)
+        self.has = np.zeros(len(stmts.names), dtype=bool)
+        self.has[list(self.opposites)] = True
+        self.stmts, self.weight = stmts, stmt_w
+
+    def draw(self, state_ids: np.ndarray, maps: np.ndarray, n: int) -> list[int]:
+        """Statement indices, a true one and an opposite per chosen frame (``maps``: the frames' flips)."""
+        out: list[int] = []
+        for i in self.rng.choice(len(state_ids), size=min(n, len(state_ids)), replace=False):
+            true = maps[i][self.stmts.true[state_ids[i]]]
+            true = true[self.has[true]]
+            if len(true) == 0:
+                continue
+            p = self.weight[true] / self.weight[true].sum()
+            chosen = int(self.rng.choice(true, p=p))
+            out += [chosen, int(self.rng.choice(self.opposites[chosen]))]
+        return out
+
+
 def _loss(image_embeds, text_embeds, scale, truth: torch.Tensor) -> torch.Tensor:
     logits = scale * image_embeds @ text_embeds.T  # [B, T]
     negatives = logits.masked_fill(truth, float("-inf")).logsumexp(-1, keepdim=True)
@@ -413,6 +446,7 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
         optim, lambda k: min(1.0, (k + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, k / max(1, cfg.steps)))))
     gen = torch.Generator().manual_seed(cfg.seed)
     flips = _Flips(domain, stmts.index, cfg.seed) if cfg.augment else None
+    opposite = _OppositeTexts(domain, stmts, stmt_w, cfg.seed) if cfg.opposite_texts > 0 else None
     all_hot = stmts.hot
     val_pixels = pixels[torch.from_numpy(val_idx).to(device)]
     val_hot = stmts.frame_hot(val_idx)
@@ -438,6 +472,10 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
             chosen = mapped[rng.choice(true, size=k, replace=False, p=p)]
             texts.append(" and ".join(str(rng.choice(wordings(stmts.names[c]))) for c in chosen))
             rows.append(chosen)
+        if opposite is not None:
+            for c in opposite.draw(stmts.state_id[pick], maps, cfg.opposite_texts):
+                texts.append(str(opposite.rng.choice(wordings(stmts.names[c]))))
+                rows.append(np.array([c]))
         extra = active
         if cfg.statement_texts is not None and len(active) > cfg.statement_texts:  # a draw, rare ones first
             extra = rng.choice(active, size=cfg.statement_texts, replace=False, p=stmt_p)
