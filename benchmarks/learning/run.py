@@ -165,6 +165,9 @@ ABLATIONS: dict[str, dict[str, str]] = {
 CEILING: dict[str, dict[str, str]] = {
     "vlm_oracle_cap4": {"replay": "vlm", "max_oversampling": "4"},  # DoorKey: does the ceiling leave it alone?
     "vlm_td_oracle_cap4": {"replay": "vlm_td", "max_oversampling": "4"},  # Lift: rare grasp clips, capped
+    # Scene: the 4x ceiling kept the critics bounded but held lambda at ~0.01 (positives ~3% of the buffer);
+    # does a looser one let VLM-RB weigh something without the uncapped arm's divergence?
+    "vlm_td_oracle_cap16": {"replay": "vlm_td", "max_oversampling": "16"},
     # Lift with the shipped pixel scorer instead of the privileged flags (the recorded runs: agentview frames and
     # the model of issue 19; since issue 32 the recipe's default is front_close frames and the model built on them)
     "vlm_td_builtin_cap4": {"replay": "vlm_td", "scorer": "builtin:lift", "max_oversampling": "4"},
