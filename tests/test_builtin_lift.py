@@ -137,7 +137,7 @@ def test_shipped_lift_model_files_and_card():
     assert (path / "model.safetensors").stat().st_size < 5 * 2**20
     report = json.loads((path / "training.json").read_text())
     assert report["weights_sha256"] == weights_sha256(path)
-    assert (report["config"]["frames"], report["config"]["steps"], report["steps_done"]) == (6000, 1000, 1000)
+    assert (report["config"]["frames"], report["config"]["steps"], report["steps_done"]) == (30_000, 2000, 2000)
     # the frames the SAC recipe renders for it on Lift
     assert report["frames_rendered"] == {"camera": "front_close", "frame_size": 64, "fast_render": True}
     assert 'camera="front_close"' in card and "fast_render=True" in card
