@@ -148,6 +148,9 @@ def _family_sets() -> dict[str, tuple[str, ...]]:
             "family": BENCHMARK_TRAIN_ENVS + HELD_OUT_LAYOUTS, "family-large": LARGE_GRID_ENVS}
 
 
+#: The scorers told each episode's mission by ``--task auto`` (their checks derive from it).
+MISSION_SCORERS = ("builtin:minigrid", "builtin:minigrid_agent")
+
 #: ``--env`` names of env sets: the MiniGrid / BabyAI envs of the builtin:minigrid benchmark
 #: (``family-train``: envs its model and mission parser were built and tuned on;
 #: ``family-held-out``: envs never used for either; ``family``: both; ``family-large``: grids
@@ -453,6 +456,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="truncate episodes after this many steps (default: MiniGrid's own max_steps; "
                         f"robosuite: 200, the SAC recipe's; Atari: {ATARI_MAX_STEPS}; OGBench Scene: 750, OGBench's)")
     parser.add_argument("--frame-size", type=int, default=64, help="rendered frame size (recipes: 64)")
+    parser.add_argument("--frame-view", default="auto", choices=["auto", "grid", "agent"],
+                        help="MiniGrid: what the frames show: grid (the whole grid) or agent (the agent-centred view, "
+                             "MiniGridEnv(frame_view='agent')); auto: the scorer's (agent for builtin:minigrid_agent "
+                             "and clip:<dir> models built on it, as the DQN recipe picks), else grid")
     parser.add_argument("--camera", default=None,
                         help="robosuite: the camera (default: the SAC recipe's, front_close on Lift; agentview, "
                              "frontview, ... or any RobosuiteEnv camera)")
@@ -573,7 +580,7 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
     from vlmrb_torchrl.envs.minigrid import make_minigrid_env
     from vlmrb_torchrl.recipes.envs import minigrid_actions
 
-    env_kwargs = {"frame_size": args.frame_size, "render": render}
+    env_kwargs = {"frame_size": args.frame_size, "render": render, "frame_view": _frame_view(args)}
     if args.max_steps is not None:
         env_kwargs["max_episode_steps"] = args.max_steps
     try:
@@ -583,6 +590,15 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
         return make_minigrid_env(args.env, **env_kwargs)
     except ValueError as err:
         parser.error(f"--env {args.env!r}: {err}")
+
+
+def _frame_view(args: argparse.Namespace) -> str:
+    """``--frame-view``, ``auto`` resolved as the DQN recipe resolves it (the frames the scorer was trained on)."""
+    if args.frame_view != "auto":
+        return args.frame_view
+    from vlmrb_torchrl.recipes.config import scorer_frame_view
+
+    return scorer_frame_view(args.scorer) or "grid"
 
 
 def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, scorer_kwargs: dict, base,
@@ -595,7 +611,7 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
     mode = args.task
     told = any(k in scorer_kwargs for k in ("prompt", "prompt_set", "task"))
     if mode == "auto":
-        mode = "mission" if args.scorer == "builtin:minigrid" and not told else "none"
+        mode = "mission" if args.scorer in MISSION_SCORERS and not told else "none"
     if mode == "none":
         return None
     if args.env.startswith((ROBOSUITE_PREFIX, OGBENCH_PREFIX)):
@@ -606,7 +622,7 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
 
     def scorer_for(mission: str):
         if mission not in cache:
-            if args.scorer == "builtin:minigrid" and hasattr(base, "with_prompt_set") and not told:
+            if args.scorer in MISSION_SCORERS and hasattr(base, "with_prompt_set") and not told:
                 from vlmrb_torchrl.scorers.minigrid_prompts import with_mission
 
                 cache[mission] = with_mission(base, mission)
@@ -823,7 +839,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
             "epsilon": args.epsilon, "burst_prob": args.burst_prob,
             "threshold": threshold, "label_noise": args.label_noise, "noise_std": args.noise_std,
             "actions": list(getattr(env, "action_names", ())), "max_steps": args.max_steps,
-            "frame_size": args.frame_size, "camera": getattr(env, "camera", None),
+            "frame_size": args.frame_size, "frame_view": getattr(env, "frame_view", None),
+            "camera": getattr(env, "camera", None),
             "fast_render": getattr(env, "fast_render", None), "task": "per-episode mission" if scorer_for is not None else None,
             "rendered": stream.frame_key is not None, "torch_threads": args.threads or threads_before,
         },

@@ -87,13 +87,13 @@ def test_build_device_and_workers_options(tmp_path, capsys):
             build_minigrid_scorer(tmp_path / "gpu", BuildConfig(**{**MICRO.__dict__, "device": "cuda"}), log=None)
         assert main(["build-scorer", "minigrid", "--out", str(tmp_path / "gpu"), "--device", "cuda"]) == 2
         assert "--device: BuildConfig.device='cuda', but torch sees no CUDA GPU" in capsys.readouterr().err
-    # frames of one process only, but for MiniGrid and Scene: a clear error, before any frame is generated
-    with pytest.raises(ValueError, match=r"generates its frames in one process \(workers=1\); only \['minigrid', 'scene'\]"):
+    # frames of one process only, but for MiniGrid (both views) and Scene: a clear error, before any frame is generated
+    with pytest.raises(ValueError, match=r"generates its frames in one process \(workers=1\); only \['minigrid', 'minigrid_agent', 'scene'\]"):
         build_scorer("lift", tmp_path / "w", MICRO, log=None, workers=2)
     with pytest.raises(ValueError, match="workers must be an int >= 1"):
         build_scorer("minigrid", tmp_path / "w", MICRO, log=None, workers=0)
     assert main(["build-scorer", "lift", "--out", str(tmp_path / "w"), "--workers", "3"]) == 2
-    assert "--workers is for minigrid, scene only" in capsys.readouterr().err
+    assert "--workers is for minigrid, minigrid_agent, scene only" in capsys.readouterr().err
     for bad in (["--lr", "0"], ["--statement-texts", "-1"]):
         assert main(["build-scorer", "minigrid", "--out", str(tmp_path / "w"), *bad]) == 2
         assert "--lr must be > 0, --statement-texts and --opposite-texts >= 0" in capsys.readouterr().err
@@ -193,8 +193,8 @@ def test_augmented_build_and_cli(tmp_path, capsys):
     assert weights_sha256(tmp_path / "a") != build_minigrid_scorer(tmp_path / "b", MICRO, log=None)["weights_sha256"]
     report = build_minigrid_scorer(tmp_path / "o", BuildConfig(**{**MICRO.__dict__, "opposite_texts": 8}), log=None)
     assert report["config"]["opposite_texts"] == 8 and report["weights_sha256"] != weights_sha256(tmp_path / "b")
-    for flag, message in (("--augment", "--augment is for minigrid only"),
-                          ("--opposite-texts=4", "--opposite-texts is for minigrid only")):
+    for flag, message in (("--augment", "--augment is for minigrid, minigrid_agent only"),
+                          ("--opposite-texts=4", "--opposite-texts is for minigrid, minigrid_agent only")):
         assert main(["build-scorer", "lift", "--out", str(tmp_path / "c"), flag]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "c").exists()

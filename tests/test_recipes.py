@@ -277,13 +277,15 @@ def test_full_view_run_with_goal_labels_and_capped_evaluation(tmp_path):
 
 @pytest.mark.slow
 def test_a_task_that_changes_every_episode_is_scored_per_clip(tmp_path, capsys):
-    """BabyAI-GoToLocal draws a new mission every episode: the envs write it, builtin:minigrid scores each
-    clip with its own mission's checks, and the log says so."""
+    """BabyAI-GoToLocal draws a new mission every episode: the envs write it, the scorer (scorer=auto: a "go to"
+    mission, builtin:minigrid_agent on frames of the agent-centred view) scores each clip with its own mission's
+    checks, and the log says so."""
     cfg = apply_overrides(DQNConfig(), {**TINY, "env": "BabyAI-GoToLocal-v0", "replay": "vlm",
                                         "output_dir": str(tmp_path / "run")})
     summary = dqn_main(cfg)
     assert summary["env_steps"] == 512
     config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["scorer"], config["frame_view"]) == ("builtin:minigrid_agent", "agent")
     assert config["scorer_checks"]["checks_from"] == "mission per clip"
     assert "derived for each clip from its episode's mission" in capsys.readouterr().out
     rows = read_metrics(tmp_path / "run")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from vlmrb_torchrl.envs.atari import ATARI_PROMPTS, AtariEnv, BatchedAtariEnv, atari_prompt, make_atari_env
 from vlmrb_torchrl.envs.minigrid import (
     DOORKEY_ACTIONS,
+    FRAME_VIEWS,
     MINIGRID_EVENT_KEYS,
     BatchedMiniGridCollector,
     BatchedMiniGridEnv,
@@ -38,6 +39,7 @@ __all__ = [
     "CameraView",
     "ClipRenderSteps",
     "DOORKEY_ACTIONS",
+    "FRAME_VIEWS",
     "MINIGRID_EVENT_KEYS",
     "MiniGridEnv",
     "MissionTracker",

@@ -25,7 +25,8 @@ from torchrl.envs import EnvBase
 from vlmrb_torchrl.envs.minigrid_missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
-           "DOORKEY_ACTIONS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "register_extra_envs"]
+           "DOORKEY_ACTIONS", "FRAME_VIEWS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "minigrid_missions",
+           "register_extra_envs"]
 
 _has_minigrid = (
     importlib.util.find_spec("minigrid") is not None
@@ -54,6 +55,9 @@ OBSERVATION_ENCODINGS = ("onehot", "indices")
 #: What ``"observation"`` shows (``MiniGridEnv(view=...)``): MiniGrid's egocentric partial view, or
 #: the fully observed state (the whole grid, the agent's position and direction, what it carries).
 OBSERVATION_VIEWS = ("partial", "full", "both")
+#: What ``"pixels"`` shows: ``"grid"``, the whole grid from above; ``"agent"``, MiniGrid's agent-centred
+#: ``V x V`` view (the agent at the bottom centre, facing up: the cell it faces is always the one above it).
+FRAME_VIEWS = ("grid", "agent")
 
 #: The actions DoorKey needs. Dropping ``drop`` and ``done`` (no-ops there) lifts a random
 #: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes
@@ -457,6 +461,18 @@ class _FullGridRenderer:
         return frame
 
 
+class _AgentViewRenderer:
+    """Renders MiniGrid's agent-centred view, ``env.get_pov_render(tile_size)``: the agent's ``V x V``
+    view rotated so that it faces up, the agent at the bottom centre (drawn over what it carries), the
+    cells it sees highlighted. What the agent faces and holds sits at the same pixels in every frame."""
+
+    def __init__(self, tile_size: int) -> None:
+        self.tile_size = tile_size
+
+    def __call__(self, env) -> np.ndarray:
+        return np.asarray(env.get_pov_render(self.tile_size), dtype=np.uint8)
+
+
 class MiniGridEnv(EnvBase):
     """TorchRL environment for any MiniGrid task, with rendered frames and progress events.
 
@@ -475,7 +491,14 @@ class MiniGridEnv(EnvBase):
         frame_size (int, optional): target frame width/height in pixels. Tiles are
             ``max(4, frame_size // max(grid_width, grid_height))`` px, so a frame is
             ``[grid_height * tile, grid_width * tile, 3]`` (DoorKey-5x5: 60x60, 8x8 and 16x16:
-            64x64). Defaults to ``64``.
+            64x64). With ``frame_view="agent"``: ``max(4, frame_size // V)`` px tiles, a
+            ``[V * tile, V * tile, 3]`` frame (63x63 for a 7x7 view). Defaults to ``64``.
+        frame_view (str, optional): what the frame shows (:data:`FRAME_VIEWS`): ``"grid"``, the
+            whole grid from above, or ``"agent"``, MiniGrid's agent-centred ``V x V`` view (the
+            agent at the bottom centre facing up, what it carries drawn under it; the cells it
+            sees highlighted): what the agent faces, holds and has next to it is always at the same
+            pixels, at the same scale on every grid size; the rest of the grid is not shown (the
+            scorer ``builtin:minigrid_agent`` reads these frames). Defaults to ``"grid"``.
         max_episode_steps (int, optional): truncate episodes after this many steps, on top of
             MiniGrid's own ``max_steps`` (e.g. ``10 * size**2`` for DoorKey), which also
             truncates and sets the success-reward scale. Defaults to ``None``.
@@ -590,6 +613,7 @@ class MiniGridEnv(EnvBase):
         observation: str = "onehot",
         view: str = "partial",
         write_mission: bool = False,
+        frame_view: str = "grid",
     ) -> None:
         gymnasium, constants = _import_minigrid()
         if observation not in OBSERVATION_ENCODINGS:
@@ -598,6 +622,8 @@ class MiniGridEnv(EnvBase):
             raise ValueError(f"MiniGridEnv.view must be one of {OBSERVATION_VIEWS}, got {view!r}.")
         if not isinstance(frame_size, int) or frame_size < 1:
             raise ValueError(f"MiniGridEnv.frame_size must be an int >= 1, got frame_size={frame_size!r}.")
+        if frame_view not in FRAME_VIEWS:
+            raise ValueError(f"MiniGridEnv.frame_view must be one of {FRAME_VIEWS}, got {frame_view!r}.")
         if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps < 1):
             raise ValueError(
                 "MiniGridEnv.max_episode_steps must be None or an int >= 1, "
@@ -607,6 +633,7 @@ class MiniGridEnv(EnvBase):
         self.env_id = env_id
         self.from_pixels = render
         self.frame_size = frame_size
+        self.frame_view = frame_view
         self.max_episode_steps = max_episode_steps
         self.observation = observation
         self.view = view
@@ -654,8 +681,12 @@ class MiniGridEnv(EnvBase):
                 menv.gen_obs = lambda: {"direction": menv.agent_dir, "mission": menv.mission}
         elif self.fast_obs:
             menv.gen_obs = _FastPartialView(menv)
-        self.tile_size = max(4, frame_size // max(menv.width, menv.height))
-        self._renderer = _FullGridRenderer(self.tile_size) if render else None
+        if frame_view == "agent":
+            self.tile_size = max(4, frame_size // menv.agent_view_size)
+            self._renderer = _AgentViewRenderer(self.tile_size) if render else None
+        else:
+            self.tile_size = max(4, frame_size // max(menv.width, menv.height))
+            self._renderer = _FullGridRenderer(self.tile_size) if render else None
         self._pending_seed: int | None = None
         self._elapsed = 0
         self._doors: list = []
@@ -683,9 +714,8 @@ class MiniGridEnv(EnvBase):
         obs = {"observation": view}
         if self.from_pixels:
             t = self.tile_size
-            obs["pixels"] = Bounded(
-                0, 255, shape=(menv.height * t, menv.width * t, 3), dtype=torch.uint8, device=self.device
-            )
+            h, w = (menv.agent_view_size,) * 2 if self.frame_view == "agent" else (menv.height, menv.width)
+            obs["pixels"] = Bounded(0, 255, shape=(h * t, w * t, 3), dtype=torch.uint8, device=self.device)
         if self.write_mission:
             obs["mission"] = Bounded(0, 255, shape=(MISSION_BYTES,), dtype=torch.uint8, device=self.device)
         for key in MINIGRID_EVENT_KEYS:
@@ -1080,6 +1110,7 @@ def make_minigrid_env(
     observation: str = "onehot",
     view: str = "partial",
     write_mission: bool = False,
+    frame_view: str = "grid",
 ) -> MiniGridEnv:
     """Builds a :class:`MiniGridEnv`: symbolic one-hot observations, frames, progress events.
 
@@ -1110,6 +1141,8 @@ def make_minigrid_env(
             grid, the agent's cell and direction, the carried object). Defaults to ``"partial"``.
         write_mission (bool, optional): write the episode's mission (``"mission"``, uint8
             ``[256]``). Defaults to ``False``.
+        frame_view (str, optional): ``"grid"`` (the whole grid) or ``"agent"`` (the agent-centred
+            view) in ``"pixels"``. Defaults to ``"grid"``.
 
     Returns:
         MiniGridEnv: see its docstring for the entries written.
@@ -1139,4 +1172,28 @@ def make_minigrid_env(
         observation=observation,
         view=view,
         write_mission=write_mission,
+        frame_view=frame_view,
     )
+
+
+def minigrid_missions(env_id: str, *, seed: int = 0, episodes: int = 8) -> list[str]:
+    """The distinct missions of the first ``episodes`` episodes of a MiniGrid / BabyAI env (resets
+    with seeds ``seed``, ``seed + 1``, ...), in order of appearance: one when the task is fixed
+    (DoorKey), several when it changes every episode (GoToObject, most BabyAI levels).
+
+    Examples:
+        >>> minigrid_missions("MiniGrid-DoorKey-5x5-v0")
+        ['use the key to open the door and then get to the goal']
+        >>> len(minigrid_missions("MiniGrid-GoToObject-6x6-N2-v0")) > 1
+        True
+    """
+    env = make_minigrid_env(env_id, render=False)
+    try:
+        missions = []
+        for i in range(episodes):
+            env.set_seed(seed + i)
+            env.reset()
+            missions.append(env.mission)
+        return list(dict.fromkeys(missions))
+    finally:
+        env.close()

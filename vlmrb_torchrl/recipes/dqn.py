@@ -214,7 +214,7 @@ def main(cfg: DQNConfig) -> dict:
         if actions is not None:
             env_kwargs["actions"] = actions
         if is_minigrid(cfg.env):
-            env_kwargs.update(observation=cfg.observation, view=cfg.view)
+            env_kwargs.update(observation=cfg.observation, view=cfg.view, frame_view=cfg.frame_view)
             if reads_mission(start.scorer):  # builtin:minigrid scores each clip with its episode's mission
                 env_kwargs["write_mission"] = True
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, **env_kwargs)

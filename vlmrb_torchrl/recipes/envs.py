@@ -6,7 +6,7 @@ import functools
 from typing import Any, Callable
 
 __all__ = ["env_factory", "probe_env", "has_batched_env", "is_atari", "is_minigrid", "make_batched_env",
-           "minigrid_actions", "minigrid_missions", "make_collector"]
+           "minigrid_actions", "make_collector"]
 
 
 def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> Callable[[], Any]:
@@ -93,31 +93,6 @@ def is_atari(env_id: str) -> bool:
         (True, False)
     """
     return env_id.startswith("ALE/")
-
-
-def minigrid_missions(env_id: str, *, seed: int = 0, episodes: int = 8) -> list[str]:
-    """The distinct missions of the first ``episodes`` episodes of a MiniGrid / BabyAI env (resets
-    with seeds ``seed``, ``seed + 1``, ...), in order of appearance: one when the task is fixed
-    (DoorKey), several when it changes every episode (GoToObject, most BabyAI levels).
-
-    Examples:
-        >>> minigrid_missions("MiniGrid-DoorKey-5x5-v0")
-        ['use the key to open the door and then get to the goal']
-        >>> len(minigrid_missions("MiniGrid-GoToObject-6x6-N2-v0")) > 1
-        True
-    """
-    from vlmrb_torchrl.envs.minigrid import make_minigrid_env
-
-    env = make_minigrid_env(env_id, render=False)
-    try:
-        missions = []
-        for i in range(episodes):
-            env.set_seed(seed + i)
-            env.reset()
-            missions.append(env.mission)
-        return list(dict.fromkeys(missions))
-    finally:
-        env.close()
 
 
 def make_batched_env(env_fn: Callable[[], Any], num_envs: int, *, parallel: bool = False):

@@ -78,7 +78,7 @@ MISSION_KEY = "mission"
 
 
 def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
-    """What the recipe tells ``builtin:minigrid`` about its MiniGrid / BabyAI task, so that its
+    """What the recipe tells ``builtin:minigrid`` (and ``builtin:minigrid_agent``) about its MiniGrid / BabyAI task, so that its
     checks follow the task (:mod:`vlmrb_torchrl.scorers.minigrid_prompts`):
 
     - the env's mission as ``task=`` when every episode has the same one (DoorKey, Unlock, Empty,
@@ -95,15 +95,16 @@ def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
         >>> from vlmrb_torchrl.recipes.config import DQNConfig
         >>> scorer_task_kwargs(DQNConfig(env="MiniGrid-DoorKey-5x5-v0").validate())  # scorer=auto: builtin:minigrid
         {'task': 'use the key to open the door and then get to the goal'}
-        >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0").validate())
+        >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0").validate())  # builtin:minigrid_agent
         {'mission_key': 'mission'}
         >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0", scorer="oracle:minigrid"))
         {}
     """
-    from vlmrb_torchrl.recipes.envs import is_minigrid, minigrid_missions
+    from vlmrb_torchrl.envs.minigrid import minigrid_missions
+    from vlmrb_torchrl.recipes.envs import is_minigrid
 
     given = dict(cfg.scorer_kwargs or {})
-    if cfg.scorer != "builtin:minigrid" or not is_minigrid(cfg.env) or cfg.prompt is not None or any(
+    if cfg.scorer not in ("builtin:minigrid", "builtin:minigrid_agent") or not is_minigrid(cfg.env) or cfg.prompt is not None or any(
             k in given for k in ("task", "prompt", "prompt_set", "mission_key")):
         return {}
     missions = minigrid_missions(cfg.env, seed=cfg.seed)

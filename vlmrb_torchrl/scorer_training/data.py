@@ -236,6 +236,7 @@ def generate_frames(
     random_share: float = 0.3,
     perturb_share: float = 0.3,
     workers: int = 1,
+    frame_view: str = "grid",
 ) -> FrameSet:
     """Rolls out scripted, perturbed and random episodes until ``n_frames`` frames are collected.
 
@@ -256,6 +257,9 @@ def generate_frames(
         perturb_share (float, optional): share of episodes started from a perturbed state.
         workers (int, optional): processes that play the episodes (spawned); the frames do not
             depend on it. Defaults to ``1`` (this process).
+        frame_view (str, optional): the env's ``frame_view``: ``"grid"`` (the whole grid) or
+            ``"agent"`` (the agent-centred view). The episodes and states do not depend on it.
+            Defaults to ``"grid"``.
 
     Returns:
         FrameSet: the frames with their states.
@@ -267,7 +271,7 @@ def generate_frames(
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"generate_frames: workers must be an int >= 1, got workers={workers!r}.")
-    args = (seed, tuple(layouts), frame_size, random_share, perturb_share)
+    args = (seed, tuple(layouts), frame_size, random_share, perturb_share, frame_view)
     played: list[tuple[int, list[np.ndarray], list[MiniGridState]]] = []
     total = 0
     if workers == 1:
@@ -308,8 +312,8 @@ def generate_frames(
                     np.asarray(episodes[:n_frames], dtype=np.int64), [lay.env_id for lay in layouts])
 
 
-#: A process's envs, one per (env id, frame size): built once, reset per episode.
-_ENVS: dict[tuple[str, int], object] = {}
+#: A process's envs, one per (env id, frame size, frame view): built once, reset per episode.
+_ENVS: dict[tuple[str, int, str], object] = {}
 
 
 def _close_envs() -> None:
@@ -322,7 +326,7 @@ def _worker_init() -> None:
 
 
 def _episode(index: int, seed: int, layouts: tuple[Layout, ...], frame_size: int, random_share: float,
-             perturb_share: float) -> tuple[int, list[np.ndarray], list[MiniGridState]]:
+             perturb_share: float, frame_view: str = "grid") -> tuple[int, list[np.ndarray], list[MiniGridState]]:
     """Plays episode ``index`` of ``seed``'s frames: its layout's index, its frames and their states."""
     from vlmrb_torchrl.envs.minigrid import MiniGridEnv
 
@@ -330,9 +334,10 @@ def _episode(index: int, seed: int, layouts: tuple[Layout, ...], frame_size: int
     weights = np.array([lay.weight for lay in layouts], dtype=np.float64)
     li = int(rng.choice(len(layouts), p=weights / weights.sum()))
     lay = layouts[li]
-    env = _ENVS.get((lay.env_id, frame_size))
+    env = _ENVS.get((lay.env_id, frame_size, frame_view))
     if env is None:
-        env = _ENVS[lay.env_id, frame_size] = MiniGridEnv(lay.env_id, render=True, frame_size=frame_size)
+        env = _ENVS[lay.env_id, frame_size, frame_view] = MiniGridEnv(lay.env_id, render=True, frame_size=frame_size,
+                                                                      frame_view=frame_view)
     env.set_seed(int(rng.integers(2**31)))
     td = env.reset()
     menv = env.unwrapped
