@@ -287,7 +287,8 @@ def test_a_task_that_changes_every_episode_is_scored_per_clip(tmp_path, capsys):
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["scorer"], config["frame_view"]) == ("builtin:minigrid_agent", "agent")
     assert config["scorer_checks"]["checks_from"] == "mission per clip"
-    assert "derived for each clip from its episode's mission" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "derived for each clip from its episode's mission" in out and "agent-centred view" in out
     rows = read_metrics(tmp_path / "run")
     assert float(rows[-1]["fraction_scored"]) > 0
 

@@ -197,6 +197,8 @@ class Run:
         if checks is not None:  # what the scorer scores: its checks, derived from the task (builtin:minigrid)
             config["scorer_checks"] = checks
             print(describe_checks(cfg.scorer, checks), flush=True)
+            if getattr(cfg, "frame_view", None) == "agent":
+                print("  on frames of MiniGrid's agent-centred view (frame_view=agent)", flush=True)
         (self.dir / "config.json").write_text(json.dumps(config, indent=2))
         self.csv_path = self.dir / "metrics.csv"
         new_file = not self.csv_path.exists() or resumed_from == 0
