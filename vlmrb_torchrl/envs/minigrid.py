@@ -1187,6 +1187,12 @@ def minigrid_missions(env_id: str, *, seed: int = 0, episodes: int = 8) -> list[
         >>> len(minigrid_missions("MiniGrid-GoToObject-6x6-N2-v0")) > 1
         True
     """
+    return list(_first_missions(env_id, seed, episodes))
+
+
+@functools.lru_cache(maxsize=32)
+def _first_missions(env_id: str, seed: int, episodes: int) -> tuple[str, ...]:
+    # kept per process: a run asks twice at start-up (scorer=auto picks the model, then its task is set)
     env = make_minigrid_env(env_id, render=False)
     try:
         missions = []
@@ -1194,6 +1200,6 @@ def minigrid_missions(env_id: str, *, seed: int = 0, episodes: int = 8) -> list[
             env.set_seed(seed + i)
             env.reset()
             missions.append(env.mission)
-        return list(dict.fromkeys(missions))
+        return tuple(dict.fromkeys(missions))
     finally:
         env.close()

@@ -296,7 +296,7 @@ class DQNConfig(RecipeConfig):
         kind, _, name = self.scorer.partition(":")
         builtin_or_oracle = kind in ("builtin", "oracle")
         minigrid_scorer = builtin_or_oracle and name in ("minigrid", "minigrid_goal", "minigrid_agent")
-        trained_on = scorer_frame_view(self.scorer) if kind in ("builtin", "clip") else None
+        trained_on = scorer_frame_view(self.scorer)
         atari_scorer = builtin_or_oracle and name == "atari"
         vlm = self.replay in ("vlm", "vlm_td")
         return [*super()._checks(), ("env", minigrid or atari,
@@ -344,8 +344,7 @@ class DQNConfig(RecipeConfig):
                 self.scorer = "builtin:atari"
         validated = super().validate()
         if self.frame_view == "auto":
-            kind = self.scorer.partition(":")[0]
-            self.frame_view = (scorer_frame_view(self.scorer) if kind in ("builtin", "clip") else None) or "grid"
+            self.frame_view = scorer_frame_view(self.scorer) or "grid"
         return validated
 
 
@@ -384,8 +383,10 @@ def scorer_frame_view(scorer: str) -> str | None:
     kind, _, rest = scorer.partition(":")
     if kind == "builtin":
         return {"minigrid": "grid", "minigrid_goal": "grid", "minigrid_agent": "agent"}.get(rest or "minigrid")
+    if kind != "clip":
+        return None
     report = Path(rest) / "training.json"
-    if kind != "clip" or not report.is_file():
+    if not report.is_file():
         return None
     try:
         rendered = json.loads(report.read_text()).get("frames_rendered") or {}

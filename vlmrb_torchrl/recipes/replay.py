@@ -102,9 +102,10 @@ def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
     """
     from vlmrb_torchrl.envs.minigrid import minigrid_missions
     from vlmrb_torchrl.recipes.envs import is_minigrid
+    from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
 
     given = dict(cfg.scorer_kwargs or {})
-    if cfg.scorer not in ("builtin:minigrid", "builtin:minigrid_agent") or not is_minigrid(cfg.env) or cfg.prompt is not None or any(
+    if cfg.scorer not in [f"builtin:{name}" for name in MISSION_MODELS] or not is_minigrid(cfg.env) or cfg.prompt is not None or any(
             k in given for k in ("task", "prompt", "prompt_set", "mission_key")):
         return {}
     missions = minigrid_missions(cfg.env, seed=cfg.seed)

@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from vlmrb_torchrl.scorers.base import register_scorer
+from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
 __all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_HOLD",
@@ -84,9 +85,6 @@ __all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN
 #: Built-in models by name: the package-data directory under ``vlmrb_torchrl/scorers/models``.
 BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "minigrid", "minigrid_agent": "minigrid_agent",
                                   "lift": "lift", "atari": "atari", "scene": "scene"}
-#: The MiniGrid models that derive their checks from the mission (``task=``, ``mission_key=``); ``minigrid_agent``
-#: reads frames of the agent-centred view (``MiniGridEnv(frame_view="agent")``).
-_MISSION_MODELS = ("minigrid", "minigrid_agent")
 
 #: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
 #: canonical ones of the training captions (``vlmrb_torchrl.scorer_training.captions``).
@@ -346,7 +344,7 @@ def make_builtin_scorer(
         negatives = (negatives,) if isinstance(negatives, str) else tuple(negatives)
         prompt_set = [PromptCheck(prompt, negatives, aggregation)]
     if mission_key is not None:
-        if name not in _MISSION_MODELS or task is not None or prompt_set is not None:
+        if name not in MISSION_MODELS or task is not None or prompt_set is not None:
             raise ValueError(f"builtin:{name}: mission_key= reads each clip's mission (builtin:minigrid and "
                              "builtin:minigrid_agent only); "
                              "do not pass task=, prompt= or prompt_set= with it.")
@@ -354,7 +352,7 @@ def make_builtin_scorer(
 
         base = HFContrastiveScorer(str(path), prompt_set=list(GENERIC_CHECKS), dtype=dtype, **kwargs)
         return MissionScorer(base, mission_key)
-    if prompt_set is None and name in _MISSION_MODELS:
+    if prompt_set is None and name in MISSION_MODELS:
         from vlmrb_torchrl.scorers.minigrid_prompts import minigrid_task_checks
 
         prompt_set, source = minigrid_task_checks(task, owner=f"builtin:{name}")

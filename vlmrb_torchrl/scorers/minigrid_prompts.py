@@ -47,7 +47,13 @@ import warnings
 from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, Mission, Subgoal, Thing, parse_mission
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
-__all__ = ["GENERIC_CHECKS", "MissionScorer", "mission_prompt_set", "minigrid_task_checks", "with_mission"]
+__all__ = ["GENERIC_CHECKS", "MISSION_MODELS", "MissionScorer", "mission_prompt_set", "minigrid_task_checks",
+           "with_mission"]
+
+#: The built-in MiniGrid models (``builtin:<name>``) whose checks derive from the mission (``task=``,
+#: ``mission_key=``; the DQN recipe and the scorer-quality benchmark tell them the env's): ``minigrid`` reads
+#: frames of the whole grid, ``minigrid_agent`` of the agent-centred view (``MiniGridEnv(frame_view="agent")``).
+MISSION_MODELS = ("minigrid", "minigrid_agent")
 
 
 def _say(*statement: str, wording: int = 0) -> str:
