@@ -93,7 +93,12 @@ Usage:
         --policy mixed --seed 1000 --max-steps 400
 
 Prints a Markdown table (one row for all progress events, one per event type) and, with
-``--json``, writes the same numbers plus the run's settings and the scorer's provenance.
+``--json``, writes the same numbers plus the run's settings and the scorer's provenance. With
+``--scores clips.npz`` (one env and policy) it also writes every clip's score, its oracle labels
+(``label_<flag>``), episode index and policy, and the threshold used: enough to recompute every
+number of the table, or to pick a decision threshold on tuning episodes with
+:func:`best_threshold` and read the held-out F1 at it (``docs/builtin_scorer.md`` does so for
+``builtin:lift``).
 """
 
 from __future__ import annotations
@@ -110,6 +115,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
 
 #: the row of all progress events: the oracle's own flag.
 PROGRESS = "progress_event"
@@ -149,7 +156,7 @@ def _family_sets() -> dict[str, tuple[str, ...]]:
 
 
 #: The scorers told each episode's mission by ``--task auto`` (their checks derive from it).
-MISSION_SCORERS = ("builtin:minigrid", "builtin:minigrid_agent")
+MISSION_SCORERS = tuple(f"builtin:{name}" for name in MISSION_MODELS)
 
 #: ``--env`` names of env sets: the MiniGrid / BabyAI envs of the builtin:minigrid benchmark
 #: (``family-train``: envs its model and mission parser were built and tuned on;
@@ -285,6 +292,31 @@ def quality_report(scores: np.ndarray, labels: dict[str, np.ndarray], threshold:
     if GOAL in labels:  # the VLM-RB paper's labels (oracle:minigrid_goal): key and door clips are negatives too
         report[GOAL_ONLY] = binary_metrics(scores, labels[GOAL], threshold)
     return report
+
+
+def best_threshold(scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray,
+                   thresholds: Sequence[float] | np.ndarray | None = None) -> tuple[float, float]:
+    """The threshold of ``thresholds`` (default 0.05, 0.10, ..., 0.95) with the highest F1, and that F1.
+
+    Pick it on tuning episodes (``--scores`` of a run with other seeds) and report the held-out
+    episodes' F1 at it: the held-out maximum would flatter the scorer. Ties go to the lowest
+    threshold (more recall).
+
+    Examples:
+        >>> best_threshold([0.9, 0.8, 0.6, 0.3, 0.1], [1, 1, 0, 1, 0], thresholds=[0.2, 0.5, 0.7])
+        (0.2, 0.8571428571428571)
+        >>> best_threshold([0.9, 0.7, 0.6, 0.3], [1, 1, 0, 0], thresholds=[0.5, 0.65])
+        (0.65, 1.0)
+    """
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    labels = np.asarray(labels).astype(bool).ravel()
+    grid = np.round(np.arange(0.05, 0.951, 0.05), 2) if thresholds is None else np.sort(np.asarray(thresholds, np.float64))
+    if grid.size == 0:
+        raise ValueError("best_threshold needs at least one threshold.")
+    f1s = [binary_metrics(scores, labels, float(t))["f1"] for t in grid]
+    f1s = [-1.0 if math.isnan(f) else f for f in f1s]
+    i = int(np.argmax(f1s))
+    return float(grid[i]), float(f1s[i])
 
 
 # ----------------------------------------------------------------------------- policies
@@ -469,6 +501,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=64, help="clips per score_clips call")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the run")
     parser.add_argument("--json", type=Path, default=None, help="write the results as JSON to this file")
+    parser.add_argument("--scores", type=Path, default=None,
+                        help="write every clip's score, oracle labels, episode and policy to this .npz (one env and "
+                             "policy), e.g. to pick a threshold with best_threshold() on tuning episodes")
     parser.add_argument("--quiet", action="store_true", help="print nothing (the JSON still gets written)")
     return parser
 
@@ -666,6 +701,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                      "several separated by commas)")
     if not envs:
         parser.error("--env: no env id given.")
+    if args.scores is not None and len(envs) * len(policies) > 1:
+        parser.error("--scores writes one run's clips: give one env and one policy (mixed counts as one).")
     runs = []
     for env_id in envs:
         for policy in policies:
@@ -782,7 +819,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
                 except ValueError as err:
                     parser.error(f"--policy {args.policy}: {err}")
 
-            all_scores, all_labels, clip_policy = [], {k: [] for k in label_keys}, []
+            all_scores, all_labels, clip_policy, clip_episode = [], {k: [] for k in label_keys}, [], []
             steps = successes = 0
             step_events = {name: 0 for name in label_keys}
             score_seconds = rollout_seconds = 0.0
@@ -817,6 +854,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
                         all_scores.append(transform.score_clips(chunk, frames=batch.frames).cpu().numpy())
                 score_seconds += time.perf_counter() - t0
                 clip_policy += [name] * len(batch)
+                clip_episode += [episode] * len(batch)
         finally:
             env.close()
     finally:
@@ -865,6 +903,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(_nan_to_none(results), indent=2) + "\n")
+    if args.scores is not None:
+        args.scores.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(args.scores, scores=scores, episode=np.asarray(clip_episode), policy=clip_policy,
+                            threshold=threshold, **{f"label_{k}": v for k, v in labels.items()})
     return results
 
 

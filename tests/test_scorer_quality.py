@@ -142,6 +142,44 @@ def test_oracle_scores_itself_perfectly_and_writes_json(tmp_path, capsys):
 
 
 @needs_minigrid
+def test_scores_file_holds_each_clip_and_reproduces_the_metrics(tmp_path):
+    out = tmp_path / "clips.npz"
+    args = ["--scorer", "oracle:minigrid", "--label-noise", "0.2", "--env", DOORKEY5, *SHORT]
+    results = sq.main([*args, "--scores", str(out)])
+    saved = np.load(out)
+    n = results["counts"]["clips"]
+    assert saved["scores"].shape == (n,) and saved["episode"].shape == (n,) and saved["policy"].shape == (n,)
+    assert set(saved["episode"].tolist()) == {0, 1} and set(saved["policy"].tolist()) == {"scripted", "random"}
+    assert float(saved["threshold"]) == results["config"]["threshold"]
+    assert int(saved[f"label_{sq.PROGRESS}"].sum()) == results["counts"]["positive_clips"][sq.PROGRESS]
+    again = sq.binary_metrics(saved["scores"], saved[f"label_{sq.PROGRESS}"], float(saved["threshold"]))
+    assert all(again[k] == results["metrics"][sq.PROGRESS][k] for k in ("tp", "fp", "fn", "tn", "auroc"))
+    # the per-policy reports are the same clips split by the saved policy column
+    random = saved["policy"] == "random"
+    by_random = sq.binary_metrics(saved["scores"][random], saved[f"label_{sq.PROGRESS}"][random], 0.5)
+    assert by_random["tp"] == results["by_policy"]["random"][sq.PROGRESS]["tp"]
+
+
+def test_scores_file_needs_one_run(capsys):
+    with pytest.raises(SystemExit):
+        sq.main(["--scorer", "oracle:minigrid", "--env", f"{DOORKEY5},MiniGrid-DoorKey-6x6-v0", "--episodes", "1",
+                 "--scores", "x.npz"])
+    assert "--scores" in capsys.readouterr().err
+
+
+def test_best_threshold_picks_the_highest_f1_lowest_on_ties():
+    scores, labels = [0.9, 0.8, 0.6, 0.3, 0.1], [1, 1, 0, 1, 0]
+    t, f1 = sq.best_threshold(scores, labels, thresholds=[0.7, 0.2, 0.5])
+    assert (t, f1) == (0.2, pytest.approx(6 / 7))
+    # 0.35 and 0.5 both predict 0.9, 0.8 and 0.6 (F1 0.8): the lower one wins, in whatever order given
+    assert sq.best_threshold([0.9, 0.8, 0.6, 0.1], [1, 1, 0, 0], thresholds=[0.5, 0.35]) == (0.35, 0.8)
+    # the default grid 0.05 ... 0.95: 0.6 is the first to leave the 0.6 clip out
+    assert sq.best_threshold([0.9, 0.8, 0.6, 0.1], [1, 1, 0, 0]) == (0.6, 1.0)
+    with pytest.raises(ValueError, match="at least one"):
+        sq.best_threshold(scores, labels, thresholds=[])
+
+
+@needs_minigrid
 def test_table_printed(capsys):
     sq.main(["--scorer", "oracle:minigrid", "--env", DOORKEY5, *SHORT[:-1]])
     out = capsys.readouterr().out
