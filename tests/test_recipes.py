@@ -360,9 +360,11 @@ def test_closing_a_batched_env_keeps_torch_threads(threads):
 def test_a_distilled_scorer_is_checkpointed_with_the_run(tmp_path):
     from vlmrb_torchrl.recipes.config import ConfigError
 
+    # async_scoring=False: every batch waits for its scores, so the one metrics row has teacher calls to report
+    # however busy the machine (a background scorer can still be at its first batch when a 256-frame run ends)
     cfg = apply_overrides(DQNConfig(), {**TINY, "replay": "vlm", "distill": True, "gallery_clips": 0,
                                         "total_frames": 256, "checkpoint_every": 256, "eval_episodes": 1,
-                                        "tensorboard": False, "output_dir": str(tmp_path)})
+                                        "async_scoring": False, "tensorboard": False, "output_dir": str(tmp_path)})
     dqn_main(cfg)
     rows = read_metrics(tmp_path)
     assert all(0.0 < float(r["scorer_teacher_share"]) <= 1.0 for r in rows)  # the scorer's stats(), prefixed
