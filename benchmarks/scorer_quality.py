@@ -37,7 +37,8 @@ row to read for a goal-only scorer such as ``builtin:minigrid_goal``.
 
 Metrics. A clip is predicted positive when ``score > threshold`` (the sampler's binarisation
 rule); the threshold is ``--threshold``, else the scorer's own ``threshold`` attribute if it
-has one, else 0.5. Precision = TP / (TP + FP) (NaN when nothing is predicted positive),
+has one (a ``ThresholdScorer``), else its ``decision_threshold`` (a built-in model's tuned one,
+``builtin:lift``: 0.9; what the recipes' ``threshold=auto`` uses), else 0.5. Precision = TP / (TP + FP) (NaN when nothing is predicted positive),
 recall = TP / (TP + FN) (NaN without positives), F1 = 2 TP / (2 TP + FP + FN) (NaN only when
 there are neither positives nor predicted positives), AUROC = the Mann-Whitney probability that
 a positive clip outscores a negative one, ties counting one half (NaN when a class is empty).
@@ -546,9 +547,10 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> di
 def _threshold(args: argparse.Namespace, scorer) -> float:
     if args.threshold is not None:
         return float(args.threshold)
-    own = getattr(scorer, "threshold", None)
-    if isinstance(own, numbers.Real) and not isinstance(own, bool) and 0.0 <= own < 1.0:
-        return float(own)
+    for name in ("threshold", "decision_threshold"):  # a wrapper's binarisation, a built-in model's tuned threshold
+        own = getattr(scorer, name, None)
+        if isinstance(own, numbers.Real) and not isinstance(own, bool) and 0.0 <= own < 1.0:
+            return float(own)
     return 0.5
 
 

@@ -144,6 +144,17 @@ def test_shipped_lift_model_files_and_card():
 
 
 
+def test_builtin_lift_carries_its_tuned_decision_threshold_for_its_own_checks_only():
+    from vlmrb_torchrl.scorers.builtin import BUILTIN_DECISION_THRESHOLDS, builtin_decision_threshold
+
+    assert make_scorer("builtin:lift").decision_threshold == BUILTIN_DECISION_THRESHOLDS["lift"] == 0.9
+    other = make_scorer("builtin:lift", prompt="the robot grasps the cube", negatives=["the cube is not grasped"])
+    assert not hasattr(other, "decision_threshold")
+    assert not hasattr(make_scorer("builtin:minigrid"), "decision_threshold")
+    assert builtin_decision_threshold("builtin:lift") == 0.9
+    assert builtin_decision_threshold("builtin:scene-task2") == builtin_decision_threshold("builtin") == 0.5
+
+
 def test_builtin_lift_counts_a_grasp_or_lift_only_when_it_lasts_3_frames(monkeypatch):
     """Both checks hold 3 frames (tuned on seeds 3000-3029, docs/builtin_scorer.md): a grasp or a lift read
     for 1-2 frames inside a clip is dropped, one read for 3 frames counts; ``hold=1`` is the plain ``max``."""

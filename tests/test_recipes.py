@@ -99,6 +99,25 @@ class TestConfig:
         assert cfg.threshold is None and cfg.clip_frames == 8 and cfg.async_scoring is False
         assert cfg.lr == 1e-3 and cfg.total_frames == 300_000
 
+    def test_threshold_auto_is_the_scorers_decision_threshold(self):
+        from vlmrb_torchrl.recipes.config import SACConfig
+
+        assert DQNConfig().validate().threshold == 0.5  # builtin:minigrid: no tuned threshold
+        assert SACConfig().validate().threshold == 0.9  # scorer=auto on robosuite/Lift: builtin:lift's
+        assert SACConfig(scorer="oracle:robosuite").validate().threshold == 0.5
+        # builtin:lift with other checks: its threshold was tuned for its own
+        custom = {"prompt": "the robot grasps the cube", "negatives": ["the robot does not hold the cube"]}
+        assert SACConfig(scorer="builtin:lift", scorer_kwargs=custom).validate().threshold == 0.5
+        assert SACConfig(scorer="builtin:lift", prompt="the cube is lifted").validate().threshold == 0.5
+        # given on the command line: auto, a number or none; a word that is neither is refused
+        assert apply_overrides(SACConfig(), ["threshold=0.7"]).validate().threshold == 0.7
+        assert apply_overrides(SACConfig(), ["threshold=none"]).validate().threshold is None
+        assert apply_overrides(SACConfig(), ["threshold=auto"]).validate().threshold == 0.9
+        with pytest.raises(ConfigError, match="threshold='high' is invalid"):
+            apply_overrides(SACConfig(), ["threshold=high"])
+        with pytest.raises(ConfigError, match="threshold=1.5 is invalid"):
+            SACConfig(threshold=1.5).validate()
+
     def test_scorer_kwargs_reach_the_scorer(self, tmp_path):
         from vlmrb_torchrl.cli import _train_parser, build_config
         from vlmrb_torchrl.recipes.replay import make_scorer_from_config

@@ -79,7 +79,10 @@ class RecipeConfig:
     lambda_max: float = _field(0.5, "final weight of the VLM-prioritized component (paper: 0.5)")
     vlm_warmup: int | None = _field(None, "sample calls over which lambda rises 0 -> lambda_max "
                                           "(None = half of the run's gradient updates)")
-    threshold: float | None = _field(0.5, "score binarisation threshold (None = continuous scores)")
+    threshold: float | Literal["auto"] | None = _field(
+        "auto", "score binarisation threshold: auto (the scorer's own decision threshold: 0.9 for builtin:lift with "
+                "its checks, tuned on episodes other than the held-out ones; 0.5 for every other scorer) | a number "
+                "in [0, 1] | None (continuous scores)")
     vlm_eps: float = _field(0.01, "priority floor for VLM scores")
     vlm_beta: float = _field(0.0, "importance-sampling exponent for vlm modes (paper: 0)")
     max_oversampling: float | None = _field(
@@ -148,6 +151,24 @@ class RecipeConfig:
         """
         return frames // self.train_every
 
+    def decision_threshold(self) -> float:
+        """What ``threshold=auto`` resolves to: the built-in scorer's decision threshold
+        (:data:`~vlmrb_torchrl.scorers.builtin.BUILTIN_DECISION_THRESHOLDS`) when it scores with its own
+        checks, else 0.5.
+
+        Examples:
+            >>> SACConfig(scorer="builtin:lift").decision_threshold()
+            0.9
+            >>> SACConfig(scorer="builtin:lift", scorer_kwargs={"prompt_set": []}).decision_threshold()
+            0.5
+            >>> DQNConfig(scorer="builtin:minigrid").validate().threshold, SACConfig().validate().threshold
+            (0.5, 0.9)
+        """
+        from vlmrb_torchrl.scorers.builtin import builtin_decision_threshold
+
+        own_checks = self.prompt is None and not any(k in (self.scorer_kwargs or {}) for k in ("prompt", "prompt_set"))
+        return builtin_decision_threshold(self.scorer) if own_checks else 0.5
+
     def validate(self):
         """Checks every value (types first, converting what converts losslessly: ``3e5`` for an int key, ``1``
         for a float key); raises :class:`ConfigError` naming the key and what it accepts.
@@ -167,6 +188,8 @@ class RecipeConfig:
             if isinstance(value, float) and not math.isfinite(value):  # lr=inf, a timeout of nan: never meant
                 raise ConfigError(f"{f.name}={value!r} is invalid: expected a finite number.")
         self._resolve()
+        if self.threshold == "auto":  # after _resolve: the scorer is the one the run uses (scorer=auto resolved)
+            self.threshold = self.decision_threshold()
         checks = [
             ("replay", self.replay in REPLAY_MODES, f"one of {REPLAY_MODES}"),
             ("clip_assign", self.clip_assign in ("start", "cover_max"), "'start' or 'cover_max'"),
@@ -610,6 +633,9 @@ def _convert(name: str, text: str, annotation: Any) -> Any:
         if text not in args:
             raise ConfigError(f"{name}={text!r} is invalid: expected one of {list(args)}.")
         return text
+    for option in inner:  # a word a Literal member allows (threshold=auto) before a number
+        if typing.get_origin(option) is Literal and text in typing.get_args(option):
+            return text
     target = inner[0]
     if typing.get_origin(target) is Literal:
         return _convert(name, text, target)

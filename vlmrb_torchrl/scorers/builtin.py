@@ -80,7 +80,8 @@ from vlmrb_torchrl.scorers.prompts import PromptCheck
 
 __all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_HOLD",
            "LIFT_PROMPT_SET", "MINIGRID_GOAL_PROMPT_SET", "MINIGRID_PROMPT_SET", "SCENE_CUBE_HOLD", "SCENE_GOALS",
-           "SCENE_PROMPT_SETS", "builtin_model_dir", "lift_prompt_set", "make_builtin_scorer", "scene_prompt_set"]
+           "SCENE_PROMPT_SETS", "BUILTIN_DECISION_THRESHOLDS", "builtin_decision_threshold", "builtin_model_dir",
+           "lift_prompt_set", "make_builtin_scorer", "scene_prompt_set"]
 
 #: Built-in models by name: the package-data directory under ``vlmrb_torchrl/scorers/models``.
 BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "minigrid", "minigrid_agent": "minigrid_agent",
@@ -108,6 +109,13 @@ MINIGRID_GOAL_PROMPT_SET: tuple[PromptCheck, ...] = (MINIGRID_PROMPT_SET[2],)
 #: (precision 0.424 -> 0.610, recall 0.913 -> 0.762). The 30,000-frame model shipped since: tuning F1
 #: 0.808/0.882/0.898/0.904, held-out 0.786 at hold 3. See ``docs/builtin_scorer.md``.
 LIFT_HOLD = 3
+
+#: Decision thresholds picked for a built-in model with its own prompt set (``score > threshold`` is a
+#: positive; the others use 0.5): the recipes' ``threshold=auto`` and ``scorer_quality.py`` read them.
+#: ``lift``: picked on the tuning episodes (scorer-quality runs from seed 3000, 30 episodes; F1 0.898 at
+#: 0.5, 0.910 at 0.9, the best of 0.05, 0.10, ..., 0.95), then read once on the held-out ones (seeds
+#: 1000-1029): 0.786 -> 0.812 (false positives 142 -> 110). See ``docs/builtin_scorer.md``.
+BUILTIN_DECISION_THRESHOLDS: dict[str, float] = {"lift": 0.9}
 
 
 def lift_prompt_set(*, hold: int = LIFT_HOLD) -> tuple[PromptCheck, ...]:
@@ -360,7 +368,25 @@ def make_builtin_scorer(
         prompt_set, source = BUILTIN_PROMPT_SETS[name], "default"
     scorer = HFContrastiveScorer(str(path), prompt_set=list(prompt_set), task=task, dtype=dtype, **kwargs)
     scorer.provenance.update(task=task if scene_task is None else f"scene-task{scene_task}", checks_from=source)
+    if source == "default" and name in BUILTIN_DECISION_THRESHOLDS:  # tuned for these checks, not for others
+        scorer.decision_threshold = BUILTIN_DECISION_THRESHOLDS[name]
     return scorer
+
+
+def builtin_decision_threshold(spec: str) -> float:
+    """The decision threshold of scorer ``spec``: :data:`BUILTIN_DECISION_THRESHOLDS`'s for a built-in
+    model that has one, else 0.5 (every other spec). What the recipes' ``threshold=auto`` resolves to.
+
+    Examples:
+        >>> builtin_decision_threshold("builtin:lift"), builtin_decision_threshold("builtin:minigrid")
+        (0.9, 0.5)
+        >>> builtin_decision_threshold("oracle:robosuite"), builtin_decision_threshold("clip:/models/lift")
+        (0.5, 0.5)
+    """
+    kind, _, rest = spec.partition(":")
+    if kind != "builtin":
+        return 0.5
+    return BUILTIN_DECISION_THRESHOLDS.get(rest.split("-task")[0] or "minigrid", 0.5)
 
 
 def _scene_task_number(task: str | int | None, named: int | None) -> int:
