@@ -152,7 +152,8 @@ def test_builtin_lift_carries_its_tuned_decision_threshold_for_its_own_checks_on
     assert not hasattr(other, "decision_threshold")
     assert not hasattr(make_scorer("builtin:minigrid"), "decision_threshold")
     assert builtin_decision_threshold("builtin:lift") == 0.9
-    assert builtin_decision_threshold("builtin:scene-task2") == builtin_decision_threshold("builtin") == 0.5
+    assert builtin_decision_threshold("builtin:scene-task2") == BUILTIN_DECISION_THRESHOLDS["scene"] == 0.95
+    assert builtin_decision_threshold("builtin") == builtin_decision_threshold("builtin:atari") == 0.5
 
 
 def test_builtin_lift_counts_a_grasp_or_lift_only_when_it_lasts_3_frames(monkeypatch):

@@ -234,6 +234,8 @@ def test_builtin_scene_scores_a_drawer_opening_high_and_standing_still_low():
     scores = scorer.score(TensorDict(pixels=clips, mask=torch.ones(clips.shape[:2], dtype=torch.bool),
                                      batch_size=clips.shape[:2])).tolist()
     assert scores[0] > 0.5 > scores[1], scores
+    assert scores[0] > scorer.decision_threshold == 0.95 > scores[1]  # a positive at its tuned threshold too
+    assert not hasattr(make_scorer("builtin:scene-task1", prompt_set=scorer.prompt_set[:1]), "decision_threshold")
 
 
 @pytest.mark.slow  # renders frames and trains

@@ -105,6 +105,7 @@ class TestConfig:
         assert DQNConfig().validate().threshold == 0.5  # builtin:minigrid: no tuned threshold
         assert SACConfig().validate().threshold == 0.9  # scorer=auto on robosuite/Lift: builtin:lift's
         assert SACConfig(scorer="oracle:robosuite").validate().threshold == 0.5
+        assert SACConfig(env="ogbench/scene-task2").validate().threshold == 0.95  # builtin:scene-task2's
         # builtin:lift with other checks: its threshold was tuned for its own
         custom = {"prompt": "the robot grasps the cube", "negatives": ["the robot does not hold the cube"]}
         assert SACConfig(scorer="builtin:lift", scorer_kwargs=custom).validate().threshold == 0.5
