@@ -644,7 +644,10 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
 
     ``builtin:minigrid`` scorers for other missions share the first one's model and frame cache
     (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.with_mission`); other specs are built with
-    ``task=mission``. One scorer per distinct mission, kept for the run."""
+    ``task=mission``. One scorer per distinct mission, kept for the run. As in the DQN recipe, the
+    built-in models leave out the door checks a mission only implies on an env whose first 8 episodes
+    (from ``--seed``) show no door (:func:`~vlmrb_torchrl.envs.minigrid.minigrid_has_doors`), unless
+    ``--scorer-kwargs`` sets ``doors``."""
     mode = args.task
     told = any(k in scorer_kwargs for k in ("prompt", "prompt_set", "task"))
     if mode == "auto":
@@ -656,13 +659,18 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
     if "task" in scorer_kwargs:
         parser.error("--task mission gives the scorer each episode's mission: drop task from --scorer-kwargs.")
     cache: dict[str, Any] = {}
+    doors = scorer_kwargs.get("doors", True)
+    if args.scorer in MISSION_SCORERS and "doors" not in scorer_kwargs:
+        from vlmrb_torchrl.envs.minigrid import minigrid_has_doors
+
+        doors = minigrid_has_doors(args.env, seed=args.seed)
 
     def scorer_for(mission: str):
         if mission not in cache:
             if args.scorer in MISSION_SCORERS and hasattr(base, "with_prompt_set") and not told:
                 from vlmrb_torchrl.scorers.minigrid_prompts import with_mission
 
-                cache[mission] = with_mission(base, mission)
+                cache[mission] = with_mission(base, mission, doors=doors)
             else:
                 try:
                     cache[mission] = make_scorer(args.scorer, task=mission, **scorer_kwargs)
@@ -670,7 +678,7 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
                     parser.error(f"--task mission: --scorer {args.scorer!r} does not take task=: {err}")
         return cache[mission]
 
-    scorer_for.cache = cache
+    scorer_for.cache, scorer_for.doors = cache, doors
     return scorer_for
 
 
@@ -883,6 +891,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
             "camera": getattr(env, "camera", None),
             "fast_render": getattr(env, "fast_render", None), "task": "per-episode mission" if scorer_for is not None else None,
             "rendered": stream.frame_key is not None, "torch_threads": args.threads or threads_before,
+            "doors": getattr(scorer_for, "doors", None),  # the mission checks' doors= (None: not told a mission)
         },
         "provenance": _jsonable(getattr(scorer, "provenance", {})),
         "tasks": {} if scorer_for is None else {

@@ -56,6 +56,21 @@ def test_each_verb_and_its_implied_checks(mission, expected):
         assert implied == ["the door is open", "the door is unlocked", *keys]
 
 
+@pytest.mark.parametrize("mission", ["go to the red ball", "pick up a key", "put the red ball next to the blue box",
+                                     "get to the green goal square", "open the purple door"])
+def test_without_doors_the_implied_door_checks_are_left_out(mission):
+    with_doors = mission_prompt_set(mission)
+    without = mission_prompt_set(mission, doors=False)
+    implied = {"the door is open", "the door is unlocked"}
+    assert not implied & {c.positive for c in without}
+    if "door" in mission:  # a door the mission names keeps its checks, and the key of it
+        assert without == with_doors
+    else:  # the mission's own checks, in order; the implied key goes with the implied door
+        assert without == tuple(c for c in with_doors if c.positive not in implied | {"the agent holds the key"}
+                                or "key" in mission and c.positive == "the agent holds the key")
+    assert minigrid_task_checks(mission, doors=False) == (without, "mission")
+
+
 def test_goal_sequences_objects_and_locations():
     assert [c.positive for c in mission_prompt_set("get to the green goal square")] == [
         "the agent is on the goal", "the door is open", "the door is unlocked", "the agent holds the key"]
@@ -177,7 +192,17 @@ def test_mission_scorer_scores_each_clip_with_its_own_mission(base):
     again = pickle.loads(pickle.dumps(scorer))
     assert isinstance(again, MissionScorer) and torch.allclose(again.score(clips), scores, atol=1e-6)
     via_spec = make_scorer("builtin:minigrid", mission_key="mission")
-    assert isinstance(via_spec, MissionScorer)
+    assert isinstance(via_spec, MissionScorer) and via_spec.doors
+    # doors=False reaches each mission's checks, and survives pickling (the process backend)
+    single_room = make_scorer("builtin:minigrid", mission_key="mission", doors=False)
+    assert single_room.provenance["doors"] is False
+    for mission in missions:
+        assert single_room.scorer_for(mission).prompt_set == mission_prompt_set(mission, doors=False)
+    again = pickle.loads(pickle.dumps(single_room))
+    assert again.doors is False and again.provenance["doors"] is False
+    assert again.scorer_for(missions[0]).prompt_set == mission_prompt_set(missions[0], doors=False)
+    with pytest.raises(ValueError, match="doors="):
+        make_scorer("builtin:lift", doors=False)
 
 
 def test_env_writes_the_mission():

@@ -307,8 +307,10 @@ def test_a_task_that_changes_every_episode_is_scored_per_clip(tmp_path, capsys):
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["scorer"], config["frame_view"]) == ("builtin:minigrid_agent", "agent")
     assert config["scorer_checks"]["checks_from"] == "mission per clip"
+    assert config["scorer_checks"]["doors"] is False  # a single room: no implied door checks
     out = capsys.readouterr().out
     assert "derived for each clip from its episode's mission" in out and "agent-centred view" in out
+    assert "the door checks a mission only implies are left out" in out
     rows = read_metrics(tmp_path / "run")
     assert float(rows[-1]["fraction_scored"]) > 0
 

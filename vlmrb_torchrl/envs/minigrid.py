@@ -25,7 +25,7 @@ from torchrl.envs import EnvBase
 from vlmrb_torchrl.envs.minigrid_missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
-           "DOORKEY_ACTIONS", "FRAME_VIEWS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "minigrid_missions",
+           "DOORKEY_ACTIONS", "FRAME_VIEWS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "minigrid_has_doors", "minigrid_missions",
            "register_extra_envs"]
 
 _has_minigrid = (
@@ -1187,19 +1187,33 @@ def minigrid_missions(env_id: str, *, seed: int = 0, episodes: int = 8) -> list[
         >>> len(minigrid_missions("MiniGrid-GoToObject-6x6-N2-v0")) > 1
         True
     """
-    return list(_first_missions(env_id, seed, episodes))
+    return list(_first_episodes(env_id, seed, episodes)[0])
+
+
+def minigrid_has_doors(env_id: str, *, seed: int = 0, episodes: int = 8) -> bool:
+    """Whether a door is in the layout of any of the first ``episodes`` episodes of a MiniGrid / BabyAI
+    env (the resets of :func:`minigrid_missions`). ``False`` tells the mission-reading scorers to leave
+    out the door checks a mission only implies (``make_builtin_scorer(doors=False)``): in a single room
+    they could only fire on noise.
+
+    Examples:
+        >>> minigrid_has_doors("MiniGrid-DoorKey-5x5-v0"), minigrid_has_doors("BabyAI-GoToObjS6-v1")
+        (True, False)
+    """
+    return _first_episodes(env_id, seed, episodes)[1]
 
 
 @functools.lru_cache(maxsize=32)
-def _first_missions(env_id: str, seed: int, episodes: int) -> tuple[str, ...]:
-    # kept per process: a run asks twice at start-up (scorer=auto picks the model, then its task is set)
+def _first_episodes(env_id: str, seed: int, episodes: int) -> tuple[tuple[str, ...], bool]:
+    # kept per process: a run asks more than once at start-up (scorer=auto picks the model, then its checks are set)
     env = make_minigrid_env(env_id, render=False)
     try:
-        missions = []
+        missions, doors = [], False
         for i in range(episodes):
             env.set_seed(seed + i)
             env.reset()
             missions.append(env.mission)
-        return tuple(dict.fromkeys(missions))
+            doors = doors or any(obj is not None and obj.type == "door" for obj in env.unwrapped.grid.grid)
+        return tuple(dict.fromkeys(missions)), doors
     finally:
         env.close()

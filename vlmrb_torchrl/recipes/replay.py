@@ -87,8 +87,11 @@ def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
       Fetch, most BabyAI levels, ...): the envs then write each step's mission
       (:func:`reads_mission`) and each clip is scored with its own mission's checks.
 
+    plus ``doors=False`` when no layout of those episodes has a door (single rooms: GoToObj, PutNext,
+    Fetch, LavaCrossing, ...), so that the door checks a mission only implies are left out.
+
     Nothing for other scorers and envs, or when the config gives the scorer a prompt, a prompt
-    set, a task or a mission key itself. The first 8 episodes' missions decide (seeds from
+    set, a task or a mission key itself (or ``doors``). The first 8 episodes decide (seeds from
     ``cfg.seed``).
 
     Examples:
@@ -96,11 +99,11 @@ def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
         >>> scorer_task_kwargs(DQNConfig(env="MiniGrid-DoorKey-5x5-v0").validate())  # scorer=auto: builtin:minigrid
         {'task': 'use the key to open the door and then get to the goal'}
         >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0").validate())  # builtin:minigrid_agent
-        {'mission_key': 'mission'}
+        {'mission_key': 'mission', 'doors': False}
         >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0", scorer="oracle:minigrid"))
         {}
     """
-    from vlmrb_torchrl.envs.minigrid import minigrid_missions
+    from vlmrb_torchrl.envs.minigrid import minigrid_has_doors, minigrid_missions
     from vlmrb_torchrl.recipes.envs import is_minigrid
     from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
 
@@ -109,7 +112,23 @@ def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
             k in given for k in ("task", "prompt", "prompt_set", "mission_key")):
         return {}
     missions = minigrid_missions(cfg.env, seed=cfg.seed)
-    return {"task": missions[0]} if len(missions) == 1 else {"mission_key": MISSION_KEY}
+    told = {"task": missions[0]} if len(missions) == 1 else {"mission_key": MISSION_KEY}
+    if "doors" not in given and not minigrid_has_doors(cfg.env, seed=cfg.seed):
+        told["doors"] = False
+    return told
+
+
+def resolved_threshold(cfg: Any) -> float | None:
+    """``cfg.threshold``, with ``"auto"`` (a config not through ``validate()`` yet) resolved for its scorer
+    (:meth:`~vlmrb_torchrl.recipes.config.RecipeConfig.decision_threshold`; a ``scorer=auto`` that
+    ``validate()`` has not resolved yet names no built-in model: 0.5).
+
+    Examples:
+        >>> from vlmrb_torchrl.recipes.config import SACConfig
+        >>> resolved_threshold(SACConfig(scorer="builtin:lift")), resolved_threshold(SACConfig(threshold=None))
+        (0.9, None)
+    """
+    return cfg.decision_threshold() if cfg.threshold == "auto" else cfg.threshold
 
 
 def reads_mission(scorer: Any) -> bool:
@@ -129,8 +148,11 @@ def scorer_checks(scorer: Any) -> dict[str, Any] | None:
         return None
     from vlmrb_torchrl.scorers.prompts import prompt_set_text
 
-    return {"checks_from": provenance.get("checks_from", "given"), "task": provenance.get("task"),
-            "checks": [prompt_set_text([c])[len("max of "):] for c in checks] if checks else []}
+    out = {"checks_from": provenance.get("checks_from", "given"), "task": provenance.get("task"),
+           "checks": [prompt_set_text([c])[len("max of "):] for c in checks] if checks else []}
+    if provenance.get("doors") is False:  # MissionScorer: no layout door, no implied door checks
+        out["doors"] = False
+    return out
 
 
 def make_scorer_from_config(cfg: Any):
@@ -165,7 +187,7 @@ def make_scorer_from_config(cfg: Any):
         from vlmrb_torchrl.scorers import DistilledScorer
 
         scorer = DistilledScorer(scorer, teacher_fraction=cfg.teacher_fraction, min_agreement=cfg.min_agreement,
-                                 threshold=0.5 if cfg.threshold is None else cfg.threshold, frame_key=FRAME_KEY,
+                                 threshold=0.5 if cfg.threshold is None else resolved_threshold(cfg), frame_key=FRAME_KEY,
                                  seed=cfg.seed)
     return scorer
 
@@ -463,7 +485,7 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
                            assign=cfg.clip_assign),
         storage=storage, batch_size=cfg.batch_size, generator=generator, frame_key=FRAME_KEY,
         backend=cfg.scorer_backend, scorer_options=_ray_options(cfg) if cfg.scorer_backend == "ray" else None,
-        sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": cfg.threshold,
+        sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": resolved_threshold(cfg),
                         "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "unscored_priority": default,
                         "max_oversampling": cfg.max_oversampling,
                         "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},

@@ -281,6 +281,7 @@ def make_builtin_scorer(
     *,
     task: str | int | None = None,
     mission_key: Any = None,
+    doors: bool = True,
     prompt_set: Sequence[PromptCheck] | None = None,
     prompt: str | None = None,
     negatives: Sequence[str] | str | None = None,
@@ -311,6 +312,10 @@ def make_builtin_scorer(
             ``write_mission=True`` writes ``"mission"``) and score it with that mission's checks:
             a :class:`~vlmrb_torchrl.scorers.minigrid_prompts.MissionScorer`, for envs whose
             mission changes every episode. Not with ``task``, ``prompt`` or ``prompt_set``.
+        doors (bool, optional): the mission-reading models (``minigrid``, ``minigrid_agent``): whether the
+            env's layouts have doors; ``False`` leaves out the door and key checks a mission only implies
+            (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.mission_prompt_set`; the DQN recipe passes it for
+            an env whose first episodes show no door). Defaults to ``True``.
         prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to the
             mission's (above), else the model's (:data:`BUILTIN_PROMPT_SETS`:
             :data:`MINIGRID_PROMPT_SET`, :data:`LIFT_PROMPT_SET`; ``scene``: the task's, :data:`SCENE_PROMPT_SETS`).
@@ -354,6 +359,9 @@ def make_builtin_scorer(
             )
         negatives = (negatives,) if isinstance(negatives, str) else tuple(negatives)
         prompt_set = [PromptCheck(prompt, negatives, aggregation)]
+    if not doors and name not in MISSION_MODELS:
+        raise ValueError(f"builtin:{name}: doors= is for the models whose checks come from a MiniGrid mission "
+                         f"({', '.join(MISSION_MODELS)}).")
     if mission_key is not None:
         if name not in MISSION_MODELS or task is not None or prompt_set is not None:
             raise ValueError(f"builtin:{name}: mission_key= reads each clip's mission (builtin:minigrid and "
@@ -362,15 +370,17 @@ def make_builtin_scorer(
         from vlmrb_torchrl.scorers.minigrid_prompts import GENERIC_CHECKS, MissionScorer
 
         base = HFContrastiveScorer(str(path), prompt_set=list(GENERIC_CHECKS), dtype=dtype, **kwargs)
-        return MissionScorer(base, mission_key)
+        return MissionScorer(base, mission_key, doors=doors)
     if prompt_set is None and name in MISSION_MODELS:
         from vlmrb_torchrl.scorers.minigrid_prompts import minigrid_task_checks
 
-        prompt_set, source = minigrid_task_checks(task, owner=f"builtin:{name}")
+        prompt_set, source = minigrid_task_checks(task, owner=f"builtin:{name}", doors=doors)
     elif prompt_set is None:
         prompt_set, source = BUILTIN_PROMPT_SETS[name], "default"
     scorer = HFContrastiveScorer(str(path), prompt_set=list(prompt_set), task=task, dtype=dtype, **kwargs)
     scorer.provenance.update(task=task if scene_task is None else f"scene-task{scene_task}", checks_from=source)
+    if not doors and source == "mission":
+        scorer.provenance["doors"] = False
     if source in ("default", "task") and name in BUILTIN_DECISION_THRESHOLDS:  # tuned for its checks, not others
         scorer.decision_threshold = BUILTIN_DECISION_THRESHOLDS[name]
     return scorer

@@ -21,7 +21,10 @@ plus the sub-goals the mission implies: "open X" adds "pick up X's key" (the key
 if it is locked), "put X next to Y" adds "pick up X", and a mission whose targets may lie
 behind a door (the goal, an object) and that names no door itself adds "a door is open"
 (``rise``) and "a door is unlocked" (``progress``), and "the agent holds a key" (the key of
-a locked door on the way) unless it names a key itself. Checks repeat nothing: the set is the
+a locked door on the way) unless it names a key itself — where the env's layouts have doors
+(``doors=True``, the default; the recipes and the benchmark pass ``doors=False`` for an env whose
+first episodes show none, :func:`~vlmrb_torchrl.envs.minigrid.minigrid_has_doors`: in a single room
+those checks can only fire on noise). Checks repeat nothing: the set is the
 distinct checks in the mission's order. "X" without a colour is the colour-free statement
 ("the key"); BabyAI's "object" (a key, ball or box) gives one check per type; locations ("on
 your left") are dropped (a frame shows where things are, not where they were at the start).
@@ -112,11 +115,15 @@ def _checks(sub: Subgoal) -> list[PromptCheck]:
     return [placed, *_holds(target)]
 
 
-def mission_prompt_set(mission: str | Mission) -> tuple[PromptCheck, ...] | None:
+def mission_prompt_set(mission: str | Mission, *, doors: bool = True) -> tuple[PromptCheck, ...] | None:
     """The checks of a MiniGrid / BabyAI mission (see the module docstring); ``None`` when it does not parse.
 
     Args:
         mission (str or Mission): the env's mission string, or a parsed one.
+
+    Keyword Args:
+        doors (bool, optional): whether the env's layouts have doors. ``False`` leaves out the door and key
+            checks the mission only implies (a door it names keeps its checks). Defaults to ``True``.
 
     Examples:
         >>> from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET
@@ -126,6 +133,8 @@ def mission_prompt_set(mission: str | Mission) -> tuple[PromptCheck, ...] | None
         ['the agent faces the purple key', 'the red door is open', 'the agent holds the red key']
         >>> mission_prompt_set("go to the matching object at the end of the hallway") is None
         True
+        >>> [c.positive for c in mission_prompt_set("go to the red ball", doors=False)]  # a single room
+        ['the agent faces the red ball']
     """
     parsed = parse_mission(mission) if isinstance(mission, str) else mission
     if parsed is None:
@@ -137,7 +146,7 @@ def mission_prompt_set(mission: str | Mission) -> tuple[PromptCheck, ...] | None
     names_door = any(s.verb == "open" or s.target.kind == "door" or (s.other is not None and s.other.kind == "door")
                      for s in subs)
     names_key = any(s.target.kind in ("key", "object") for s in subs if s.verb in ("pick_up", "put_next", "go_to"))
-    if not names_door and any(s.verb in ("reach", "pick_up", "go_to", "put_next") for s in subs):
+    if doors and not names_door and any(s.verb in ("reach", "pick_up", "go_to", "put_next") for s in subs):
         # the door to the target's room, and the key of a locked one
         checks += [_opened("any"), _unlocked("any")]
         if not names_key:
@@ -154,9 +163,11 @@ GENERIC_CHECKS: tuple[PromptCheck, ...] = (
 )
 
 
-def minigrid_task_checks(task: str | None, *, owner: str = "builtin:minigrid") -> tuple[tuple[PromptCheck, ...], str]:
+def minigrid_task_checks(task: str | None, *, owner: str = "builtin:minigrid",
+                         doors: bool = True) -> tuple[tuple[PromptCheck, ...], str]:
     """The checks for ``task`` and where they come from: ``"mission"`` (derived), ``"generic"`` (the
     mission does not parse: :data:`GENERIC_CHECKS`, with a one-line warning) or ``"default"`` (no task).
+    ``doors`` goes to :func:`mission_prompt_set`.
 
     Examples:
         >>> checks, source = minigrid_task_checks("pick up the blue ball")
@@ -171,7 +182,7 @@ def minigrid_task_checks(task: str | None, *, owner: str = "builtin:minigrid") -
     """
     if task is None:
         return GENERIC_CHECKS, "default"
-    checks = mission_prompt_set(task)
+    checks = mission_prompt_set(task, doors=doors)
     if checks is None:
         warnings.warn(f"{owner}: cannot read the mission {task!r} (outside the MiniGrid/BabyAI grammar); scoring "
                       "with the generic checks (key picked up, door unlocked, goal reached).", UserWarning, stacklevel=3)
@@ -179,11 +190,12 @@ def minigrid_task_checks(task: str | None, *, owner: str = "builtin:minigrid") -
     return checks, "mission"
 
 
-def with_mission(scorer, mission: str | None, *, owner: str = "builtin:minigrid"):
+def with_mission(scorer, mission: str | None, *, owner: str = "builtin:minigrid", doors: bool = True):
     """``scorer`` (an :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer`, e.g. ``builtin:minigrid``)
     scoring the checks of another mission, sharing its model and frame-embedding cache
     (:meth:`~vlmrb_torchrl.scorers.HFContrastiveScorer.with_prompt_set`): for envs whose mission
-    changes every episode (most BabyAI levels, GoToObject, Fetch, PutNear, ...).
+    changes every episode (most BabyAI levels, GoToObject, Fetch, PutNear, ...). ``doors`` goes to
+    :func:`mission_prompt_set`.
 
     Examples:
         >>> from vlmrb_torchrl.scorers import make_scorer
@@ -192,7 +204,7 @@ def with_mission(scorer, mission: str | None, *, owner: str = "builtin:minigrid"
         >>> scorer.provenance["checks_from"], scorer.prompt_set[0].positive, scorer.model is base.model
         ('mission', 'the agent holds the green box', True)
     """
-    checks, source = minigrid_task_checks(mission, owner=owner)
+    checks, source = minigrid_task_checks(mission, owner=owner, doors=doors)
     out = scorer.with_prompt_set(checks, task=mission)
     out.provenance.update(task=mission, checks_from=source)
     return out
@@ -216,6 +228,8 @@ class MissionScorer:
 
     Keyword Args:
         cache_size (int, optional): missions whose checks are kept. Defaults to ``1024``.
+        doors (bool, optional): whether the env's layouts have doors (:func:`mission_prompt_set`).
+            Defaults to ``True``.
 
     Attributes:
         in_keys: the base scorer's (frames, mask) and ``mission_key``.
@@ -237,7 +251,7 @@ class MissionScorer:
         (torch.Size([2]), ['go to the red ball', 'open the door'])
     """
 
-    def __init__(self, base, mission_key="mission", *, cache_size: int = 1024) -> None:
+    def __init__(self, base, mission_key="mission", *, cache_size: int = 1024, doors: bool = True) -> None:
         import threading
         from collections import OrderedDict
 
@@ -253,12 +267,13 @@ class MissionScorer:
         self.base = base
         self.mission_key = mission_key
         self.cache_size = cache_size
+        self.doors = bool(doors)
         self.frame_key, self.mask_key = base.frame_key, base.mask_key
         self.max_frames = base.max_frames
         self.in_keys = [*base.in_keys, mission_key]
         self.name = f"MissionScorer({base.name})"
         self.provenance = {**base.provenance, "task": "per-clip mission", "checks_from": "mission per clip",
-                           "mission_key": mission_key}
+                           "mission_key": mission_key, **({} if doors else {"doors": False})}
         from vlmrb_torchrl.scorers._hashing import prompt_hash
 
         for key in ("prompt_set", "negatives", "negatives_hash"):
@@ -273,7 +288,7 @@ class MissionScorer:
         with self._lock:
             scorer = self._scorers.get(mission)
             if scorer is None:
-                scorer = self._scorers[mission] = with_mission(self.base, mission)
+                scorer = self._scorers[mission] = with_mission(self.base, mission, doors=self.doors)
                 while len(self._scorers) > self.cache_size:
                     self._scorers.popitem(last=False)
             else:
@@ -309,10 +324,13 @@ class MissionScorer:
 
     def __reduce__(self):
         # the base pickles as its arguments (a reload); the per-mission checks are rebuilt on demand
-        return (type(self), (self.base, self.mission_key), {"cache_size": self.cache_size})
+        return (type(self), (self.base, self.mission_key), {"cache_size": self.cache_size, "doors": self.doors})
 
     def __setstate__(self, state: dict) -> None:
         self.cache_size = state["cache_size"]
+        self.doors = state.get("doors", True)
+        if not self.doors:
+            self.provenance["doors"] = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base={self.base!r}, mission_key={self.mission_key!r})"
