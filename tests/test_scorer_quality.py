@@ -248,6 +248,23 @@ def test_other_minigrid_envs(env_id):
 
 
 @needs_minigrid
+def test_mission_checks_leave_out_implied_doors_in_a_single_room():
+    """As the DQN recipe does: an env whose first resets show no door scores its missions without the door
+    checks they only imply; an env with doors keeps them; --scorer-kwargs doors overrides."""
+    pytest.importorskip("transformers")
+    args = ["--scorer", "builtin:minigrid_agent", "--episodes", "1", "--policy", "random", "--max-steps", "8",
+            "--quiet"]
+    room = sq.main([*args, "--env", "BabyAI-GoToObjS6-v1"])
+    assert room["config"]["doors"] is False
+    assert all("door" not in prompt for prompt in room["tasks"].values())
+    doors = sq.main([*args, "--env", "BabyAI-GoToSeqS5R2-v0"])
+    assert doors["config"]["doors"] is True
+    told = sq.main([*args, "--env", "BabyAI-GoToObjS6-v1", "--scorer-kwargs", '{"doors": true}'])
+    assert told["config"]["doors"] is True and any("door" in prompt for prompt in told["tasks"].values())
+    assert sq.main(["--scorer", "oracle:minigrid", "--env", DOORKEY5, *SHORT])["config"]["doors"] is None
+
+
+@needs_minigrid
 def test_mission_policy_and_several_envs(capsys):
     """The mission policy on tasks of the family, several envs in one run: one summary row per env (and
     per policy of a mixed run); the oracle scores itself perfectly on the mission's sub-goals."""
