@@ -331,6 +331,17 @@ class TestCheckpoints:
         assert witness.exists()  # what trust_checkpoint=true means: the pickle runs
         replay.close()
 
+    def test_an_optional_state_missing_from_an_older_checkpoint_starts_afresh(self, tmp_path):
+        from vlmrb_torchrl.recipes.value_ceiling import SoftValueCeiling
+
+        path, replay, module = _checkpoint(tmp_path, 64)  # saved without a value ceiling (an older SAC run)
+        ceiling, net = SoftValueCeiling(gamma=0.99, max_entropy=1.0), torch.nn.Linear(2, 2)
+        load_checkpoint(path, modules={"net": net, "value_ceiling": ceiling}, rb=_replay().buffer)
+        assert torch.equal(net.weight, module.weight) and ceiling.exceeded_at is None and ceiling._streak == 0
+        with pytest.raises(CheckpointError, match="'other'"):  # a required module still is
+            load_checkpoint(path, modules={"net": net, "other": torch.nn.Linear(2, 2)}, rb=_replay().buffer)
+        replay.close()
+
     def test_torchrl_dumps_of_an_older_version_need_trust(self, tmp_path):
         import shutil
 

@@ -108,6 +108,10 @@ def test_lift_smoke_each_replay_mode(tmp_path, replay):
 
 def test_diverging_critics_are_reported(tmp_path, monkeypatch):
     # a ceiling no value can stay under stands in for critics that left what the rewards can back up
+    import warnings
+
+    import torch
+
     import vlmrb_torchrl.recipes.sac as sac_module
     from vlmrb_torchrl.recipes.value_ceiling import SoftValueCeiling
 
@@ -122,11 +126,22 @@ def test_diverging_critics_are_reported(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="critics are diverging") as caught:
         summary = sac_main(cfg)
     assert sum("critics are diverging" in str(w.message) for w in caught) == 1  # reported once
-    (ceiling,) = made
+    ceiling = made[0]
     assert ceiling.gamma == cfg.gamma and ceiling.max_entropy == pytest.approx(7 * math.log(2))  # Lift: 7 actions
     # the third batch with updates in a row: learning starts at 100 frames, batches of 50
     assert summary["q_ceiling_exceeded_at"] == 200 == ceiling.exceeded_at
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["q_ceiling_exceeded_at"] == 200
+    # checkpointed with the learner: a resumed run still says when it diverged, and does not report it again
+    state = torch.load(tmp_path / "run" / "checkpoints" / "step_200" / "state.pt", weights_only=True)
+    assert state["value_ceiling"]["exceeded_at"] == 200 and state["value_ceiling"]["reward_max"] <= 0
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        resumed = sac_main(apply_overrides(SACConfig(), {**TINY, "replay": "uniform", "total_frames": 300,
+                                                         "resume": str(tmp_path / "run"), "async_collection": False,
+                                                         "output_dir": str(tmp_path / "run")}))
+    assert resumed["env_steps"] == 300 and resumed["q_ceiling_exceeded_at"] == 200
+    assert not any("critics are diverging" in str(w.message) for w in again)
+    assert len(made) == 2 and made[1].exceeded_at == 200  # the resumed run's ceiling took the saved state
 
 
 @pytest.mark.slow  # trains and resumes through the CLI

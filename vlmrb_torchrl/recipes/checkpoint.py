@@ -294,6 +294,8 @@ def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, trust: bool
         except (OSError, ValueError) as err:
             raise CheckpointError(f"{file} cannot be read: {err}") from err
     for name, obj in modules.items():
+        if name not in state and getattr(obj, "checkpoint_optional", False):
+            continue  # saved with checkpoints only since a later version: it starts afresh
         try:
             obj.load_state_dict(state[name])
         except Exception as err:

@@ -139,8 +139,13 @@ def main(cfg: SACConfig) -> dict:
         run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed)
                        if start.needs_frames and cfg.gallery_clips > 0 else None)
 
+        # a warning when the critics hold values the replayed rewards cannot back up (they are diverging);
+        # checkpointed with the learner: a resumed run keeps the rewards seen and when it reported
+        ceiling = SoftValueCeiling(gamma=cfg.gamma, max_entropy=float(
+            torch.log(action_spec.space.high - action_spec.space.low).sum()))
+
         # --- resume
-        modules = checkpointed_modules({"learner": learner, "optim": optim}, start.scorer)
+        modules = checkpointed_modules({"learner": learner, "optim": optim, "value_ceiling": ceiling}, start.scorer)
         counters = resume_counters(cfg, checkpoint, modules=modules, rb=replay.buffer)
         # --- collection: in a child process one batch ahead of the learner (the second core), or in this one
         collector_fn = functools.partial(
@@ -156,10 +161,6 @@ def main(cfg: SACConfig) -> dict:
             cfg, run=run, replay=replay, counters=counters, modules=modules, device=start.device,
             eval_policy=eval_policy, eval_env_fn=eval_env_fn, eval_max_steps=cfg.max_episode_steps,
             make_collector=lambda env_steps: collector_fn(env_steps=env_steps)))
-
-        # a warning when the critics hold values the replayed rewards cannot back up (they are diverging)
-        ceiling = SoftValueCeiling(gamma=cfg.gamma, max_entropy=float(
-            torch.log(action_spec.space.high - action_spec.space.low).sum()))
 
         # --- the loop: collect -> store (and queue clips) -> learn; evaluations and checkpoints in end_batch
         last = {"alpha": learner.log_alpha.detach().exp()}  # the last update's losses (the actor's: its last update)

@@ -59,6 +59,31 @@ class SoftValueCeiling:
         self.exceeded_at: int | None = None
         self._streak = 0
 
+    #: a run's checkpoints from before it was saved with them resume without it (it starts afresh)
+    checkpoint_optional = True
+
+    def state_dict(self) -> dict:
+        """The rewards seen, the streak and when it reported: saved with a run's checkpoints, so that a resumed
+        run's ceiling still knows the rewards already in its buffer, and its ``summary.json`` still says when the
+        critics diverged before the resume.
+
+        Examples:
+            >>> ceiling = SoftValueCeiling(gamma=0.99, max_entropy=1.0)
+            >>> ceiling.observe(torch.tensor([-5.0, -1.0]))
+            >>> again = SoftValueCeiling(gamma=0.99, max_entropy=1.0)
+            >>> again.load_state_dict(ceiling.state_dict())
+            >>> again.reward_min, again.reward_max, again.exceeded_at
+            (-5.0, -1.0, None)
+        """
+        return {"reward_min": self.reward_min, "reward_max": self.reward_max, "exceeded_at": self.exceeded_at,
+                "streak": self._streak}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`."""
+        self.reward_min, self.reward_max = float(state["reward_min"]), float(state["reward_max"])
+        self.exceeded_at = None if state["exceeded_at"] is None else int(state["exceeded_at"])
+        self._streak = int(state["streak"])
+
     def observe(self, reward: torch.Tensor) -> None:
         """Takes in the rewards of newly stored transitions (non-finite ones are left out)."""
         reward = reward.detach().reshape(-1)
