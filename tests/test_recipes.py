@@ -301,6 +301,7 @@ def test_a_task_that_changes_every_episode_is_scored_per_clip(tmp_path, capsys):
     mission, builtin:minigrid_agent on frames of the agent-centred view) scores each clip with its own mission's
     checks, and the log says so."""
     cfg = apply_overrides(DQNConfig(), {**TINY, "env": "BabyAI-GoToLocal-v0", "replay": "vlm",
+                                        "async_scoring": False,  # scored before the last row, however busy the machine
                                         "output_dir": str(tmp_path / "run")})
     summary = dqn_main(cfg)
     assert summary["env_steps"] == 512
