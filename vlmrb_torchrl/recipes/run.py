@@ -150,16 +150,16 @@ def describe_checks(spec: str, checks: dict[str, Any]) -> str:
           progress("the agent holds the red ball" vs "the red ball is on the floor")
     """
     source = checks["checks_from"]
-    rooms = (" No door in the env's first episodes: the door checks a mission only implies are left out."
-             if checks.get("doors") is False else "")
+    rooms = (["No door in the env's first episodes: the door checks a mission only implies are left out."]
+             if checks.get("doors") is False else [])
     if source == "mission per clip":
-        return (f"{spec} checks: derived for each clip from its episode's mission (the mission changes every "
-                f"episode; the envs write it under 'mission').{rooms}")
+        return "\n".join([f"{spec} checks: derived for each clip from its episode's mission (the mission changes "
+                          "every episode; the envs write it under 'mission')", *rooms])
     where = {"mission": f"from the mission {checks['task']!r}",
              "generic": f"generic: the mission {checks['task']!r} is outside the MiniGrid/BabyAI grammar",
              "default": "the default set: no task", "given": "given"}.get(source, source)
     return "\n".join([f"{spec} checks ({where}), the clip's score is the best of:",
-                      *(f"  {c}" for c in checks["checks"])]) + (f"\n {rooms}" if rooms else "")
+                      *(f"  {c}" for c in checks["checks"]), *rooms])
 
 
 # ---------------------------------------------------------------------------------- run directory
