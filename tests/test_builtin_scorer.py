@@ -403,3 +403,27 @@ def test_dqn_default_scorer_is_builtin():
         apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "scorer=builtin:atari"]).validate()
     apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "scorer=oracle:atari"]).validate()
     apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "replay=uniform"]).validate()  # no scorer used
+
+
+def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
+    """``lift_domain(miss_share=...)``: the episodes' share of grasps aimed beside the cube, passed to the frame
+    generator, recorded in ``training.json`` and in the frame cache's name (the default keeps the shipped name)."""
+    import numpy as np
+
+    from vlmrb_torchrl.envs.robosuite_policies import LiftState
+    from vlmrb_torchrl.scorer_training import lift
+    from vlmrb_torchrl.scorer_training.data import FrameSet
+    from vlmrb_torchrl.scorer_training.domains import get_domain, lift_domain
+
+    seen = {}
+    monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
+    domain = lift_domain(miss_share=0.5)
+    assert domain.generate(10, seed=3) == "frames" and seen["miss_share"] == 0.5 and seen["seed"] == 3
+    assert domain.frames_tag == "front_close-fast-miss0.5" and get_domain("lift").frames_tag == "front_close-fast"
+    state = LiftState(gripper_open=True, near=False, grasped=False, lifted=False)
+    data = FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
+                    list(lift.LIFT_EPISODE_KINDS))
+    assert domain.describe(data)["episode_kinds"]["miss_share"] == 0.5
+    assert get_domain("lift").describe(data)["episode_kinds"]["miss_share"] == 0.2
+    with pytest.raises(ValueError, match="miss_share must be in"):
+        lift_domain(miss_share=1.5)
