@@ -92,6 +92,8 @@ Usage:
         --policy mixed-mission --seed 1000 --threads 1 --json family.json
     python benchmarks/scorer_quality.py --scorer builtin:scene --env ogbench/scene-task3 --episodes 20 \\
         --policy mixed --seed 1000 --max-steps 400
+    python benchmarks/scorer_quality.py --scorer builtin:minigrid_agent --env MiniGrid-BlockedUnlockPickup-v0 \\
+        --episodes 10 --policy mission --seed 1000 --by-check
 
 Prints a Markdown table (one row for all progress events, one per event type) and, with
 ``--json``, writes the same numbers plus the run's settings and the scorer's provenance. With
@@ -99,7 +101,9 @@ Prints a Markdown table (one row for all progress events, one per event type) an
 (``label_<flag>``), episode index and policy, and the threshold used: enough to recompute every
 number of the table, or to pick a decision threshold on tuning episodes with
 :func:`best_threshold` and read the held-out F1 at it (``docs/builtin_scorer.md`` does so for
-``builtin:lift``).
+``builtin:lift``). With ``--by-check`` (a scorer with a prompt set: ``builtin:*``) it also counts every
+clip above the threshold under the check that gave it its score (:class:`DecidingChecks`): which
+statement the false positives come from.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ import argparse
 import json
 import math
 import numbers
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -505,6 +510,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--scores", type=Path, default=None,
                         help="write every clip's score, oracle labels, episode and policy to this .npz (one env and "
                              "policy), e.g. to pick a threshold with best_threshold() on tuning episodes")
+    parser.add_argument("--by-check", action="store_true",
+                        help="count each clip above the threshold by the check that put it there (a contrastive "
+                             "scorer with a prompt set: builtin:*): true and false positives per check, printed and "
+                             "in the JSON under by_check (MiniGrid colours written C, so that per-episode missions "
+                             "add up)")
     parser.add_argument("--quiet", action="store_true", help="print nothing (the JSON still gets written)")
     return parser
 
@@ -528,6 +538,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> di
         parser.error(f"--label-noise must be in [0, 1], got {args.label_noise}.")
     if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
         parser.error(f"--noise-std must be a finite float >= 0, got {args.noise_std}.")
+    if args.by_check and (args.label_noise > 0 or args.noise_std > 0):
+        parser.error("--by-check counts the checks of the scorer itself: drop --label-noise / --noise-std.")
     if (not args.env.startswith(("MiniGrid-", "BabyAI-", ATARI_PREFIX)) and args.env != ROBOSUITE_PREFIX + "Lift"
             and not _is_scene_id(args.env)):
         parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*), robosuite/Lift, "
@@ -830,6 +842,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
                     parser.error(f"--policy {args.policy}: {err}")
 
             all_scores, all_labels, clip_policy, clip_episode = [], {k: [] for k in label_keys}, [], []
+            deciding = DecidingChecks(minigrid=not (robosuite or atari)) if args.by_check else None
             steps = successes = 0
             step_events = {name: 0 for name in label_keys}
             score_seconds = rollout_seconds = 0.0
@@ -847,6 +860,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
                 rollout_seconds += time.perf_counter() - t0
                 if scorer_for is not None:  # the episode's mission is the scorer's task
                     transform.scorer = noisy(scorer_for(env.mission))
+                if deciding is not None and not isinstance(transform.scorer, _Recording):
+                    transform.scorer = deciding.around(transform.scorer, parser)
                 steps += rollout.numel()
                 if ("next", "success") in rollout.keys(True):  # (Atari has no success flag)
                     successes += int(rollout["next", "success"].any())
@@ -909,8 +924,12 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
         "metrics": report,
         "by_policy": by_policy,
     }
+    if deciding is not None:
+        results["by_check"] = deciding.table(scores > threshold, labels[PROGRESS])
     if not args.quiet:
         print(_summary(results))
+        if deciding is not None:
+            print("\n" + format_by_check(results["by_check"]))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(_nan_to_none(results), indent=2) + "\n")
@@ -919,6 +938,65 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
         np.savez_compressed(args.scores, scores=scores, episode=np.asarray(clip_episode), policy=clip_policy,
                             threshold=threshold, **{f"label_{k}": v for k, v in labels.items()})
     return results
+
+
+class DecidingChecks:
+    """Records, for every clip scored, the check of the scorer's prompt set that gave the clip its score
+    (the argmax of :meth:`~vlmrb_torchrl.scorers.HFContrastiveScorer.check_scores`), then counts the true
+    and false positives at a threshold by it: which statement puts negative clips above the threshold.
+
+    Examples:
+        >>> import numpy as np
+        >>> d = DecidingChecks()
+        >>> d.checks = ["max the agent faces the red ball", "rise the agent faces the open door", "max the agent faces the blue ball"]
+        >>> d.table(np.array([True, True, True]), np.array([True, False, False]))
+        [{'check': 'max the agent faces the C ball', 'false_positives': 1, 'true_positives': 1}, {'check': 'rise the agent faces the open door', 'false_positives': 1, 'true_positives': 0}]
+    """
+
+    _COLOURS = re.compile(r"\b(red|green|blue|purple|yellow|grey)\b")
+
+    def __init__(self, *, minigrid: bool = True) -> None:
+        self.minigrid = minigrid
+        self.checks: list[str] = []
+
+    def around(self, scorer, parser: argparse.ArgumentParser):
+        """``scorer`` with its ``score`` recording the deciding checks (every other attribute its own)."""
+        if not hasattr(scorer, "check_scores"):
+            parser.error(f"--by-check needs a scorer with a prompt set (builtin:*, clip:...), got {type(scorer).__name__}.")
+        return _Recording(scorer, self)
+
+    def table(self, predicted: np.ndarray, positive: np.ndarray) -> list[dict[str, Any]]:
+        """Per check (most false positives first): the clips it put above the threshold, true and false."""
+        if len(self.checks) != len(predicted):
+            raise RuntimeError(f"--by-check recorded {len(self.checks)} clips for {len(predicted)} scores.")
+        counts: dict[str, list[int]] = {}
+        for check, above, label in zip(self.checks, predicted, positive):
+            if above:
+                name = self._COLOURS.sub("C", check) if self.minigrid else check
+                counts.setdefault(name, [0, 0])[0 if label else 1] += 1
+        rows = [{"check": k, "false_positives": fp, "true_positives": tp} for k, (tp, fp) in counts.items()]
+        return sorted(rows, key=lambda r: (-r["false_positives"], -r["true_positives"], r["check"]))
+
+
+class _Recording:
+    def __init__(self, scorer, sink: DecidingChecks) -> None:
+        self._scorer, self._sink = scorer, sink
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._scorer, name)
+
+    def score(self, clips):
+        per_check = self._scorer.check_scores(clips)
+        checks = self._scorer.prompt_set
+        self._sink.checks += [f"{checks[i].aggregation} {checks[i].positive}" for i in per_check.argmax(-1).tolist()]
+        return per_check.max(-1).values  # HFContrastiveScorer.score's scores
+
+
+def format_by_check(rows: list[dict[str, Any]]) -> str:
+    """``--by-check``'s table in Markdown."""
+    lines = ["| deciding check | false positives | true positives |", "|---|---:|---:|"]
+    lines += [f"| {r['check']} | {r['false_positives']} | {r['true_positives']} |" for r in rows]
+    return "\n".join(lines)
 
 
 def _jsonable(value: Any) -> Any:

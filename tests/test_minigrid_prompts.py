@@ -28,7 +28,16 @@ def test_doorkey_mission_gives_the_doorkey_set():
 
 
 @pytest.mark.parametrize("mission,expected", [
-    ("go to the red ball", [("max", "the agent faces the red ball", ("the agent does not face the red ball",))]),
+    # against what else the faced cell can hold, not against "does not face" (see _faces)
+    ("go to the red ball", [("max", "the agent faces the red ball", (
+        "the agent faces the empty floor", "the agent faces a wall", "the agent faces the red key",
+        "the agent faces the red box"))]),
+    ("go to a box", [("max", "the agent faces the box", (
+        "the agent faces the empty floor", "the agent faces a wall", "the agent faces the key",
+        "the agent faces the ball"))]),
+    ("go to the red door", [("max", "the agent faces the red door", (
+        "the agent faces the empty floor", "the agent faces a wall", "the agent faces the red key",
+        "the agent faces the red ball", "the agent faces the red box"))]),
     ("pick up a key", [("progress", "the agent holds the key", ("the key is on the floor",))]),
     ("open the purple door", [
         ("rise", "the purple door is open", ("the purple door is closed", "there is no purple door")),
@@ -37,11 +46,14 @@ def test_doorkey_mission_gives_the_doorkey_set():
     ("put the red ball next to the blue box", [
         ("progress", "the red ball is next to the blue box",
          ("the red ball is not next to the blue box", "the agent holds the red ball")),
-        ("progress", "the agent holds the red ball", ("the red ball is on the floor",))]),
+        # X picked up and put down, both rise (one clip often holds both)
+        ("rise", "the agent holds the red ball", ("the red ball is on the floor",)),
+        ("rise", "the red ball is on the floor", ("the agent holds the red ball",))]),
     ("put the blue box near the red ball", [  # the wording names the moved object first
         ("progress", "the blue box is next to the red ball",
          ("the blue box is not next to the red ball", "the agent holds the blue box")),
-        ("progress", "the agent holds the blue box", ("the blue box is on the floor",))]),
+        ("rise", "the agent holds the blue box", ("the blue box is on the floor",)),
+        ("rise", "the blue box is on the floor", ("the agent holds the blue box",))]),
 ])
 def test_each_verb_and_its_implied_checks(mission, expected):
     checks = mission_prompt_set(mission)
@@ -51,9 +63,13 @@ def test_each_verb_and_its_implied_checks(mission, expected):
     implied = [c.positive for c in checks[len(expected):]]
     if names_door:
         assert implied == []
-    else:  # the door to the target's room (and its key, unless the mission names a key)
+    else:  # the door to the target's room, faced (and its key, unless the mission names a key)
         keys = [] if "key" in mission else ["the agent holds the key"]
-        assert implied == ["the door is open", "the door is unlocked", *keys]
+        assert implied == ["the agent faces the open door", *keys]
+        faced = checks[len(expected)]
+        assert (faced.aggregation, faced.negatives) == ("rise", (
+            "the agent faces the closed door", "the agent faces the locked door", "the agent faces the empty floor",
+            "the agent faces a wall"))
 
 
 @pytest.mark.parametrize("mission", ["go to the red ball", "pick up a key", "put the red ball next to the blue box",
@@ -61,7 +77,7 @@ def test_each_verb_and_its_implied_checks(mission, expected):
 def test_without_doors_the_implied_door_checks_are_left_out(mission):
     with_doors = mission_prompt_set(mission)
     without = mission_prompt_set(mission, doors=False)
-    implied = {"the door is open", "the door is unlocked"}
+    implied = {"the agent faces the open door"}
     assert not implied & {c.positive for c in without}
     if "door" in mission:  # a door the mission names keeps its checks, and the key of it
         assert without == with_doors
@@ -73,7 +89,7 @@ def test_without_doors_the_implied_door_checks_are_left_out(mission):
 
 def test_goal_sequences_objects_and_locations():
     assert [c.positive for c in mission_prompt_set("get to the green goal square")] == [
-        "the agent is on the goal", "the door is open", "the door is unlocked", "the agent holds the key"]
+        "the agent is on the goal", "the agent faces the open door", "the agent holds the key"]
     # "object": one check per type; a location is dropped; checks are not repeated
     checks = mission_prompt_set("pick up the green object on your left, then pick up a green key")
     assert [c.positive for c in checks][:3] == ["the agent holds the green key", "the agent holds the green ball",
@@ -82,8 +98,9 @@ def test_goal_sequences_objects_and_locations():
     seq = mission_prompt_set("open the red door, then go to the blue door after you pick up the yellow box")
     assert [c.positive for c in seq] == ["the agent holds the yellow box", "the red door is open",
                                          "the agent holds the red key", "the agent faces the blue door"]
-    # put next to without colours: only the pick-up (the model's "next to" statements name colours)
-    assert mission_prompt_set("put a ball next to the green door")[0].positive == "the agent holds the ball"
+    # put next to without colours: only the pickup and the drop (the model's "next to" statements name colours)
+    assert [(c.aggregation, c.positive) for c in mission_prompt_set("put a ball next to the green door")] == [
+        ("rise", "the agent holds the ball"), ("rise", "the ball is on the floor")]
 
 
 @pytest.mark.parametrize("mission", [
@@ -169,6 +186,15 @@ def test_with_prompt_set_shares_the_model_and_scores_like_a_fresh_scorer(base):
     assert base.prompt_set == GENERIC_CHECKS  # the base is untouched
     same = with_mission(base, DOORKEY)
     assert torch.equal(same.score(clips), base.score(clips))
+
+
+def test_check_scores_are_each_checks_score(base):
+    clips = _episode_clips("BabyAI-GoToLocal-v0", [0, 1])
+    per_check = base.check_scores(clips)
+    assert per_check.shape == (2, len(base.prompt_set)) and per_check.dtype == torch.float32
+    assert torch.equal(per_check.max(-1).values, base.score(clips))
+    alone = make_scorer("builtin:minigrid", prompt_set=[base.prompt_set[1]]).score(clips)
+    assert torch.allclose(per_check[:, 1], alone, atol=1e-6)
 
 
 def test_mission_scorer_scores_each_clip_with_its_own_mission(base):

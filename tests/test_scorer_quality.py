@@ -265,6 +265,28 @@ def test_mission_checks_leave_out_implied_doors_in_a_single_room():
 
 
 @needs_minigrid
+def test_by_check_counts_each_clip_above_the_threshold_by_its_deciding_check(capsys):
+    """--by-check: every clip above the threshold is counted once, under the check of the prompt set that gave it
+    its score; the metrics are the plain run's; a scorer without a prompt set, or with noise, is refused."""
+    pytest.importorskip("transformers")
+    from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET
+
+    args = ["--scorer", "builtin:minigrid", "--env", DOORKEY5, "--episodes", "2", "--policy", "mixed",
+            "--max-steps", "40", "--clip-len", "8", "--threshold", "0.3"]
+    results = sq.main([*args, "--by-check"])
+    assert "| deciding check | false positives | true positives |" in capsys.readouterr().out
+    m, rows = results["metrics"][sq.PROGRESS], results["by_check"]
+    assert m["tp"] > 0
+    assert sum(r["true_positives"] for r in rows) == m["tp"] and sum(r["false_positives"] for r in rows) == m["fp"]
+    assert {r["check"] for r in rows} <= {f"{c.aggregation} {c.positive}" for c in MINIGRID_PROMPT_SET}
+    plain = sq.main([*args, "--quiet"])["metrics"][sq.PROGRESS]
+    assert (plain["tp"], plain["fp"], plain["fn"]) == (m["tp"], m["fp"], m["fn"]) and "by_check" not in plain
+    assert "--by-check needs a scorer with a prompt set" in _error(
+        capsys, ["--scorer", "oracle:minigrid", "--env", DOORKEY5, *SHORT, "--by-check"])
+    assert "drop --label-noise" in _error(capsys, [*args, "--by-check", "--label-noise", "0.1"])
+
+
+@needs_minigrid
 def test_mission_policy_and_several_envs(capsys):
     """The mission policy on tasks of the family, several envs in one run: one summary row per env (and
     per policy of a mixed run); the oracle scores itself perfectly on the mission's sub-goals."""

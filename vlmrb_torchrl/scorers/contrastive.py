@@ -461,17 +461,20 @@ class HFContrastiveScorer:
         per_clip = self._check_probabilities(clips)
         return [p[:, 0] for p in per_clip] if len(self.prompt_set) == 1 else per_clip
 
+    def check_scores(self, clips: TensorDictBase) -> torch.Tensor:
+        """Each check's aggregated score of each clip: float32 ``[B, num_checks]`` in ``[0, 1]``, in the
+        order of ``prompt_set``. :meth:`score` is its max over checks; its argmax says which check decided
+        a clip (``benchmarks/scorer_quality.py --by-check`` counts false positives by it)."""
+        check_clips(clips, self.in_keys, scorer=self)
+        rows = [torch.stack([aggregate(p[:, c], check.aggregation, check.hold) for c, check in enumerate(self.prompt_set)])
+                for p in self._check_probabilities(clips)]
+        return torch.stack(rows).float() if rows else torch.zeros(0, len(self.prompt_set))
+
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """Aggregated per-frame P(positive), max over the prompt set's checks: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
-        per_clip = self._check_probabilities(clips)
-        out = []
-        for p in per_clip:
-            per_check = []
-            for c, check in enumerate(self.prompt_set):
-                per_check.append(aggregate(p[:, c], check.aggregation, check.hold))
-            out.append(torch.stack(per_check).max())
-        return validate_scores(torch.stack(out) if out else torch.zeros(0), batch, scorer=self)
+        per_check = self.check_scores(clips)
+        return validate_scores(per_check.max(-1).values if len(per_check) else torch.zeros(0), batch, scorer=self)
 
     def stats(self) -> dict[str, int]:
         """``frames_embedded`` (by the vision tower), ``embedding_cache_hits`` (frames reused),

@@ -12,15 +12,22 @@ sub-goal                  positive                                              
 pick up X                 the agent holds X                                     X is on the floor                                           progress
 unlock X (a locked door)  X is unlocked                                         X is locked                                                 progress
 open X                    X is open                                             X is closed; there is no X                                  rise
-go to X                   the agent faces X                                     the agent does not face X                                   max
+go to X                   the agent faces X                                     the agent faces the empty floor; ... a wall;                max
+                                                                                ... the other types in X's colour
 put X next to Y           X is next to Y                                        X is not next to Y; the agent holds X                       progress
+... and X picked up      the agent holds X                                     X is on the floor                                           rise
+... and X put down       X is on the floor                                     the agent holds X                                           rise
 get to the goal           the agent is on the goal                              the agent is next to the goal; ... is far from the goal     max
 ========================  ====================================================  ==========================================================  ===========
 
 plus the sub-goals the mission implies: "open X" adds "pick up X's key" (the key of the door,
-if it is locked), "put X next to Y" adds "pick up X", and a mission whose targets may lie
-behind a door (the goal, an object) and that names no door itself adds "a door is open"
-(``rise``) and "a door is unlocked" (``progress``), and "the agent holds a key" (the key of
+if it is locked), "put X next to Y" adds X's pickup and drop (``rise``: a scripted agent carries X
+a few steps, so one clip often holds both; the drop stands in for "next to", which the frames barely
+show), and a mission whose targets may lie
+behind a door (the goal, an object) and that names no door itself adds "the agent faces the open
+door" (``rise``, against facing a closed or locked door, the floor or a wall: opening or unlocking a
+door means facing it, and in the agent-centred view "a door is open" or "unlocked" changes whenever
+one turns into sight), and "the agent holds a key" (the key of
 a locked door on the way) unless it names a key itself — where the env's layouts have doors
 (``doors=True``, the default; the recipes and the benchmark pass ``doors=False`` for an env whose
 first episodes show none, :func:`~vlmrb_torchrl.envs.minigrid.minigrid_has_doors`: in a single room
@@ -37,9 +44,9 @@ Examples:
     >>> for check in mission_prompt_set("put the red ball next to the blue box"):
     ...     print(check.aggregation, check.positive, "|", "; ".join(check.negatives))
     progress the red ball is next to the blue box | the red ball is not next to the blue box; the agent holds the red ball
-    progress the agent holds the red ball | the red ball is on the floor
-    rise the door is open | the door is closed; there is no door
-    progress the door is unlocked | the door is locked
+    rise the agent holds the red ball | the red ball is on the floor
+    rise the red ball is on the floor | the agent holds the red ball
+    rise the agent faces the open door | the agent faces the closed door; the agent faces the locked door; the agent faces the empty floor; the agent faces a wall
     progress the agent holds the key | the key is on the floor
 """
 
@@ -73,9 +80,26 @@ def _kinds(thing: Thing) -> tuple[str, ...]:
     return CARRYABLE if thing.kind == "object" else (thing.kind,)
 
 
-def _holds(thing: Thing) -> list[PromptCheck]:
-    return [PromptCheck(_say("holds", _color(thing), k), (_say("floor", _color(thing), k),), "progress")
+def _holds(thing: Thing, aggregation: str = "progress") -> list[PromptCheck]:
+    return [PromptCheck(_say("holds", _color(thing), k), (_say("floor", _color(thing), k),), aggregation)
             for k in _kinds(thing)]
+
+
+def _carried(thing: Thing) -> list[PromptCheck]:
+    # What "put X next to Y" is made of: X picked up, then put down. Both `rise`: a scripted agent
+    # carries X a few steps, so one clip often holds the pickup and the drop (`progress` then reads
+    # nothing), and the drop stands in for "X is next to Y", a relation these frames barely show.
+    dropped = [PromptCheck(_say("floor", _color(thing), k), (_say("holds", _color(thing), k),), "rise")
+               for k in _kinds(thing)]
+    return [*_holds(thing, "rise"), *dropped]
+
+
+def _faced_open_door() -> PromptCheck:
+    # An implied door is checked on the cell in front of the agent: in the agent-centred view "a door is
+    # open" rises whenever an open door turns into sight (most of that view's false positives), while
+    # opening a door means facing it.
+    return PromptCheck(_say("faces_door", "open"), (_say("faces_door", "closed"), _say("faces_door", "locked"),
+                                                    _say("faces", "any", "floor"), _say("faces", "any", "wall")), "rise")
 
 
 def _goal() -> PromptCheck:
@@ -114,12 +138,12 @@ def _checks(sub: Subgoal) -> list[PromptCheck]:
     # put_next: colour-specific statements only (the model's "next to" statements name both colours)
     other = sub.other
     if target.color is None or other.color is None or "object" in (target.kind, other.kind):
-        return _holds(target)
+        return _carried(target)
     a, b = sorted([(target.color, target.kind), (other.color, other.kind)])
     order = 0 if a == (target.color, target.kind) else 1  # the wording that names the moved object first
     placed = PromptCheck(_say("next", *a, *b, wording=order),
                          (_say("apart", *a, *b, wording=order), _say("holds", target.color, target.kind)), "progress")
-    return [placed, *_holds(target)]
+    return [placed, *_carried(target)]
 
 
 def mission_prompt_set(mission: str | Mission, *, doors: bool = True) -> tuple[PromptCheck, ...] | None:
@@ -155,7 +179,7 @@ def mission_prompt_set(mission: str | Mission, *, doors: bool = True) -> tuple[P
     names_key = any(s.target.kind in ("key", "object") for s in subs if s.verb in ("pick_up", "put_next", "go_to"))
     if doors and not names_door and any(s.verb in ("reach", "pick_up", "go_to", "put_next") for s in subs):
         # the door to the target's room, and the key of a locked one
-        checks += [_opened("any"), _unlocked("any")]
+        checks.append(_faced_open_door())  # a locked door opens when unlocked: one check for both
         if not names_key:
             checks += _holds(Thing("key"))
     return tuple(dict.fromkeys(checks))
