@@ -336,7 +336,7 @@ def make_builtin_scorer(
         (2, 1)
         >>> scorer = make_builtin_scorer(task="go to the red ball, then pick up the blue key")
         >>> scorer.provenance["checks_from"], [c.positive for c in scorer.prompt_set]
-        ('mission', ['the agent faces the red ball', 'the agent holds the blue key', 'the door is open', 'the door is unlocked'])
+        ('mission', ['the agent faces the red ball', 'the agent holds the blue key', 'the agent faces the open door'])
     """
     from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
 
