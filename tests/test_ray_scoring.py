@@ -8,6 +8,7 @@ the remote buffer class in-process). Everything that starts the local cluster (~
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -176,12 +177,23 @@ def ray_cluster():
     # the scorers and helpers live in test modules the actors cannot import: ship them by value
     for module in ("test_worker", __name__):
         ray.cloudpickle.register_pickle_by_value(sys.modules[module])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir)
     try:
         yield ray
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
+        for signum, handler in handlers.items():  # ray.init's SIGTERM handler outlives ray.shutdown
+            signal.signal(signum, handler)
+
+
+def _wait_until_workers_take_work(pool, timeout: float = 60.0) -> None:
+    """Until every actor of ``pool`` has answered its first ready() probe (no batch goes to it before)."""
+    deadline = time.monotonic() + timeout
+    while any(w.paused for w in pool._workers):
+        assert time.monotonic() < deadline, "the Ray actors did not start"
+        time.sleep(0.05)
 
 
 def thread_scores(data_seed=0, **kwargs):
@@ -199,9 +211,11 @@ def test_ray_scores_equal_thread_scores(ray_cluster):
     flat, thread_sampler = thread_scores(batch_size=7)
     sampler = VLMPrioritizedSampler(10_000, threshold=None)
     _, batches = clip_batches(sampler, make_batches(num_envs=4, steps=60))
-    pool = make_async_scorer(make_transform(delay=0.01), sampler, backend="ray", num_workers=2, batch_size=7)
+    # 0.35 s a batch: the next batch arrives while the first worker is still busy, even when submitting is slow
+    pool = make_async_scorer(make_transform(delay=0.05), sampler, backend="ray", num_workers=2, batch_size=7)
     assert isinstance(pool, RayAsyncScorer)
     with pool:
+        _wait_until_workers_take_work(pool)  # on a loaded machine one actor can start after the other has done it all
         for b in batches:
             pool.submit(b)
         assert pool.drain(timeout=120)

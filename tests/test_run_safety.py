@@ -730,18 +730,49 @@ class TestMetricsOnResume:
 
 
 # ---------------------------------------------------------------------------------- SIGTERM, divergence
+def _ray_like_sigterm_handler():
+    """A stand-in for the handler ``ray.init`` installs and leaves after ``ray.shutdown`` (it only exits)."""
+    def sigterm_handler(signum, frame):
+        raise SystemExit(signum)
+
+    sigterm_handler.__module__ = "ray._private.worker"
+    sigterm_handler.__qualname__ = "init.<locals>.sigterm_handler"
+    return sigterm_handler
+
+
+def test_a_run_takes_over_rays_sigterm_handler_but_not_the_users():
+    from vlmrb_torchrl.recipes.loop import _replaceable_handler
+
+    assert _replaceable_handler(signal.SIG_DFL) and _replaceable_handler(signal.default_int_handler)
+    assert _replaceable_handler(_ray_like_sigterm_handler())
+    assert not _replaceable_handler(lambda signum, frame: None)  # the user's stays theirs
+
+
 @pytest.mark.slow  # a short training run
-def test_sigterm_checkpoints_and_exits_cleanly(tmp_path, monkeypatch, capsys):
-    """What a scheduler sends on preemption: the batch ends with a checkpoint, the command exits 143."""
+@pytest.mark.parametrize("before", ["default", "ray"])
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path, monkeypatch, capsys, before):
+    """What a scheduler sends on preemption: the batch ends with a checkpoint, the command exits 143 — also
+    after ``ray.init`` has installed its own SIGTERM handler (the Ray scorer backend), which is put back."""
     from vlmrb_torchrl.recipes import loop
 
+    previous = signal.getsignal(signal.SIGTERM)
+    installed = signal.SIG_DFL if before == "default" else _ray_like_sigterm_handler()
+    signal.signal(signal.SIGTERM, installed)
+    try:
+        _sigterm_run(tmp_path, monkeypatch, capsys, loop)
+        assert signal.getsignal(signal.SIGTERM) is installed  # restored
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_run(tmp_path, monkeypatch, capsys, loop):
     original = loop.maybe_evaluate
 
     def evaluate_then_sigterm(*args, counters, **kwargs):
         if counters["env_steps"] == 256 and not hasattr(evaluate_then_sigterm, "done"):
             evaluate_then_sigterm.done = True
-            # without the recipe's handler SIGTERM would end pytest itself, not fail this test
-            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None), \
+            # without the recipe's handler SIGTERM would end pytest itself (or exit it, Ray's), not fail this test
+            assert getattr(signal.getsignal(signal.SIGTERM), "__name__", None) == "_on_signal", \
                 "the recipe installed no SIGTERM handler"
             signal.raise_signal(signal.SIGTERM)
         return original(*args, counters=counters, **kwargs)
@@ -753,7 +784,6 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "SIGTERM: stopping after this batch, with a checkpoint" in err and "stopped by signal 15." in err
     assert check_checkpoint(run_dir / "checkpoints" / "step_256") == (True, "")
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored
     from vlmrb_torchrl.recipes.run_dir import LOCK
 
     import fcntl

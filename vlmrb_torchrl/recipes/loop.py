@@ -33,6 +33,24 @@ def fmt(value) -> str | None:
     return None if value is None or value != value else f"{value:.3g}"
 
 
+def _replaceable_handler(current) -> bool:
+    """Whether a run may take over a signal whose handler is ``current``: the interpreter's defaults, the
+    run's own SIGTERM handler, and the one ``ray.init`` installs (it only exits, and stays after
+    ``ray.shutdown``: a run with the Ray scorer backend must still checkpoint on SIGTERM). A handler the
+    user installed stays.
+
+    Examples:
+        >>> import signal
+        >>> _replaceable_handler(signal.SIG_DFL), _replaceable_handler(lambda signum, frame: None)
+        (True, False)
+    """
+    if current is signal.default_int_handler or current == signal.SIG_DFL:
+        return True
+    module = getattr(current, "__module__", None)
+    return module == "vlmrb_torchrl.recipes.run_dir" or (
+        module == "ray._private.worker" and getattr(current, "__qualname__", "").endswith("sigterm_handler"))
+
+
 class Training:
     """Drives a recipe's loop; the recipe writes the loop body (store, gradient steps, its metrics).
 
@@ -156,10 +174,7 @@ class Training:
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in (signal.SIGINT, signal.SIGTERM):
-            # only the interpreter's defaults and the run's own SIGTERM handler: a handler the user installed stays
-            current = signal.getsignal(signum)
-            if current is signal.default_int_handler or current == signal.SIG_DFL or \
-                    getattr(current, "__module__", None) == "vlmrb_torchrl.recipes.run_dir":
+            if _replaceable_handler(signal.getsignal(signum)):
                 self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
     def _restore_sigint(self) -> None:
