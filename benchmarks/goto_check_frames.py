@@ -26,9 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scorer_quality import auroc  # noqa: E402
 
-GO_TO = re.compile(r"go to (?:the|a) (?:(red|green|blue|purple|yellow|grey) )?(key|ball|box)")
-TYPES = ("key", "ball", "box")
-COLOURS = ("red", "green", "blue", "purple", "yellow", "grey")
+from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, COLORS  # noqa: E402
+
+GO_TO = re.compile(rf"go to (?:the|a) (?:({'|'.join(COLORS)}) )?({'|'.join(CARRYABLE)})")
 
 
 def _thing(colour: str | None, kind: str) -> str:
@@ -38,14 +38,14 @@ def _thing(colour: str | None, kind: str) -> str:
 def wordings(colour: str | None, kind: str) -> dict[str, list[str]]:
     """The candidate checks for "go to X": positive first, then the negatives."""
     x = _thing(colour, kind)
-    others = [f"the agent faces {_thing(colour, k)}" for k in TYPES if k != kind]
+    others = [f"the agent faces {_thing(colour, k)}" for k in CARRYABLE if k != kind]
     place = ["the agent faces the empty floor", "the agent faces a wall"]
     return {
         "faces X vs does not face X": [f"the agent faces {x}", f"the agent does not face {x}"],
         "faces X vs floor, wall": [f"the agent faces {x}", *place],
         "faces X vs floor, wall, other types in X's colour": [f"the agent faces {x}", *place, *others],
         "the same and the other colours of X's type": [f"the agent faces {x}", *place, *others,
-                                                       *[f"the agent faces the {c} {kind}" for c in COLOURS
+                                                       *[f"the agent faces the {c} {kind}" for c in COLORS
                                                          if colour and c != colour]],
         "X is in front vs is not": [f"{x} is in front of the agent", f"{x} is not in front of the agent"],
     }

@@ -122,6 +122,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vlmrb_torchrl.envs.minigrid_missions import COLORS
 from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
 
 #: the row of all progress events: the oracle's own flag.
@@ -953,7 +954,7 @@ class DecidingChecks:
         [{'check': 'max the agent faces the C ball', 'false_positives': 1, 'true_positives': 1}, {'check': 'rise the agent faces the open door', 'false_positives': 1, 'true_positives': 0}]
     """
 
-    _COLOURS = re.compile(r"\b(red|green|blue|purple|yellow|grey)\b")
+    _COLOURS = re.compile(rf"\b({'|'.join(COLORS)})\b")
 
     def __init__(self, *, minigrid: bool = True) -> None:
         self.minigrid = minigrid

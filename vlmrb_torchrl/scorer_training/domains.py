@@ -32,8 +32,8 @@ import numpy as np
 from vlmrb_torchrl.scorer_training.captions import Statement
 from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
 
-__all__ = ["BuildConfig", "Domain", "DOMAINS", "get_domain", "minigrid_domain", "lift_domain", "MINIGRID_QUESTIONS",
-           "atari_domain", "scene_domain", "save_frames", "load_frames"]
+__all__ = ["BuildConfig", "Domain", "DOMAINS", "get_domain", "minigrid_domain", "lift_domain", "LIFT_MISS_SHARE",
+           "MINIGRID_QUESTIONS", "atari_domain", "scene_domain", "save_frames", "load_frames"]
 
 
 @dataclasses.dataclass
@@ -359,7 +359,11 @@ statements. Each frame gets a 1-3 statement caption; every statement's wordings 
 `vlmrb_torchrl/scorer_training/lift.py`. Frame shares in the training data: {report['statement_shares']}."""
 
 
-def lift_domain(*, miss_share: float = 0.2) -> Domain:
+#: The share of near-miss episodes in the shipped ``builtin:lift`` model's frames.
+LIFT_MISS_SHARE = 0.2
+
+
+def lift_domain(*, miss_share: float = LIFT_MISS_SHARE) -> Domain:
     """The robosuite Lift domain (``builtin:lift``): the SAC recipe's ``front_close`` fast frames at 64 px.
 
     Keyword Args:
@@ -401,7 +405,8 @@ def lift_domain(*, miss_share: float = 0.2) -> Domain:
         card_title="a small CLIP for robosuite Lift frames",
         card_intro=_lift_intro,
         card_data=_lift_data,
-        frames_tag=f"{camera}-{'fast' if fast_render else 'full'}" + ("" if miss_share == 0.2 else f"-miss{miss_share:g}"),
+        frames_tag=f"{camera}-{'fast' if fast_render else 'full'}"
+        + ("" if miss_share == LIFT_MISS_SHARE else f"-miss{miss_share:g}"),
     )
 
 

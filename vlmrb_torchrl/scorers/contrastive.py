@@ -465,7 +465,6 @@ class HFContrastiveScorer:
         """Each check's aggregated score of each clip: float32 ``[B, num_checks]`` in ``[0, 1]``, in the
         order of ``prompt_set``. :meth:`score` is its max over checks; its argmax says which check decided
         a clip (``benchmarks/scorer_quality.py --by-check`` counts false positives by it)."""
-        check_clips(clips, self.in_keys, scorer=self)
         rows = [torch.stack([aggregate(p[:, c], check.aggregation, check.hold) for c, check in enumerate(self.prompt_set)])
                 for p in self._check_probabilities(clips)]
         return torch.stack(rows).float() if rows else torch.zeros(0, len(self.prompt_set))
