@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, COLORS
 from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
 
 __all__ = ["COLORS", "OBJECTS", "Statement", "true_statements", "wordings", "all_statements", "vocabulary",
            "mirrored_left_right", "mirrored_up_down", "opposites"]
 
-#: MiniGrid's colours (minigrid.core.constants.COLOR_NAMES) and the objects captions name.
-COLORS = ("red", "green", "blue", "purple", "yellow", "grey")
-OBJECTS = ("key", "ball", "box")
+#: The objects captions name: the ones an agent can carry (MiniGrid's colours: ``COLORS``, from
+#: :mod:`vlmrb_torchrl.envs.minigrid_missions`).
+OBJECTS = CARRYABLE
 # closed: not open; unlocked: closed and not locked; notlocked: open or closed, not locked
 DOOR_STATES = ("open", "closed", "locked", "unlocked", "notlocked")
 FACED = ("key", "ball", "box", "door", "goal", "wall", "lava", "floor")
@@ -41,7 +42,8 @@ def true_statements(state: MiniGridState) -> frozenset[Statement]:
     """Every statement true in ``state`` (all others are false).
 
     Examples:
-        >>> from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
+        >>> from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, COLORS
+from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
         >>> s = MiniGridState(("yellow", "key"), (), (("yellow", "locked"),), ("yellow", "door", "locked"),
         ...                   False, 3, "left")
         >>> sorted(t for t in true_statements(s) if t[0] == "door")[:4]
