@@ -427,3 +427,29 @@ def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
     assert get_domain("lift").describe(data)["episode_kinds"]["miss_share"] == 0.2
     with pytest.raises(ValueError, match="miss_share must be in"):
         lift_domain(miss_share=1.5)
+
+
+def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
+    """``lift_domain(camera=...)``: the camera the frames are rendered from, passed to the frame generator and
+    recorded in ``training.json`` and the frame cache's name; the default is the SAC recipe's scorer camera."""
+    import numpy as np
+
+    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS
+    from vlmrb_torchrl.envs.robosuite_policies import LiftState
+    from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
+    from vlmrb_torchrl.scorer_training import lift
+    from vlmrb_torchrl.scorer_training.data import FrameSet
+    from vlmrb_torchrl.scorer_training.domains import lift_domain
+
+    seen = {}
+    monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
+    assert ROBOSUITE_VIEWS["front_close_narrow"].fovy == 30.0
+    domain = lift_domain(camera="front_close_narrow")
+    assert domain.generate(10, seed=3) == "frames" and seen["camera"] == "front_close_narrow"
+    assert domain.frames_tag == "front_close_narrow-fast"
+    state = LiftState(gripper_open=True, near=False, grasped=False, lifted=False)
+    data = FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
+                    list(lift.LIFT_EPISODE_KINDS))
+    assert domain.describe(data)["frames_rendered"]["camera"] == "front_close_narrow"
+    lift_domain().generate(10, seed=3)
+    assert seen["camera"] == LIFT_SCORER_CAMERA == "front_close"

@@ -86,9 +86,13 @@ class CameraView:
 #: front of the table, 45 cm from the point 6 cm above the table's centre (where Lift's cube starts,
 #: within 3 cm), 12 cm above it, 45° field of view. At 64 px the cube is ~8 px wide and a 5 cm lift
 #: moves it ~10 px against the fixed table edge; in ``agentview`` the fingers hide the cube and a
-#: lift moves it a few pixels.
+#: lift moves it a few pixels. ``"front_close_narrow"``: the same camera with a 30° field of view (the
+#: cube and the fingers 1.5x larger, a lift of 12 cm still in the frame); a ``builtin:lift`` built on it
+#: was not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras.
 ROBOSUITE_VIEWS: dict[str, CameraView] = {
     "front_close": CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0),
+    "front_close_narrow": CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0,
+                                     fovy=30.0),
 }
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
 from vlmrb_torchrl.scorer_training.captions import Statement
 from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
 
@@ -363,20 +364,26 @@ statements. Each frame gets a 1-3 statement caption; every statement's wordings 
 LIFT_MISS_SHARE = 0.2
 
 
-def lift_domain(*, miss_share: float = LIFT_MISS_SHARE) -> Domain:
+def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORER_CAMERA) -> Domain:
     """The robosuite Lift domain (``builtin:lift``): the SAC recipe's ``front_close`` fast frames at 64 px.
 
     Keyword Args:
         miss_share (float, optional): share of scripted episodes whose grasps aim 2-4 cm beside the cube
             (:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`). Defaults to ``0.2``, the shipped
             model's; 0.5 was tried (docs/builtin_scorer.md) and is recorded in ``training.json``.
+        camera (str, optional): the camera the frames are rendered from, one of
+            :class:`~vlmrb_torchrl.envs.RobosuiteEnv`'s (a robosuite camera or a
+            :data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS` name). Defaults to the SAC recipe's
+            ``LIFT_SCORER_CAMERA`` (``"front_close"``), the shipped model's; recorded in ``training.json``
+            and the frame cache's name. ``"front_close_narrow"`` (a 30° field of view) was tried
+            (docs/builtin_scorer.md).
     """
     from vlmrb_torchrl.scorer_training import lift
 
     if not 0.0 <= miss_share <= 1.0:
         raise ValueError(f"lift_domain: miss_share must be in [0, 1], got {miss_share!r}.")
     episode_steps, random_share = (80, 160), 0.2
-    camera, frame_size, fast_render = "front_close", 64, True
+    frame_size, fast_render = 64, True
 
     def describe(data: FrameSet) -> dict[str, Any]:
         shares = {name: round(sum(bool(getattr(s, name)) for s in data.states) / max(1, len(data)), 3)
