@@ -42,8 +42,7 @@ def true_statements(state: MiniGridState) -> frozenset[Statement]:
     """Every statement true in ``state`` (all others are false).
 
     Examples:
-        >>> from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, COLORS
-from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
+        >>> from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
         >>> s = MiniGridState(("yellow", "key"), (), (("yellow", "locked"),), ("yellow", "door", "locked"),
         ...                   False, 3, "left")
         >>> sorted(t for t in true_statements(s) if t[0] == "door")[:4]
