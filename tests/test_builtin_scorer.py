@@ -405,14 +405,23 @@ def test_dqn_default_scorer_is_builtin():
     apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "replay=uniform"]).validate()  # no scorer used
 
 
-def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
-    """``lift_domain(miss_share=...)``: the episodes' share of grasps aimed beside the cube, passed to the frame
-    generator, recorded in ``training.json`` and in the frame cache's name (the default keeps the shipped name)."""
+def _one_lift_frame():
+    """A one-frame Lift FrameSet (what ``Domain.describe`` reads)."""
     import numpy as np
 
     from vlmrb_torchrl.envs.robosuite_policies import LiftState
     from vlmrb_torchrl.scorer_training import lift
     from vlmrb_torchrl.scorer_training.data import FrameSet
+
+    state = LiftState(gripper_open=True, near=False, grasped=False, lifted=False)
+    return FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
+                    list(lift.LIFT_EPISODE_KINDS))
+
+
+def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
+    """``lift_domain(miss_share=...)``: the episodes' share of grasps aimed beside the cube, passed to the frame
+    generator, recorded in ``training.json`` and in the frame cache's name (the default keeps the shipped name)."""
+    from vlmrb_torchrl.scorer_training import lift
     from vlmrb_torchrl.scorer_training.domains import get_domain, lift_domain
 
     seen = {}
@@ -420,9 +429,7 @@ def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
     domain = lift_domain(miss_share=0.5)
     assert domain.generate(10, seed=3) == "frames" and seen["miss_share"] == 0.5 and seen["seed"] == 3
     assert domain.frames_tag == "front_close-fast-miss0.5" and get_domain("lift").frames_tag == "front_close-fast"
-    state = LiftState(gripper_open=True, near=False, grasped=False, lifted=False)
-    data = FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
-                    list(lift.LIFT_EPISODE_KINDS))
+    data = _one_lift_frame()
     assert domain.describe(data)["episode_kinds"]["miss_share"] == 0.5
     assert get_domain("lift").describe(data)["episode_kinds"]["miss_share"] == 0.2
     with pytest.raises(ValueError, match="miss_share must be in"):
@@ -432,24 +439,20 @@ def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
 def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
     """``lift_domain(camera=...)``: the camera the frames are rendered from, passed to the frame generator and
     recorded in ``training.json`` and the frame cache's name; the default is the SAC recipe's scorer camera."""
-    import numpy as np
+    import dataclasses
 
     from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS
-    from vlmrb_torchrl.envs.robosuite_policies import LiftState
     from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
     from vlmrb_torchrl.scorer_training import lift
-    from vlmrb_torchrl.scorer_training.data import FrameSet
     from vlmrb_torchrl.scorer_training.domains import lift_domain
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
-    assert ROBOSUITE_VIEWS["front_close_narrow"].fovy == 30.0
+    assert ROBOSUITE_VIEWS["front_close_narrow"] == dataclasses.replace(ROBOSUITE_VIEWS["front_close"], fovy=30.0)
     domain = lift_domain(camera="front_close_narrow")
     assert domain.generate(10, seed=3) == "frames" and seen["camera"] == "front_close_narrow"
     assert domain.frames_tag == "front_close_narrow-fast"
-    state = LiftState(gripper_open=True, near=False, grasped=False, lifted=False)
-    data = FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
-                    list(lift.LIFT_EPISODE_KINDS))
+    data = _one_lift_frame()
     assert domain.describe(data)["frames_rendered"]["camera"] == "front_close_narrow"
     lift_domain().generate(10, seed=3)
     assert seen["camera"] == LIFT_SCORER_CAMERA == "front_close"

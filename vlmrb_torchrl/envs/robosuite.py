@@ -89,10 +89,10 @@ class CameraView:
 #: lift moves it a few pixels. ``"front_close_narrow"``: the same camera with a 30° field of view (the
 #: cube and the fingers 1.5x larger, a lift of 12 cm still in the frame); a ``builtin:lift`` built on it
 #: was not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras.
+_FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0)
 ROBOSUITE_VIEWS: dict[str, CameraView] = {
-    "front_close": CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0),
-    "front_close_narrow": CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0,
-                                     fovy=30.0),
+    "front_close": _FRONT_CLOSE,
+    "front_close_narrow": dataclasses.replace(_FRONT_CLOSE, fovy=30.0),
 }
 
 

@@ -365,7 +365,8 @@ LIFT_MISS_SHARE = 0.2
 
 
 def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORER_CAMERA) -> Domain:
-    """The robosuite Lift domain (``builtin:lift``): the SAC recipe's ``front_close`` fast frames at 64 px.
+    """The robosuite Lift domain (``builtin:lift``): fast 64-px frames from the SAC recipe's scorer camera
+    (``front_close``) or another one.
 
     Keyword Args:
         miss_share (float, optional): share of scripted episodes whose grasps aim 2-4 cm beside the cube

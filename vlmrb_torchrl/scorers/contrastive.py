@@ -471,9 +471,9 @@ class HFContrastiveScorer:
 
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """Aggregated per-frame P(positive), max over the prompt set's checks: float32 ``[B]`` in ``[0, 1]``."""
-        batch = check_clips(clips, self.in_keys, scorer=self)
-        per_check = self.check_scores(clips)
-        return validate_scores(per_check.max(-1).values if len(per_check) else torch.zeros(0), batch, scorer=self)
+        per_check = self.check_scores(clips)  # checks the clips (_check_probabilities)
+        return validate_scores(per_check.max(-1).values if len(per_check) else torch.zeros(0), clips.batch_size[0],
+                               scorer=self)
 
     def stats(self) -> dict[str, int]:
         """``frames_embedded`` (by the vision tower), ``embedding_cache_hits`` (frames reused),
