@@ -82,6 +82,8 @@ class CameraView:
         return np.asarray(self.lookat, dtype=np.float64) - self.distance * forward
 
 
+_FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0)
+
 #: Cameras :class:`RobosuiteEnv` renders besides the model's own, by name. ``"front_close"``: in
 #: front of the table, 45 cm from the point 6 cm above the table's centre (where Lift's cube starts,
 #: within 3 cm), 12 cm above it, 45° field of view. At 64 px the cube is ~8 px wide and a 5 cm lift
@@ -89,7 +91,6 @@ class CameraView:
 #: lift moves it a few pixels. ``"front_close_narrow"``: the same camera with a 30° field of view (the
 #: cube and the fingers 1.5x larger, a lift of 12 cm still in the frame); a ``builtin:lift`` built on it
 #: was not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras.
-_FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0)
 ROBOSUITE_VIEWS: dict[str, CameraView] = {
     "front_close": _FRONT_CLOSE,
     "front_close_narrow": dataclasses.replace(_FRONT_CLOSE, fovy=30.0),
