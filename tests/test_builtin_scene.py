@@ -164,6 +164,31 @@ def test_the_episode_plan_is_drawn_from_the_seed_alone():
     assert scene._plan(2000, 5, (30, 60), 3)[: len(plan) - 1] == plan[:-1]
 
 
+def test_scene_domain_random_share_reaches_the_frames_and_the_record(monkeypatch):
+    """``scene_domain(random_share=...)``: the share of random-motion episodes, passed to the frame generator,
+    recorded in ``training.json`` and in the frame cache's name (the default keeps the shipped name)."""
+    import numpy as np
+
+    from vlmrb_torchrl.scorer_training.data import FrameSet
+    from vlmrb_torchrl.scorer_training.domains import SCENE_RANDOM_SHARE, get_domain, scene_domain
+
+    seen = {}
+    monkeypatch.setattr(scene, "generate_scene_frames", lambda n, **kw: seen.update(kw) or "frames")
+    domain = scene_domain(random_share=0.3)
+    assert domain.generate(10, 3, 2) == "frames"
+    assert (seen["random_share"], seen["seed"], seen["workers"]) == (0.3, 3, 2)
+    assert domain.frames_tag == "random0.3" and get_domain("scene").frames_tag == ""
+    get_domain("scene").generate(10, 3)
+    assert seen["random_share"] == SCENE_RANDOM_SHARE
+    state = SceneState(cube_on_target=False, cube_place="table", cube_held=False, drawer="closed",
+                       window="closed", drawer_locked=False, window_locked=False, subgoals=(False,) * 5)
+    data = FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
+                    list(scene.SCENE_EPISODE_KINDS))
+    assert domain.describe(data)["episode_kinds"]["random_share"] == 0.3
+    with pytest.raises(ValueError, match="random_share must be in"):
+        scene_domain(random_share=-0.1)
+
+
 def test_workers_must_be_a_positive_int():
     with pytest.raises(ValueError, match="workers must be an int >= 1"):
         scene.generate_scene_frames(4, workers=0)

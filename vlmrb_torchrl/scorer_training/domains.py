@@ -34,7 +34,7 @@ from vlmrb_torchrl.scorer_training.captions import Statement
 from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
 
 __all__ = ["BuildConfig", "Domain", "DOMAINS", "get_domain", "minigrid_domain", "lift_domain", "LIFT_MISS_SHARE",
-           "MINIGRID_QUESTIONS", "atari_domain", "scene_domain", "save_frames", "load_frames"]
+           "MINIGRID_QUESTIONS", "atari_domain", "scene_domain", "SCENE_RANDOM_SHARE", "save_frames", "load_frames"]
 
 
 @dataclasses.dataclass
@@ -538,11 +538,24 @@ statement's wordings are in `vlmrb_torchrl/scorer_training/scene.py`. Frame shar
 {report['statement_shares']}."""
 
 
-def scene_domain() -> Domain:
-    """The OGBench Scene domain (``builtin:scene``): the SAC recipe's ``front_pixels`` frames at 64 px."""
+#: Share of random-motion episodes in ``builtin:scene``'s training frames (:func:`scene_domain`).
+SCENE_RANDOM_SHARE = 0.1
+
+
+def scene_domain(*, random_share: float = SCENE_RANDOM_SHARE) -> Domain:
+    """The OGBench Scene domain (``builtin:scene``): the SAC recipe's ``front_pixels`` frames at 64 px.
+
+    Keyword Args:
+        random_share (float, optional): share of episodes of random arm motion
+            (:class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy`; the others run scripted
+            subtasks). Defaults to :data:`SCENE_RANDOM_SHARE`, the shipped model's; recorded in
+            ``training.json`` and the frame cache's name.
+    """
     from vlmrb_torchrl.scorer_training import scene
 
-    episode_steps, frame_every, random_share = (300, 750), 3, 0.1
+    if not 0.0 <= random_share <= 1.0:
+        raise ValueError(f"scene_domain: random_share must be in [0, 1], got {random_share!r}.")
+    episode_steps, frame_every = (300, 750), 3
 
     def describe(data: FrameSet) -> dict[str, Any]:
         shares = {" ".join(st): round(sum(st in scene.true_statements(s) for s in data.states) / max(1, len(data)), 3)
@@ -570,6 +583,7 @@ def scene_domain() -> Domain:
         card_intro=_scene_intro,
         card_data=_scene_data,
         parallel=True,
+        frames_tag="" if random_share == SCENE_RANDOM_SHARE else f"random{random_share:g}",
     )
 
 
