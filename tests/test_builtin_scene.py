@@ -166,7 +166,7 @@ def test_the_episode_plan_is_drawn_from_the_seed_alone():
 
 def test_scene_domain_random_share_reaches_the_frames_and_the_record(monkeypatch):
     """``scene_domain(random_share=...)``: the share of random-motion episodes, passed to the frame generator,
-    recorded in ``training.json`` and in the frame cache's name (the default keeps the shipped name)."""
+    recorded in ``training.json`` and in the frame cache's name."""
     import numpy as np
 
     from vlmrb_torchrl.scorer_training.data import FrameSet
@@ -174,17 +174,17 @@ def test_scene_domain_random_share_reaches_the_frames_and_the_record(monkeypatch
 
     seen = {}
     monkeypatch.setattr(scene, "generate_scene_frames", lambda n, **kw: seen.update(kw) or "frames")
-    domain = scene_domain(random_share=0.3)
+    domain = scene_domain(random_share=0.5)
     assert domain.generate(10, 3, 2) == "frames"
-    assert (seen["random_share"], seen["seed"], seen["workers"]) == (0.3, 3, 2)
-    assert domain.frames_tag == "random0.3" and get_domain("scene").frames_tag == ""
+    assert (seen["random_share"], seen["seed"], seen["workers"]) == (0.5, 3, 2)
+    assert domain.frames_tag == "random0.5" and get_domain("scene").frames_tag == f"random{SCENE_RANDOM_SHARE:g}"
     get_domain("scene").generate(10, 3)
     assert seen["random_share"] == SCENE_RANDOM_SHARE
     state = SceneState(cube_on_target=False, cube_place="table", cube_held=False, drawer="closed",
                        window="closed", drawer_locked=False, window_locked=False, subgoals=(False,) * 5)
     data = FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
                     list(scene.SCENE_EPISODE_KINDS))
-    assert domain.describe(data)["episode_kinds"]["random_share"] == 0.3
+    assert domain.describe(data)["episode_kinds"]["random_share"] == 0.5
     with pytest.raises(ValueError, match="random_share must be in"):
         scene_domain(random_share=-0.1)
 
@@ -224,15 +224,19 @@ def test_a_model_not_shipped_says_how_to_build_it(monkeypatch):
 
 @shipped
 def test_shipped_scene_model_files_and_card():
+    from vlmrb_torchrl.scorer_training.domains import SCENE_RANDOM_SHARE
+
     path = builtin_model_dir("scene")
     card = (path / "MODEL_CARD.md").read_text()
     assert weights_sha256(path) in card and "vlmrb build-scorer scene" in card
     assert (path / "model.safetensors").stat().st_size < 5 * 2**20
     report = json.loads((path / "training.json").read_text())
     assert report["weights_sha256"] == weights_sha256(path) and report["config"]["frames"] >= 20_000
-    # trained on a GPU: the card says where, and the recipe records it
-    assert report["config"]["device"] == "cuda" and report["device"].startswith("cuda (")
-    assert f"on one GPU, {report['device'][6:-1]}" in card and "--device cuda" in card
+    # the card says where it trained, as the recipe records it; its rebuild command reproduces the recipe
+    where = "one CPU thread" if report["device"] == "cpu" else f"one GPU, {report['device'][6:-1]}"
+    assert report["config"]["device"] == report["device"].split(" ")[0] and f"on {where}" in card
+    assert f"--frames {report['config']['frames']} --steps {report['config']['steps']}" in card
+    assert report["episode_kinds"]["random_share"] == SCENE_RANDOM_SHARE and f"{SCENE_RANDOM_SHARE:.0%}" in card
     assert all(v["accuracy"] >= 0.95 for v in report["val_accuracy"].values()), report["val_accuracy"]
 
 

@@ -538,8 +538,10 @@ statement's wordings are in `vlmrb_torchrl/scorer_training/scene.py`. Frame shar
 {report['statement_shares']}."""
 
 
-#: Share of random-motion episodes in ``builtin:scene``'s training frames (:func:`scene_domain`).
-SCENE_RANDOM_SHARE = 0.1
+#: Share of random-motion episodes in ``builtin:scene``'s training frames (:func:`scene_domain`). 0.3: at 0.1
+#: (the first build) a cube pushed about by random actions, half hidden by the window's frame, read "on its
+#: target" (task 5's target lies inside the drawer); 0.3 removed those false positives (docs/builtin_scorer.md).
+SCENE_RANDOM_SHARE = 0.3
 
 
 def scene_domain(*, random_share: float = SCENE_RANDOM_SHARE) -> Domain:
@@ -583,7 +585,8 @@ def scene_domain(*, random_share: float = SCENE_RANDOM_SHARE) -> Domain:
         card_intro=_scene_intro,
         card_data=_scene_data,
         parallel=True,
-        frames_tag="" if random_share == SCENE_RANDOM_SHARE else f"random{random_share:g}",
+        # always named: caches of the first builds (0.1, no tag) are not read as frames of another share
+        frames_tag=f"random{random_share:g}",
     )
 
 
