@@ -196,6 +196,53 @@ def test_front_close_camera_shows_the_cube_large_and_a_lift_plainly():
         env.close()
 
 
+def test_split_view_draws_each_camera_into_its_strip_and_shows_what_the_front_cannot():
+    """camera="front_side_close" (a SplitView): the left half of the frame is the middle of front_close's frame,
+    the right half the middle of side_close's, at their scale; a move of the cube along front_close's line of
+    sight (x) barely changes the front strip and moves the cube across the side strip."""
+    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS, SplitView
+
+    split = ROBOSUITE_VIEWS["front_side_close"]
+    assert isinstance(split, SplitView) and split.panels == (ROBOSUITE_VIEWS["front_close"], ROBOSUITE_VIEWS["side_close"])
+    side = ROBOSUITE_VIEWS["side_close"].position()
+    assert abs(side[0]) < 1e-9 and side[1] > 0.4  # on the table's side, as far from the cube as front_close
+    with pytest.raises(ValueError, match="does not split into 3 equal strips"):
+        SplitView(split.panels + split.panels[:1]).strip_widths(64)
+
+    env = RobosuiteEnv("Lift", seed=0, render=True, camera="front_side_close", render_steps=lambda k: False)
+    try:
+        env.set_seed(0)
+        env.reset()
+        frames = {}
+        for camera in ("front_side_close", "front_close", "side_close"):
+            env.camera = camera
+            frames[camera] = env.render_frame().numpy().astype(int)
+        both = frames["front_side_close"]
+        assert both.shape == (64, 64, 3)
+        for strip, camera in ((both[:, :32], "front_close"), (both[:, 32:], "side_close")):
+            middle = frames[camera][:, 16:48]
+            assert (strip == middle).all(axis=-1).mean() > 0.99  # the same picture (a rasterised edge may differ)
+        raw = env.unwrapped
+        joint = raw.cube.joints[0]
+        qpos = np.array(raw.sim.data.get_joint_qpos(joint))
+        env.camera = "front_side_close"
+        cols = []
+        for dx in (0.0, 0.04):  # 4 cm towards the front camera: the near-miss offset the front cannot see
+            qpos_dx = qpos.copy()
+            qpos_dx[0] += dx
+            raw.sim.data.set_joint_qpos(joint, qpos_dx)
+            raw.sim.forward()
+            frame = env.render_frame()
+            cols.append([_red(frame[:, half]).nonzero()[:, 1].float().mean().item()
+                         for half in (slice(0, 32), slice(32, 64))])
+        (front0, side0), (front1, side1) = cols
+        assert abs(front1 - front0) < 1.0 and abs(side1 - side0) > 4.0, cols
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match=r"camera='front_side_close'.*63-px frame does not split into 2"):
+        RobosuiteEnv("Lift", render=True, camera="front_side_close", frame_size=63)
+
+
 def test_unknown_camera_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"unknown camera='nowhere'.*agentview.*front_close"):
         RobosuiteEnv("Lift", camera="nowhere")

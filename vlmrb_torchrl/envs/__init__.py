@@ -27,6 +27,7 @@ from vlmrb_torchrl.envs.robosuite import (
     CameraView,
     ClipRenderSteps,
     RobosuiteEnv,
+    SplitView,
     make_robosuite_env,
 )
 
@@ -48,6 +49,7 @@ __all__ = [
     "ROBOSUITE_VIEWS",
     "RobosuiteEnv",
     "SCENE_SUBGOALS",
+    "SplitView",
     "SCENE_TASKS",
     "SceneEnv",
     "atari_prompt",

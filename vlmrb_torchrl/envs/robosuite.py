@@ -25,7 +25,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 __all__ = ["RobosuiteEnv", "make_robosuite_env", "ClipRenderSteps", "ROBOSUITE_EVENT_KEYS", "CameraView",
-           "ROBOSUITE_VIEWS"]
+           "SplitView", "ROBOSUITE_VIEWS"]
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -82,6 +82,36 @@ class CameraView:
         return np.asarray(self.lookat, dtype=np.float64) - self.distance * forward
 
 
+@dataclasses.dataclass(frozen=True)
+class SplitView:
+    """One frame made of several cameras' views side by side: each :class:`CameraView` drawn into an equal
+    vertical strip of the frame, left to right.
+
+    A strip keeps its camera's vertical field of view, so it is the middle of that camera's square frame at the
+    same scale: two strips of a 64-px frame are each 32 px wide, 64 high. What one camera cannot tell apart (an
+    offset along its line of sight) shows in another's strip, and the frame stays one image of the usual size
+    for a scorer that reads one image per step.
+
+    Attributes:
+        panels (tuple of CameraView): the cameras, left to right; the frame's width must be a multiple of
+            their number.
+
+    Examples:
+        >>> view = ROBOSUITE_VIEWS["front_side_close"]
+        >>> len(view.panels), view.strip_widths(64)
+        (2, [32, 32])
+    """
+
+    panels: tuple[CameraView, ...]
+
+    def strip_widths(self, frame_size: int) -> list[int]:
+        """The width of each panel's strip in a ``frame_size`` frame (``frame_size`` must divide evenly)."""
+        if not self.panels or frame_size % len(self.panels):
+            raise ValueError(f"SplitView: a {frame_size}-px frame does not split into {len(self.panels)} equal "
+                             "strips; use a frame_size that is a multiple of the number of panels.")
+        return [frame_size // len(self.panels)] * len(self.panels)
+
+
 _FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0)
 
 #: Cameras :class:`RobosuiteEnv` renders besides the model's own, by name. ``"front_close"``: in
@@ -90,10 +120,16 @@ _FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0,
 #: moves it ~10 px against the fixed table edge; in ``agentview`` the fingers hide the cube and a
 #: lift moves it a few pixels. ``"front_close_narrow"``: the same camera with a 30° field of view (the
 #: cube and the fingers 1.5x larger, a lift of 12 cm still in the frame); a ``builtin:lift`` built on it
-#: was not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras.
-ROBOSUITE_VIEWS: dict[str, CameraView] = {
+#: was not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras. ``"side_close"``:
+#: ``front_close`` turned 90° about the cube, on the table's side (``+y``), looking across the arm's reach.
+#: ``"front_side_close"``: a :class:`SplitView`, the middle strips of ``front_close`` (left) and
+#: ``side_close`` (right), each at its own camera's scale: a grasp aimed beside the cube along one camera's
+#: line of sight shows in the other's strip.
+ROBOSUITE_VIEWS: dict[str, CameraView | SplitView] = {
     "front_close": _FRONT_CLOSE,
     "front_close_narrow": dataclasses.replace(_FRONT_CLOSE, fovy=30.0),
+    "side_close": dataclasses.replace(_FRONT_CLOSE, azimuth=270.0),
+    "front_side_close": SplitView((_FRONT_CLOSE, dataclasses.replace(_FRONT_CLOSE, azimuth=270.0))),
 }
 
 
@@ -266,6 +302,13 @@ class RobosuiteEnv(EnvBase):
             self._env.close()
             raise ValueError(f"RobosuiteEnv: unknown camera={camera!r}; {task}'s cameras: {cameras}, "
                              f"and views placed by this package: {sorted(ROBOSUITE_VIEWS)}.")
+        view = ROBOSUITE_VIEWS.get(camera) if camera not in cameras else None
+        if isinstance(view, SplitView):
+            try:
+                view.strip_widths(frame_size)
+            except ValueError as err:
+                self._env.close()
+                raise ValueError(f"RobosuiteEnv: camera={camera!r}: {err}") from None
         self._step_in_episode = 0
         self._object_z0: float | None = None
         obs = self._env.reset()
@@ -354,20 +397,28 @@ class RobosuiteEnv(EnvBase):
         self.render_count += 1
         return torch.from_numpy(np.ascontiguousarray(img[::-1]))
 
-    def _render_view(self, view: CameraView) -> np.ndarray:
-        """Renders ``view`` with the offscreen context's free camera (what ``sim.render`` does for a named one)."""
+    def _render_view(self, view: CameraView | SplitView) -> np.ndarray:
+        """Renders ``view`` with the offscreen context's free camera (what ``sim.render`` does for a named one);
+        a :class:`SplitView` one strip per panel, bottom-up rows as ``read_pixels`` gives them."""
         import mujoco
         from robosuite.utils.binding_utils import _MjSim_render_lock  # the lock sim.render holds
 
         context = self._env.sim._render_context_offscreen
+        if isinstance(view, SplitView):
+            panels, widths = view.panels, view.strip_widths(self.frame_size)
+        else:
+            panels, widths = (view,), [self.frame_size]
+        strips = []
         with _MjSim_render_lock:
-            context.cam.type = mujoco.mjtCamera.mjCAMERA_FREE
-            context.cam.lookat[:] = view.lookat
-            context.cam.distance, context.cam.azimuth, context.cam.elevation = (view.distance, view.azimuth,
-                                                                                view.elevation)
-            context.model._model.vis.global_.fovy = view.fovy  # the free camera's field of view
-            context.render(width=self.frame_size, height=self.frame_size, camera_id=-1)
-            return context.read_pixels(self.frame_size, self.frame_size)
+            for panel, width in zip(panels, widths):
+                context.cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+                context.cam.lookat[:] = panel.lookat
+                context.cam.distance, context.cam.azimuth, context.cam.elevation = (panel.distance, panel.azimuth,
+                                                                                    panel.elevation)
+                context.model._model.vis.global_.fovy = panel.fovy  # the free camera's (vertical) field of view
+                context.render(width=width, height=self.frame_size, camera_id=-1)
+                strips.append(context.read_pixels(width, self.frame_size))
+        return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=1)
 
     def _output(self, obs: dict, flags: list[bool], reward: float | None, *, ends_episode: bool = False) -> TensorDictBase:
         out = {"observation": torch.from_numpy(self._obs(obs))}
