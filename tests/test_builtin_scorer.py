@@ -454,5 +454,6 @@ def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
     assert domain.frames_tag == "front_close_narrow-fast"
     data = _one_lift_frame()
     assert domain.describe(data)["frames_rendered"]["camera"] == "front_close_narrow"
+    assert lift_domain(camera="front_side_close").frames_tag == "front_side_close-fast"  # a SplitView of two cameras
     lift_domain().generate(10, seed=3)
     assert seen["camera"] == LIFT_SCORER_CAMERA == "front_close"

@@ -124,7 +124,8 @@ _FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0,
 #: ``front_close`` turned 90° about the cube, on the table's side (``+y``), looking across the arm's reach.
 #: ``"front_side_close"``: a :class:`SplitView`, the middle strips of ``front_close`` (left) and
 #: ``side_close`` (right), each at its own camera's scale: a grasp aimed beside the cube along one camera's
-#: line of sight shows in the other's strip.
+#: line of sight shows in the other's strip; a ``builtin:lift`` built on it had fewer false positives and more
+#: misses, not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras.
 ROBOSUITE_VIEWS: dict[str, CameraView | SplitView] = {
     "front_close": _FRONT_CLOSE,
     "front_close_narrow": dataclasses.replace(_FRONT_CLOSE, fovy=30.0),

@@ -376,8 +376,8 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORE
             :class:`~vlmrb_torchrl.envs.RobosuiteEnv`'s (a robosuite camera or a
             :data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS` name). Defaults to the SAC recipe's
             ``LIFT_SCORER_CAMERA`` (``"front_close"``), the shipped model's; recorded in ``training.json``
-            and the frame cache's name. ``"front_close_narrow"`` (a 30° field of view) was tried
-            (docs/builtin_scorer.md).
+            and the frame cache's name. ``"front_close_narrow"`` (a 30° field of view) and
+            ``"front_side_close"`` (the front and a side camera in one frame) were tried (docs/builtin_scorer.md).
     """
     from vlmrb_torchrl.scorer_training import lift
 
