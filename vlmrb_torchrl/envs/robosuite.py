@@ -113,6 +113,7 @@ class SplitView:
 
 
 _FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0)
+_SIDE_CLOSE = dataclasses.replace(_FRONT_CLOSE, azimuth=270.0)
 
 #: Cameras :class:`RobosuiteEnv` renders besides the model's own, by name. ``"front_close"``: in
 #: front of the table, 45 cm from the point 6 cm above the table's centre (where Lift's cube starts,
@@ -129,8 +130,8 @@ _FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0,
 ROBOSUITE_VIEWS: dict[str, CameraView | SplitView] = {
     "front_close": _FRONT_CLOSE,
     "front_close_narrow": dataclasses.replace(_FRONT_CLOSE, fovy=30.0),
-    "side_close": dataclasses.replace(_FRONT_CLOSE, azimuth=270.0),
-    "front_side_close": SplitView((_FRONT_CLOSE, dataclasses.replace(_FRONT_CLOSE, azimuth=270.0))),
+    "side_close": _SIDE_CLOSE,
+    "front_side_close": SplitView((_FRONT_CLOSE, _SIDE_CLOSE)),
 }
 
 
