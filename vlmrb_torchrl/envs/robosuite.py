@@ -304,7 +304,7 @@ class RobosuiteEnv(EnvBase):
             self._env.close()
             raise ValueError(f"RobosuiteEnv: unknown camera={camera!r}; {task}'s cameras: {cameras}, "
                              f"and views placed by this package: {sorted(ROBOSUITE_VIEWS)}.")
-        view = ROBOSUITE_VIEWS.get(camera) if camera not in cameras else None
+        view = ROBOSUITE_VIEWS.get(camera)  # as render_frame reads it: a view placed here before a model camera
         if isinstance(view, SplitView):
             try:
                 view.strip_widths(frame_size)
