@@ -418,6 +418,24 @@ def _one_lift_frame():
                     list(lift.LIFT_EPISODE_KINDS))
 
 
+def test_lift_frames_come_with_their_states_and_progress_lines():
+    """``generate_lift_frames``: every frame of an episode with its simulator state; a build's ~19 minutes of
+    rendering print a progress line every ``log_every`` frames and at the end."""
+    pytest.importorskip("robosuite")
+    from vlmrb_torchrl.envs.robosuite_policies import LiftState
+    from vlmrb_torchrl.scorer_training import lift
+
+    lines = []
+    data = lift.generate_lift_frames(25, seed=0, episode_steps=(9, 9), log=lines.append, log_every=20)
+    assert len(data) == 25 and data.frames[0].shape == (64, 64, 3) and data.frames[0].std() > 10
+    assert data.episode.tolist() == [0] * 10 + [1] * 10 + [2] * 5  # the reset frame and 9 steps per episode
+    assert all(isinstance(s, LiftState) for s in data.states)
+    assert [line.split(" (")[0] for line in lines] == ["lift frames: 20/25", "lift frames: 25/25"]
+    assert "3 episodes" in lines[-1]
+    with pytest.raises(ValueError, match="log_every must be an int >= 1"):
+        lift.generate_lift_frames(5, log_every=0)
+
+
 def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
     """``lift_domain(miss_share=...)``: the episodes' share of grasps aimed beside the cube, passed to the frame
     generator, recorded in ``training.json`` and in the frame cache's name (the default keeps the shipped name)."""
