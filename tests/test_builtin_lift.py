@@ -141,17 +141,21 @@ def test_shipped_lift_model_files_and_card():
     # the frames the SAC recipe renders for it on Lift
     assert report["frames_rendered"] == {"camera": "front_close", "frame_size": 64, "fast_render": True}
     assert 'camera="front_close"' in card and "fast_render=True" in card
+    # 4 px patches (a 16x16 grid): a finger on the cube is a few pixels, less than an 8 px patch
+    assert report["config"]["size"] == "fine" and get_domain("lift").default_config.size == "fine"
+    config = json.loads((path / "config.json").read_text())["vision_config"]
+    assert (config["image_size"], config["patch_size"]) == (64, 4)
 
 
 
 def test_builtin_lift_carries_its_tuned_decision_threshold_for_its_own_checks_only():
     from vlmrb_torchrl.scorers.builtin import BUILTIN_DECISION_THRESHOLDS, builtin_decision_threshold
 
-    assert make_scorer("builtin:lift").decision_threshold == BUILTIN_DECISION_THRESHOLDS["lift"] == 0.9
+    assert make_scorer("builtin:lift").decision_threshold == BUILTIN_DECISION_THRESHOLDS["lift"] == 0.5
     other = make_scorer("builtin:lift", prompt="the robot grasps the cube", negatives=["the cube is not grasped"])
     assert not hasattr(other, "decision_threshold")
     assert not hasattr(make_scorer("builtin:minigrid"), "decision_threshold")
-    assert builtin_decision_threshold("builtin:lift") == 0.9
+    assert builtin_decision_threshold("builtin:lift") == 0.5
     assert builtin_decision_threshold("builtin:scene-task2") == BUILTIN_DECISION_THRESHOLDS["scene"] == 0.95
     assert builtin_decision_threshold("builtin") == builtin_decision_threshold("builtin:atari") == 0.5
 

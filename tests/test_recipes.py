@@ -103,17 +103,19 @@ class TestConfig:
         from vlmrb_torchrl.recipes.config import SACConfig
 
         assert DQNConfig().validate().threshold == 0.5  # builtin:minigrid: no tuned threshold
-        assert SACConfig().validate().threshold == 0.9  # scorer=auto on robosuite/Lift: builtin:lift's
+        assert SACConfig().validate().threshold == 0.5  # scorer=auto on robosuite/Lift: builtin:lift's (tuned: 0.5)
         assert SACConfig(scorer="oracle:robosuite").validate().threshold == 0.5
         assert SACConfig(env="ogbench/scene-task2").validate().threshold == 0.95  # builtin:scene-task2's
-        # builtin:lift with other checks: its threshold was tuned for its own
-        custom = {"prompt": "the robot grasps the cube", "negatives": ["the robot does not hold the cube"]}
-        assert SACConfig(scorer="builtin:lift", scorer_kwargs=custom).validate().threshold == 0.5
-        assert SACConfig(scorer="builtin:lift", prompt="the cube is lifted").validate().threshold == 0.5
+        # builtin:scene with other checks: its threshold was tuned for its own
+        scene = {"env": "ogbench/scene-task2", "scorer": "builtin:scene-task2"}
+        custom = {"prompt": "the cube is in the drawer", "negatives": ["the cube is on the table"]}
+        assert SACConfig(**scene).validate().threshold == 0.95
+        assert SACConfig(**scene, scorer_kwargs=custom).validate().threshold == 0.5
+        assert SACConfig(**scene, prompt="the drawer is open").validate().threshold == 0.5
         # given on the command line: auto, a number or none; a word that is neither is refused
         assert apply_overrides(SACConfig(), ["threshold=0.7"]).validate().threshold == 0.7
         assert apply_overrides(SACConfig(), ["threshold=none"]).validate().threshold is None
-        assert apply_overrides(SACConfig(), ["threshold=auto"]).validate().threshold == 0.9
+        assert apply_overrides(SACConfig(**scene), ["threshold=auto"]).validate().threshold == 0.95
         with pytest.raises(ConfigError, match="threshold='high' is invalid"):
             apply_overrides(SACConfig(), ["threshold=high"])
         with pytest.raises(ConfigError, match="threshold=1.5 is invalid"):

@@ -143,6 +143,7 @@ def build_config(name: str, args: argparse.Namespace):
 
 def _build_scorer_parser() -> argparse.ArgumentParser:
     from vlmrb_torchrl.scorer_training import DOMAINS
+    from vlmrb_torchrl.scorer_training.model import MODEL_SIZES
 
     parser = argparse.ArgumentParser(
         prog="vlmrb build-scorer",
@@ -167,8 +168,9 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
                         help="stop training after this many minutes (the result then depends on the machine's speed)")
     parser.add_argument("--held-out-frames", type=int, default=None,
                         help="frames of held-out tasks for the transfer metrics (minigrid 3000; 0 = skip; the others have none)")
-    parser.add_argument("--size", default=None, choices=["small", "atari", "micro"],
-                        help="model size (atari: 16 px patches; micro: for tests)")
+    parser.add_argument("--size", default=None, choices=list(MODEL_SIZES),
+                        help="model size (small: 8 px patches; fine: 4 px patches, 32 channels; atari: 16 px patches; "
+                             "micro: for tests)")
     parser.add_argument("--lr", type=float, default=None, help="peak AdamW learning rate (default 2e-3)")
     parser.add_argument("--statement-texts", type=int, default=None,
                         help="statement wordings embedded per step besides the captions (minigrid 192; 0 = all of them)")

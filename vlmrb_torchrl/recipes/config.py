@@ -80,8 +80,8 @@ class RecipeConfig:
     vlm_warmup: int | None = _field(None, "sample calls over which lambda rises 0 -> lambda_max "
                                           "(None = half of the run's gradient updates)")
     threshold: float | Literal["auto"] | None = _field(
-        "auto", "score binarisation threshold: auto (the scorer's own decision threshold: 0.9 for builtin:lift and "
-                "0.95 for builtin:scene with their own checks, tuned on episodes other than the held-out ones; 0.5 for "
+        "auto", "score binarisation threshold: auto (the scorer's own decision threshold: 0.95 for builtin:scene and "
+                "0.5 for builtin:lift with their own checks, tuned on episodes other than the held-out ones; 0.5 for "
                 "every other scorer) | a number in [0, 1] | None (continuous scores)")
     vlm_eps: float = _field(0.01, "priority floor for VLM scores")
     vlm_beta: float = _field(0.0, "importance-sampling exponent for vlm modes (paper: 0)")
@@ -157,12 +157,12 @@ class RecipeConfig:
         checks, else 0.5.
 
         Examples:
-            >>> SACConfig(scorer="builtin:lift").decision_threshold()
-            0.9
-            >>> SACConfig(scorer="builtin:lift", scorer_kwargs={"prompt_set": []}).decision_threshold()
+            >>> SACConfig(scorer="builtin:scene").decision_threshold()
+            0.95
+            >>> SACConfig(scorer="builtin:scene", scorer_kwargs={"prompt_set": []}).decision_threshold()
             0.5
             >>> DQNConfig(scorer="builtin:minigrid").validate().threshold, SACConfig().validate().threshold
-            (0.5, 0.9)
+            (0.5, 0.5)
         """
         from vlmrb_torchrl.scorers.builtin import builtin_decision_threshold
 
