@@ -125,8 +125,8 @@ def resolved_threshold(cfg: Any) -> float | None:
 
     Examples:
         >>> from vlmrb_torchrl.recipes.config import SACConfig
-        >>> resolved_threshold(SACConfig(scorer="builtin:lift")), resolved_threshold(SACConfig(threshold=None))
-        (0.9, None)
+        >>> resolved_threshold(SACConfig(scorer="builtin:scene")), resolved_threshold(SACConfig(threshold=None))
+        (0.95, None)
     """
     return cfg.decision_threshold() if cfg.threshold == "auto" else cfg.threshold
 
