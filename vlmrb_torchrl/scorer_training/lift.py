@@ -18,6 +18,7 @@ A fast frame costs ~10-15 ms on a CPU (Mesa's software rasteriser), on top of a 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -158,8 +159,6 @@ def generate_lift_frames(
     """
     from vlmrb_torchrl.envs.robosuite import RobosuiteEnv
     from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
-
-    import time
 
     if not isinstance(log_every, int) or log_every < 1:
         raise ValueError(f"generate_lift_frames: log_every must be an int >= 1, got log_every={log_every!r}.")
