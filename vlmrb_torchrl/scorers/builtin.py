@@ -117,8 +117,9 @@ LIFT_HOLD = 3
 #: F1 0.884 at 0.5, 0.878 at 0.9, the best of 0.05, 0.10, ..., 0.95), then read on 60 fresh held-out episodes
 #: (seeds 4000-4059): F1 0.822, against 0.775 for the 8-px-patch model it replaced at its 0.9. ``scene``
 #: (every task's prompt set): picked on the clips of the five tasks' tuning episodes pooled (4 per task from
-#: seed 2**20; 0.95 was also each task's best), held-out F1 (4 episodes per task from seed 1000) at 0.5 -> 0.95: task 1 0.883 -> 0.883,
-#: 2 0.800 -> 0.992, 3 0.984 -> 0.984, 4 0.991 -> 0.991, 5 0.596 -> 0.800. See ``docs/builtin_scorer.md``.
+#: seed 2**20; 0.95 was also each task's best), held-out F1 (4 episodes per task from seed 1000) at 0.5 -> 0.95:
+#: task 1 0.883 -> 0.883, 2 0.800 -> 0.992, 3 0.984 -> 0.984, 4 0.991 -> 0.991, 5 0.596 -> 0.800. See
+#: ``docs/builtin_scorer.md``.
 BUILTIN_DECISION_THRESHOLDS: dict[str, float] = {"lift": 0.5, "scene": 0.95}
 
 
