@@ -137,7 +137,7 @@ def test_shipped_lift_model_files_and_card():
     assert (path / "model.safetensors").stat().st_size < 5 * 2**20
     report = json.loads((path / "training.json").read_text())
     assert report["weights_sha256"] == weights_sha256(path)
-    assert (report["config"]["frames"], report["config"]["steps"], report["steps_done"]) == (30_000, 2000, 2000)
+    assert (report["config"]["frames"], report["config"]["steps"], report["steps_done"]) == (60_000, 4000, 4000)
     # the frames the SAC recipe renders for it on Lift
     assert report["frames_rendered"] == {"camera": "front_close", "frame_size": 64, "fast_render": True}
     assert 'camera="front_close"' in card and "fast_render=True" in card
@@ -151,11 +151,11 @@ def test_shipped_lift_model_files_and_card():
 def test_builtin_lift_carries_its_tuned_decision_threshold_for_its_own_checks_only():
     from vlmrb_torchrl.scorers.builtin import BUILTIN_DECISION_THRESHOLDS, builtin_decision_threshold
 
-    assert make_scorer("builtin:lift").decision_threshold == BUILTIN_DECISION_THRESHOLDS["lift"] == 0.5
+    assert make_scorer("builtin:lift").decision_threshold == BUILTIN_DECISION_THRESHOLDS["lift"] == 0.8
     other = make_scorer("builtin:lift", prompt="the robot grasps the cube", negatives=["the cube is not grasped"])
     assert not hasattr(other, "decision_threshold")
     assert not hasattr(make_scorer("builtin:minigrid"), "decision_threshold")
-    assert builtin_decision_threshold("builtin:lift") == 0.5
+    assert builtin_decision_threshold("builtin:lift") == 0.8
     assert builtin_decision_threshold("builtin:scene-task2") == BUILTIN_DECISION_THRESHOLDS["scene"] == 0.95
     assert builtin_decision_threshold("builtin") == builtin_decision_threshold("builtin:atari") == 0.5
 

@@ -151,8 +151,8 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
                     "CPU thread (or a GPU: --device), and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
                     "(minigrid: the family recipe, not yet shipped: see docs/builtin_scorer.md; ~2 minutes with "
-                    "--workers 15 --device cuda on 16 cores and an H200, 3-5 s a step on a shared CPU core; lift: ~11 "
-                    "minutes of robosuite rendering + ~11 of training on a free core; atari: "
+                    "--workers 15 --device cuda on 16 cores and an H200, 3-5 s a step on a shared CPU core; lift: ~25 "
+                    "minutes of robosuite rendering + ~50 of training on a free core; atari: "
                     "~3 minutes of emulation + ~30 of training on a shared core; scene: ~45 minutes of OGBench rendering + ~30 of "
                     "training on 2 cores, 43 s + 2 minutes with --workers 15 --device cuda on 16 cores and an H200). Same "
                     "arguments, same seed: identical weights on the CPU. Defaults below are per environment.",
@@ -160,8 +160,8 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
     parser.add_argument("name", choices=sorted(DOMAINS), help="which built-in scorer to train")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--frames", type=int, default=None,
-                        help="frames generated (minigrid 120000, scene 30000, lift 30000, atari 12000)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000; scene 4000; atari 1500)")
+                        help="frames generated (minigrid 120000, scene 30000, lift 60000, atari 12000)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000; scene and lift 4000; atari 1500)")
     parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128; atari 64)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default 0)")
     parser.add_argument("--minutes", type=float, default=None,
