@@ -162,7 +162,7 @@ class RecipeConfig:
             >>> SACConfig(scorer="builtin:scene", scorer_kwargs={"prompt_set": []}).decision_threshold()
             0.5
             >>> DQNConfig(scorer="builtin:minigrid").validate().threshold, SACConfig().validate().threshold
-            (0.5, 0.5)
+            (0.5, 0.8)
         """
         from vlmrb_torchrl.scorers.builtin import builtin_decision_threshold
 

@@ -395,7 +395,7 @@ def builtin_decision_threshold(spec: str) -> float:
 
     Examples:
         >>> builtin_decision_threshold("builtin:lift"), builtin_decision_threshold("builtin:minigrid")
-        (0.5, 0.5)
+        (0.8, 0.5)
         >>> builtin_decision_threshold("builtin:scene-task2")
         0.95
         >>> builtin_decision_threshold("oracle:robosuite"), builtin_decision_threshold("clip:/models/lift")
