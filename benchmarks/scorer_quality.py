@@ -38,7 +38,7 @@ row to read for a goal-only scorer such as ``builtin:minigrid_goal``.
 Metrics. A clip is predicted positive when ``score > threshold`` (the sampler's binarisation
 rule); the threshold is ``--threshold``, else the scorer's own ``threshold`` attribute if it
 has one (a ``ThresholdScorer``), else its ``decision_threshold`` (a built-in model's tuned one,
-``builtin:scene`` 0.95, ``builtin:lift`` 0.5; what the recipes' ``threshold=auto`` uses), else 0.5. Precision = TP / (TP + FP) (NaN when nothing is predicted positive),
+``builtin:scene`` 0.95, ``builtin:lift`` 0.8; what the recipes' ``threshold=auto`` uses), else 0.5. Precision = TP / (TP + FP) (NaN when nothing is predicted positive),
 recall = TP / (TP + FN) (NaN without positives), F1 = 2 TP / (2 TP + FP + FN) (NaN only when
 there are neither positives nor predicted positives), AUROC = the Mann-Whitney probability that
 a positive clip outscores a negative one, ties counting one half (NaN when a class is empty).

@@ -81,7 +81,7 @@ class RecipeConfig:
                                           "(None = half of the run's gradient updates)")
     threshold: float | Literal["auto"] | None = _field(
         "auto", "score binarisation threshold: auto (the scorer's own decision threshold: 0.95 for builtin:scene and "
-                "0.5 for builtin:lift with their own checks, tuned on episodes other than the held-out ones; 0.5 for "
+                "0.8 for builtin:lift with their own checks, tuned on episodes other than the held-out ones; 0.5 for "
                 "every other scorer) | a number in [0, 1] | None (continuous scores)")
     vlm_eps: float = _field(0.01, "priority floor for VLM scores")
     vlm_beta: float = _field(0.0, "importance-sampling exponent for vlm modes (paper: 0)")
