@@ -6,8 +6,8 @@ Two things live here, both reading the robosuite env behind a
 - :class:`LiftPolicy` plays Lift with the default OSC pose controller (7-dim action: end-effector
   translation, rotation, gripper): it moves above the cube, descends, closes the gripper, lifts to
   a random height, holds, sometimes puts the cube down or drops it and starts again; per episode it
-  draws a grasp offset (so some grasps miss and close beside the cube), a noise level and random
-  bursts, and a share of its episodes wander at random (smoothed random actions, random gripper
+  draws a grasp offset (so some grasps miss and close beside the cube, some put a finger on its
+  edge), a noise level and random bursts, and a share of its episodes wander at random (smoothed random actions, random gripper
   toggles). Called with a TensorDict it is a TorchRL policy for the env (``env.rollout(n, policy)``).
 - :func:`lift_state` reads what a caption or an event detector needs to know: whether the gripper
   is open, whether it is near the cube, whether it grasps it (robosuite's ``_check_grasp``, the
@@ -93,7 +93,8 @@ class LiftPolicy:
     At :meth:`reset` (and at construction) it draws the episode's plan from its generator: with probability ``random_share`` the whole episode is random
     motion (an Ornstein-Uhlenbeck walk of the arm, the gripper toggled at random); otherwise the
     scripted cycle, with a grasp offset (``miss_share`` of the episodes aim 2-4 cm beside the
-    cube and close on nothing), an action-noise level from ``noise`` and random bursts. Within
+    cube and close on nothing, ``edge_share`` aim 1-2 cm off its centre, a finger on its edge),
+    an action-noise level from ``noise`` and random bursts. Within
     the cycle the lift height (1-12 cm above the cube's start), the hold time and what follows
     (put the cube down and open, or open in the air and drop it) are drawn at each grasp.
 
@@ -109,6 +110,10 @@ class LiftPolicy:
         random_share (float, optional): share of episodes of pure random motion. Defaults to ``0.2``.
         miss_share (float, optional): share of scripted episodes whose grasps aim beside the cube.
             Defaults to ``0.2``.
+        edge_share (float, optional): share of scripted episodes whose grasps aim 1-2 cm off the
+            cube's centre: a finger lands on the cube's edge, and the grasp pinches a corner, tilts
+            the cube or slips off after a few steps, the brief, awkward grasps a noisy agent makes.
+            Defaults to ``0.0``; ``miss_share + edge_share`` must be at most 1.
 
     Examples:
         >>> from vlmrb_torchrl.envs import RobosuiteEnv  # doctest: +SKIP
@@ -119,13 +124,18 @@ class LiftPolicy:
     """
 
     def __init__(self, env: Any, *, seed: int = 0, noise: tuple[float, ...] = (0.0, 0.1, 0.3),
-                 burst_prob: float = 0.02, random_share: float = 0.2, miss_share: float = 0.2) -> None:
+                 burst_prob: float = 0.02, random_share: float = 0.2, miss_share: float = 0.2,
+                 edge_share: float = 0.0) -> None:
+        if not (0.0 <= miss_share and 0.0 <= edge_share and miss_share + edge_share <= 1.0):
+            raise ValueError(f"LiftPolicy: miss_share and edge_share must be >= 0 with a sum <= 1, got "
+                             f"miss_share={miss_share!r}, edge_share={edge_share!r}.")
         self.env = env
         self.rng = np.random.default_rng(seed)
         self.noise_levels = tuple(noise)
         self.burst_prob = burst_prob
         self.random_share = random_share
         self.miss_share = miss_share
+        self.edge_share = edge_share
         self._plan = self._new_plan()
 
     def reset(self) -> None:
@@ -135,16 +145,22 @@ class LiftPolicy:
     @property
     def mode(self) -> str:
         """The kind of the current episode as drawn at :meth:`reset`: ``"scripted"``, ``"miss"``
-        (scripted, grasps aimed beside the cube) or ``"random"``."""
+        (scripted, grasps aimed beside the cube), ``"edge"`` (scripted, grasps aimed at the cube's
+        edge) or ``"random"``."""
         return self._plan["mode"]
 
     def _new_plan(self) -> dict[str, Any]:
         rng = self.rng
         mode = "random" if rng.random() < self.random_share else "scripted"
-        if mode == "scripted" and rng.random() < self.miss_share:
-            mode = "miss"
-        if mode == "miss":  # aim 2-4 cm beside the cube: the gripper closes on nothing
-            angle, radius = rng.uniform(0, 2 * np.pi), rng.uniform(0.02, 0.04)
+        if mode == "scripted":  # one draw for both: edge_share=0 leaves the draws (and episodes) as they were
+            kind = rng.random()
+            if kind < self.miss_share:
+                mode = "miss"
+            elif kind < self.miss_share + self.edge_share:
+                mode = "edge"
+        if mode in ("miss", "edge"):  # miss: 2-4 cm beside, closes on nothing; edge: 1-2 cm, a finger on the edge
+            angle = rng.uniform(0, 2 * np.pi)
+            radius = rng.uniform(*((0.02, 0.04) if mode == "miss" else (0.01, 0.02)))
             offset = np.array([radius * np.cos(angle), radius * np.sin(angle), 0.0])
         else:
             offset = np.append(rng.normal(0.0, 0.004, 2), 0.0)

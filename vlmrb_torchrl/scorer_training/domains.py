@@ -33,7 +33,7 @@ from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
 from vlmrb_torchrl.scorer_training.captions import Statement
 from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
 
-__all__ = ["BuildConfig", "Domain", "DOMAINS", "get_domain", "minigrid_domain", "lift_domain", "LIFT_MISS_SHARE",
+__all__ = ["BuildConfig", "Domain", "DOMAINS", "get_domain", "minigrid_domain", "lift_domain", "LIFT_EDGE_SHARE", "LIFT_MISS_SHARE",
            "MINIGRID_QUESTIONS", "atari_domain", "scene_domain", "SCENE_RANDOM_SHARE", "save_frames", "load_frames"]
 
 
@@ -354,17 +354,28 @@ rendered. Episodes ({kinds['steps'][0]}-{kinds['steps'][1]} steps, not ended on 
 (a smoothed random walk, the gripper toggled at random), the others a scripted cycle (above the
 cube, descend, close, lift 1-12 cm, hold, put down or drop, retreat, again) with Gaussian action
 noise in {{0, 0.1, 0.3}} and random bursts; {kinds['miss_share']:.0%} of the scripted episodes aim 2-4
-cm beside the cube and close on nothing. Each episode's cube placement comes from a seed >= 2**20
+cm beside the cube and close on nothing{_lift_edge_text(kinds)}. Each episode's cube placement comes from a seed >= 2**20
 (the scorer-quality benchmark's held-out episodes use seeds from 1000). Batches are balanced over rare
 statements. Each frame gets a 1-3 statement caption; every statement's wordings are in
 `vlmrb_torchrl/scorer_training/lift.py`. Frame shares in the training data: {report['statement_shares']}."""
 
 
+def _lift_edge_text(kinds: dict) -> str:
+    share = kinds.get("edge_share", 0.0)  # records of builds before edge aims have none
+    return (f", {share:.0%} aim 1-2 cm off its centre (a finger on its edge: pinched corners, tilted cubes, "
+            "grasps that slip after a few steps)") if share else ""
+
+
 #: The share of near-miss episodes in the shipped ``builtin:lift`` model's frames.
 LIFT_MISS_SHARE = 0.2
+#: The share of scripted episodes aiming at the cube's edge in ``builtin:lift``'s frames
+#: (:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`'s ``edge_share``): brief, awkward
+#: grasps, which the models built without them never read (docs/builtin_scorer.md).
+LIFT_EDGE_SHARE = 0.2
 
 
-def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORER_CAMERA) -> Domain:
+def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, edge_share: float = LIFT_EDGE_SHARE,
+                camera: str = LIFT_SCORER_CAMERA) -> Domain:
     """The robosuite Lift domain (``builtin:lift``): fast 64-px frames from the SAC recipe's scorer camera
     (``front_close``) or another one, and a ``"fine"`` model (4-px patches: a finger on the cube is smaller
     than an 8-px patch; docs/builtin_scorer.md).
@@ -373,6 +384,9 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORE
         miss_share (float, optional): share of scripted episodes whose grasps aim 2-4 cm beside the cube
             (:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`). Defaults to ``0.2``, the shipped
             model's; 0.5 was tried (docs/builtin_scorer.md) and is recorded in ``training.json``.
+        edge_share (float, optional): share of scripted episodes whose grasps aim 1-2 cm off the cube's
+            centre, a finger on its edge (``LiftPolicy``'s ``edge_share``). Defaults to ``0.2``, the shipped
+            model's; ``0`` gives the frames of the builds before it. Recorded in ``training.json``.
         camera (str, optional): the camera the frames are rendered from, one of
             :class:`~vlmrb_torchrl.envs.RobosuiteEnv`'s (a robosuite camera or a
             :data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS` name). Defaults to the SAC recipe's
@@ -385,6 +399,9 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORE
 
     if not 0.0 <= miss_share <= 1.0:
         raise ValueError(f"lift_domain: miss_share must be in [0, 1], got {miss_share!r}.")
+    if not (0.0 <= edge_share and miss_share + edge_share <= 1.0):
+        raise ValueError(f"lift_domain: edge_share must be >= 0 with miss_share + edge_share <= 1, got "
+                         f"edge_share={edge_share!r}, miss_share={miss_share!r}.")
     episode_steps, random_share = (80, 160), 0.2
     frame_size, fast_render = 64, True
 
@@ -393,7 +410,8 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORE
                   for name in ("grasped", "lifted", "near", "gripper_open")}
         return {"frames_rendered": {"camera": camera, "frame_size": frame_size, "fast_render": fast_render},
                 "episode_kinds": {"steps": list(episode_steps), "random_share": random_share,
-                                  "miss_share": miss_share, "kinds": list(lift.LIFT_EPISODE_KINDS),
+                                  "miss_share": miss_share, "edge_share": edge_share,
+                                  "kinds": list(lift.LIFT_EPISODE_KINDS),
                                   "frames": {k: int((data.layout == i).sum()) for i, k in enumerate(data.layouts)}},
                 "statement_shares": shares}
 
@@ -402,7 +420,7 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORE
         generate=lambda n, seed: lift.generate_lift_frames(n, seed=seed, camera=camera, frame_size=frame_size,
                                                            fast_render=fast_render, episode_steps=episode_steps,
                                                            random_share=random_share, miss_share=miss_share,
-                                                           log=lambda line: print(line, flush=True)),
+                                                           edge_share=edge_share, log=lambda line: print(line, flush=True)),
         statements=lift.all_statements,
         true_statements=lift.true_statements,
         wordings=lift.wordings,
@@ -419,7 +437,8 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, camera: str = LIFT_SCORE
         card_intro=_lift_intro,
         card_data=_lift_data,
         frames_tag=f"{camera}-{'fast' if fast_render else 'full'}"
-        + ("" if miss_share == LIFT_MISS_SHARE else f"-miss{miss_share:g}"),
+        + ("" if miss_share == LIFT_MISS_SHARE else f"-miss{miss_share:g}")
+        + (f"-edge{edge_share:g}" if edge_share else ""),  # no edge aims: the frames of the builds before them
     )
 
 

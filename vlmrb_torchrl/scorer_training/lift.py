@@ -12,7 +12,8 @@ Frames are rendered by :class:`~vlmrb_torchrl.envs.RobosuiteEnv` exactly as the 
 them for its scorer (``camera="front_close"``, a camera 45 cm in front of the cube where a lift is
 plain; ``frame_size=64``; ``fast_render=True``: no shadows, reflections or multisampling), in episodes of the scripted
 :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy` (approach, grasp, lift, hold, put down
-or drop, with noise, random bursts and grasps aimed beside the cube) and of random arm motion.
+or drop, with noise, random bursts, grasps aimed beside the cube and grasps aimed at its edge) and of
+random arm motion.
 A fast frame costs ~10-15 ms on a CPU (Mesa's software rasteriser), on top of a ~25 ms step.
 """
 
@@ -59,7 +60,7 @@ _WORDINGS: dict[Statement, tuple[str, ...]] = {
 }
 
 #: What the frames' ``layout`` index names: the kind of episode a frame comes from.
-LIFT_EPISODE_KINDS = ("Lift/scripted", "Lift/miss", "Lift/random")
+LIFT_EPISODE_KINDS = ("Lift/scripted", "Lift/miss", "Lift/random", "Lift/edge")
 
 
 def true_statements(state: LiftState) -> frozenset[Statement]:
@@ -119,6 +120,7 @@ def generate_lift_frames(
     episode_steps: tuple[int, int] = (80, 160),
     random_share: float = 0.2,
     miss_share: float = 0.2,
+    edge_share: float = 0.0,
     log: Callable[[str], None] | None = None,
     log_every: int = 2000,
 ) -> FrameSet:
@@ -144,6 +146,9 @@ def generate_lift_frames(
         episode_steps (tuple of int, optional): ``(min, max)`` steps per episode.
         random_share (float, optional): share of random-motion episodes (:class:`LiftPolicy`).
         miss_share (float, optional): share of scripted episodes aiming beside the cube.
+        edge_share (float, optional): share of scripted episodes aiming at the cube's edge
+            (:class:`LiftPolicy`): brief, awkward grasps. Defaults to ``0.0`` (the frames of builds
+            before it).
         log (callable, optional): progress lines (every ``log_every`` frames, and the last) go here: a
             30,000-frame build renders for ~19 minutes. Defaults to ``None`` (silent).
         log_every (int, optional): frames between progress lines. Defaults to ``2000``.
@@ -166,7 +171,8 @@ def generate_lift_frames(
     # a seed at construction too: robosuite draws the cube's size (2.0-2.2 cm) when it builds the model;
     env = RobosuiteEnv("Lift", render=True, camera=camera, frame_size=frame_size, max_episode_steps=episode_steps[1],
                        terminate_on_success=False, seed=int(rng.integers(2**20, 2**31)), fast_render=fast_render)
-    policy = LiftPolicy(env, seed=int(rng.integers(2**31)), random_share=random_share, miss_share=miss_share)
+    policy = LiftPolicy(env, seed=int(rng.integers(2**31)), random_share=random_share, miss_share=miss_share,
+                         edge_share=edge_share)
     frames: list[np.ndarray] = []
     states: list[LiftState] = []
     kinds: list[int] = []
