@@ -227,7 +227,7 @@ def test_tool_builds_a_tiny_lift_model_end_to_end(tmp_path):
 
     args = ["build-scorer", "lift", "--frames", "60", "--steps", "2", "--batch-size", "8", "--size", "micro"]
     assert main([*args, "--out", str(tmp_path / "a"), "--cache", str(tmp_path / "cache")]) == 0
-    assert (tmp_path / "cache" / "lift-front_close-fast-60-seed0-v4.npz").is_file()
+    assert (tmp_path / "cache" / "lift-front_close-fast-edge0.2-60-seed0-v4.npz").is_file()
     assert main([*args, "--out", str(tmp_path / "b"), "--cache", str(tmp_path / "cache")]) == 0  # from the cache
     assert weights_sha256(tmp_path / "a") == weights_sha256(tmp_path / "b")
     card = (tmp_path / "a" / "MODEL_CARD.md").read_text()

@@ -446,12 +446,85 @@ def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
     domain = lift_domain(miss_share=0.5)
     assert domain.generate(10, seed=3) == "frames" and seen["miss_share"] == 0.5 and seen["seed"] == 3
-    assert domain.frames_tag == "front_close-fast-miss0.5" and get_domain("lift").frames_tag == "front_close-fast"
+    assert domain.frames_tag == "front_close-fast-miss0.5-edge0.2"
+    assert get_domain("lift").frames_tag == "front_close-fast-edge0.2"
     data = _one_lift_frame()
     assert domain.describe(data)["episode_kinds"]["miss_share"] == 0.5
     assert get_domain("lift").describe(data)["episode_kinds"]["miss_share"] == 0.2
     with pytest.raises(ValueError, match="miss_share must be in"):
         lift_domain(miss_share=1.5)
+
+
+def test_lift_domain_edge_share_reaches_the_frames_and_the_record(monkeypatch):
+    """``lift_domain(edge_share=...)``: the share of scripted episodes aiming at the cube's edge, passed to the
+    frame generator and recorded; ``0`` gives the frames (and the cache name) of the builds before edge aims."""
+    from vlmrb_torchrl.scorer_training import lift
+    from vlmrb_torchrl.scorer_training.domains import LIFT_EDGE_SHARE, get_domain, lift_domain
+
+    seen = {}
+    monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
+    assert get_domain("lift").generate(10, seed=3) == "frames" and seen["edge_share"] == LIFT_EDGE_SHARE == 0.2
+    assert lift_domain(edge_share=0.0).generate(10, seed=3) == "frames" and seen["edge_share"] == 0.0
+    assert lift_domain(edge_share=0.0).frames_tag == "front_close-fast"
+    assert lift_domain(edge_share=0.35).frames_tag == "front_close-fast-edge0.35"
+    data = _one_lift_frame()
+    kinds = lift_domain(edge_share=0.35).describe(data)["episode_kinds"]
+    assert kinds["edge_share"] == 0.35 and kinds["kinds"][-1] == "Lift/edge"
+    card = get_domain("lift").card_data({"frames": {"train": 1, "val": 1, "episodes": 1}, "statement_shares": {},
+                                        "episode_kinds": get_domain("lift").describe(data)["episode_kinds"]})
+    assert "20% aim 1-2 cm off its centre" in card
+    old = dict(kinds, edge_share=0.0)  # a record from before edge aims: the card does not mention them
+    assert "off its centre" not in get_domain("lift").card_data({"frames": {"train": 1, "val": 1, "episodes": 1},
+                                                               "statement_shares": {}, "episode_kinds": old})
+    with pytest.raises(ValueError, match="edge_share must be >= 0 with miss_share"):
+        lift_domain(edge_share=0.9)
+    with pytest.raises(ValueError, match="edge_share must be >= 0"):
+        lift_domain(edge_share=-0.1)
+
+
+def test_lift_policy_edge_aims_take_scripted_episodes_only():
+    """``LiftPolicy(edge_share=...)``: edge episodes are drawn out of the scripted ones and aim 1-2 cm off the
+    cube's centre; ``edge_share=0`` draws exactly as the policy did before edge aims (the frames of the builds
+    before them, and the scorer-quality benchmark's episodes, stay the same). No env is needed to draw plans."""
+    import numpy as np
+
+    from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
+
+    def plans(policy, n=2000):
+        out = [(policy.mode, policy._plan["offset"], policy._plan["noise"])]  # the plan drawn at construction
+        for _ in range(n):
+            policy.reset()
+            out.append((policy.mode, policy._plan["offset"], policy._plan["noise"]))
+        return out
+
+    def plans_before_edge_aims(seed, n=2000):  # the draws of the policy before edge_share existed
+        rng, out = np.random.default_rng(seed), []
+        for _ in range(n + 1):
+            mode = "random" if rng.random() < 0.2 else "scripted"
+            if mode == "scripted" and rng.random() < 0.2:
+                mode = "miss"
+            if mode == "miss":
+                angle, radius = rng.uniform(0, 2 * np.pi), rng.uniform(0.02, 0.04)
+                offset = np.array([radius * np.cos(angle), radius * np.sin(angle), 0.0])
+            else:
+                offset = np.append(rng.normal(0.0, 0.004, 2), 0.0)
+            out.append((mode, offset, float(rng.choice((0.0, 0.1, 0.3)))))
+        return out
+
+    plain = plans(LiftPolicy(None, seed=7))
+    for (m0, o0, n0), (m1, o1, n1) in zip(plain, plans_before_edge_aims(7), strict=True):
+        assert m0 == m1 and np.array_equal(o0, o1) and n0 == n1
+    edged = plans(LiftPolicy(None, seed=7, edge_share=0.3))
+    counts = {m: sum(m == mode for mode, _, _ in edged) for m in ("scripted", "miss", "edge", "random")}
+    # of 2,001 plans: random 0.2; of the others miss 0.2, edge 0.3, scripted 0.5 (sd of each count < 20)
+    expected = {"random": 0.2, "miss": 0.8 * 0.2, "edge": 0.8 * 0.3, "scripted": 0.8 * 0.5}
+    assert all(abs(counts[m] - 2001 * p) < 4 * np.sqrt(2001 * p * (1 - p)) for m, p in expected.items()), counts
+    radii = np.array([np.hypot(*o[:2]) for m, o, _ in edged if m == "edge"])
+    assert radii.min() >= 0.01 and radii.max() <= 0.02 and radii.std() > 0.002
+    assert all(o[2] == 0.0 for _, o, _ in edged)
+    for bad in ({"edge_share": -0.1}, {"edge_share": 0.9}, {"miss_share": -0.2}):
+        with pytest.raises(ValueError, match="miss_share and edge_share must be >= 0 with a sum <= 1"):
+            LiftPolicy(None, **bad)
 
 
 def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
@@ -469,9 +542,9 @@ def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
     assert ROBOSUITE_VIEWS["front_close_narrow"] == dataclasses.replace(ROBOSUITE_VIEWS["front_close"], fovy=30.0)
     domain = lift_domain(camera="front_close_narrow")
     assert domain.generate(10, seed=3) == "frames" and seen["camera"] == "front_close_narrow"
-    assert domain.frames_tag == "front_close_narrow-fast"
+    assert domain.frames_tag == "front_close_narrow-fast-edge0.2"
     data = _one_lift_frame()
     assert domain.describe(data)["frames_rendered"]["camera"] == "front_close_narrow"
-    assert lift_domain(camera="front_side_close").frames_tag == "front_side_close-fast"  # a SplitView of two cameras
+    assert lift_domain(camera="front_side_close").frames_tag == "front_side_close-fast-edge0.2"  # a SplitView of two cameras
     lift_domain().generate(10, seed=3)
     assert seen["camera"] == LIFT_SCORER_CAMERA == "front_close"
