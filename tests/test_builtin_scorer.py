@@ -121,6 +121,33 @@ def test_cli_passes_lr_and_statement_texts(tmp_path):
     assert config["lr"] == 2e-3 and config["statement_texts"] == 16
 
 
+def test_cli_help_states_each_domain_default():
+    """``vlmrb build-scorer --help`` writes each domain's default frames, steps, batch size, held-out frames,
+    statement texts and auxiliary weight by hand (building every domain to read them would import robosuite and
+    OGBench pieces for ``--help``): they must say what ``get_domain(name).default_config`` is, so a changed
+    default cannot leave the help behind."""
+    import re
+
+    from vlmrb_torchrl.cli import _build_scorer_parser
+    from vlmrb_torchrl.scorer_training import DOMAINS, get_domain
+
+    helps = {a.dest: a.help for a in _build_scorer_parser()._actions}
+
+    def stated(text, name):
+        """The value the help gives ``name`` (``lift 60000``, ``scene and lift 4000``, ``the others 0``)."""
+        found = {}
+        for words, value in re.findall(r"((?:[a-z_]+(?: and |, ))*[a-z_ ]+) (\d+(?:\.\d+)?)\b", text):
+            for word in re.split(r" and |, ", words):
+                found[word.strip()] = float(value)
+        return found.get(name, found.get("the others", found.get("default")))
+
+    for name in DOMAINS:
+        cfg = get_domain(name).default_config
+        for field in ("frames", "steps", "batch_size", "held_out_frames", "statement_texts", "aux_weight"):
+            want = getattr(cfg, field) or 0  # statement_texts None: all of them, the help's 0
+            assert stated(helps[field], name) == want, (name, field, want, helps[field])
+
+
 def test_flips_map_pixels_and_statements():
     import dataclasses
 

@@ -160,22 +160,22 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
     parser.add_argument("name", choices=sorted(DOMAINS), help="which built-in scorer to train")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--frames", type=int, default=None,
-                        help="frames generated (minigrid 120000, scene 30000, lift 60000, atari 12000)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default 2000; scene and lift 4000; atari 1500)")
+                        help="frames generated (minigrid and minigrid_agent 120000, scene 30000, lift 60000, atari 12000)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (minigrid and minigrid_agent 2500, scene and lift 4000, atari 1500)")
     parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128; atari 64)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default 0)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop training after this many minutes (the result then depends on the machine's speed)")
     parser.add_argument("--held-out-frames", type=int, default=None,
-                        help="frames of held-out tasks for the transfer metrics (minigrid 3000; 0 = skip; the others have none)")
+                        help="frames of held-out tasks for the transfer metrics (minigrid and minigrid_agent 3000, the others 0; 0 = skip)")
     parser.add_argument("--size", default=None, choices=list(MODEL_SIZES),
                         help="model size (small: 8 px patches; fine: 4 px patches, 32 channels; atari: 16 px patches; "
                              "micro: for tests)")
     parser.add_argument("--lr", type=float, default=None, help="peak AdamW learning rate (default 2e-3)")
     parser.add_argument("--statement-texts", type=int, default=None,
-                        help="statement wordings embedded per step besides the captions (minigrid 192; 0 = all of them)")
+                        help="statement wordings embedded per step besides the captions (minigrid and minigrid_agent 192, the others 0; 0 = all of them)")
     parser.add_argument("--aux-weight", type=float, default=None,
-                        help="weight of the image tower's auxiliary classification loss (atari 1.0, others 0)")
+                        help="weight of the image tower's auxiliary classification loss (minigrid, minigrid_agent and atari 1.0, the others 0)")
     parser.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"],
                         help="where the model trains (default cpu: one thread, byte-identical weights for a seed; "
                              "cuda: a GPU, recorded in training.json; auto: a GPU if torch sees one)")
