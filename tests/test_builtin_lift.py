@@ -16,7 +16,13 @@ from tensordict import TensorDict  # noqa: E402
 from vlmrb_torchrl.envs.robosuite_policies import LiftState  # noqa: E402
 from vlmrb_torchrl.scorer_training import lift  # noqa: E402
 from vlmrb_torchrl.scorer_training.data import FrameSet  # noqa: E402
-from vlmrb_torchrl.scorer_training.domains import get_domain, load_frames, save_frames  # noqa: E402
+from vlmrb_torchrl.scorer_training.domains import (  # noqa: E402
+    LIFT_EDGE_SHARE,
+    LIFT_MISS_SHARE,
+    get_domain,
+    load_frames,
+    save_frames,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -140,6 +146,9 @@ def test_shipped_lift_model_files_and_card():
     assert (report["config"]["frames"], report["config"]["steps"], report["steps_done"]) == (60_000, 4000, 4000)
     # the frames the SAC recipe renders for it on Lift
     assert report["frames_rendered"] == {"camera": "front_close", "frame_size": 64, "fast_render": True}
+    # the episodes the command plays by default (the record of a build from before edge aims has no edge_share)
+    kinds = report["episode_kinds"]
+    assert kinds["miss_share"] == LIFT_MISS_SHARE and kinds.get("edge_share", 0.0) == LIFT_EDGE_SHARE
     assert 'camera="front_close"' in card and "fast_render=True" in card
     # 4 px patches (a 16x16 grid): a finger on the cube is a few pixels, less than an 8 px patch
     assert report["config"]["size"] == "fine" and get_domain("lift").default_config.size == "fine"
@@ -227,7 +236,7 @@ def test_tool_builds_a_tiny_lift_model_end_to_end(tmp_path):
 
     args = ["build-scorer", "lift", "--frames", "60", "--steps", "2", "--batch-size", "8", "--size", "micro"]
     assert main([*args, "--out", str(tmp_path / "a"), "--cache", str(tmp_path / "cache")]) == 0
-    assert (tmp_path / "cache" / "lift-front_close-fast-edge0.2-60-seed0-v4.npz").is_file()
+    assert (tmp_path / "cache" / "lift-front_close-fast-60-seed0-v4.npz").is_file()
     assert main([*args, "--out", str(tmp_path / "b"), "--cache", str(tmp_path / "cache")]) == 0  # from the cache
     assert weights_sha256(tmp_path / "a") == weights_sha256(tmp_path / "b")
     card = (tmp_path / "a" / "MODEL_CARD.md").read_text()

@@ -473,8 +473,7 @@ def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
     domain = lift_domain(miss_share=0.5)
     assert domain.generate(10, seed=3) == "frames" and seen["miss_share"] == 0.5 and seen["seed"] == 3
-    assert domain.frames_tag == "front_close-fast-miss0.5-edge0.2"
-    assert get_domain("lift").frames_tag == "front_close-fast-edge0.2"
+    assert domain.frames_tag == "front_close-fast-miss0.5" and get_domain("lift").frames_tag == "front_close-fast"
     data = _one_lift_frame()
     assert domain.describe(data)["episode_kinds"]["miss_share"] == 0.5
     assert get_domain("lift").describe(data)["episode_kinds"]["miss_share"] == 0.2
@@ -490,19 +489,20 @@ def test_lift_domain_edge_share_reaches_the_frames_and_the_record(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
-    assert get_domain("lift").generate(10, seed=3) == "frames" and seen["edge_share"] == LIFT_EDGE_SHARE == 0.2
-    assert lift_domain(edge_share=0.0).generate(10, seed=3) == "frames" and seen["edge_share"] == 0.0
-    assert lift_domain(edge_share=0.0).frames_tag == "front_close-fast"
+    assert get_domain("lift").generate(10, seed=3) == "frames" and seen["edge_share"] == LIFT_EDGE_SHARE == 0.0
+    assert lift_domain(edge_share=0.2).generate(10, seed=3) == "frames" and seen["edge_share"] == 0.2
+    assert lift_domain(edge_share=0.2).frames_tag == "front_close-fast-edge0.2"
     assert lift_domain(edge_share=0.35).frames_tag == "front_close-fast-edge0.35"
     data = _one_lift_frame()
     kinds = lift_domain(edge_share=0.35).describe(data)["episode_kinds"]
     assert kinds["edge_share"] == 0.35 and kinds["kinds"][-1] == "Lift/edge"
-    card = get_domain("lift").card_data({"frames": {"train": 1, "val": 1, "episodes": 1}, "statement_shares": {},
-                                        "episode_kinds": get_domain("lift").describe(data)["episode_kinds"]})
-    assert "20% aim 1-2 cm off its centre" in card
-    old = dict(kinds, edge_share=0.0)  # a record from before edge aims: the card does not mention them
-    assert "off its centre" not in get_domain("lift").card_data({"frames": {"train": 1, "val": 1, "episodes": 1},
-                                                               "statement_shares": {}, "episode_kinds": old})
+    def card(kinds):
+        return lift_domain().card_data({"frames": {"train": 1, "val": 1, "episodes": 1}, "statement_shares": {},
+                                        "episode_kinds": kinds})
+
+    assert "35% aim 1-2 cm off its centre" in card(kinds)
+    assert "off its centre" not in card(get_domain("lift").describe(data)["episode_kinds"])  # the shipped: none
+    assert "off its centre" not in card({k: v for k, v in kinds.items() if k != "edge_share"})  # older records
     with pytest.raises(ValueError, match="edge_share must be >= 0 with miss_share"):
         lift_domain(edge_share=0.9)
     with pytest.raises(ValueError, match="edge_share must be >= 0"):
@@ -569,9 +569,9 @@ def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
     assert ROBOSUITE_VIEWS["front_close_narrow"] == dataclasses.replace(ROBOSUITE_VIEWS["front_close"], fovy=30.0)
     domain = lift_domain(camera="front_close_narrow")
     assert domain.generate(10, seed=3) == "frames" and seen["camera"] == "front_close_narrow"
-    assert domain.frames_tag == "front_close_narrow-fast-edge0.2"
+    assert domain.frames_tag == "front_close_narrow-fast"
     data = _one_lift_frame()
     assert domain.describe(data)["frames_rendered"]["camera"] == "front_close_narrow"
-    assert lift_domain(camera="front_side_close").frames_tag == "front_side_close-fast-edge0.2"  # a SplitView of two cameras
+    assert lift_domain(camera="front_side_close").frames_tag == "front_side_close-fast"  # a SplitView of two cameras
     lift_domain().generate(10, seed=3)
     assert seen["camera"] == LIFT_SCORER_CAMERA == "front_close"
