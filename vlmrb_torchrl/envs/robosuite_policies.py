@@ -37,6 +37,9 @@ NEAR_DISTANCE = 0.05
 # OSC pose: an action of 1 moves the end effector by this much per control step (robosuite's default
 # output_max of the position part)
 _OSC_POS_STEP = 0.05
+# (min, max) distance (m) of an off-centre grasp's aim from the cube's centre, per episode kind: "miss" closes
+# beside the cube on nothing, "edge" puts a finger on its edge; other scripted episodes aim at the centre
+_AIM_OFF_CENTRE = {"miss": (0.02, 0.04), "edge": (0.01, 0.02)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,9 +161,9 @@ class LiftPolicy:
                 mode = "miss"
             elif kind < self.miss_share + self.edge_share:
                 mode = "edge"
-        if mode in ("miss", "edge"):  # miss: 2-4 cm beside, closes on nothing; edge: 1-2 cm, a finger on the edge
+        if mode in _AIM_OFF_CENTRE:
             angle = rng.uniform(0, 2 * np.pi)
-            radius = rng.uniform(*((0.02, 0.04) if mode == "miss" else (0.01, 0.02)))
+            radius = rng.uniform(*_AIM_OFF_CENTRE[mode])
             offset = np.array([radius * np.cos(angle), radius * np.sin(angle), 0.0])
         else:
             offset = np.append(rng.normal(0.0, 0.004, 2), 0.0)
