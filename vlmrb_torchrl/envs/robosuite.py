@@ -120,8 +120,8 @@ _SIDE_CLOSE = dataclasses.replace(_FRONT_CLOSE, azimuth=270.0)
 #: within 3 cm), 12 cm above it, 45° field of view. At 64 px the cube is ~8 px wide and a 5 cm lift
 #: moves it ~10 px against the fixed table edge; in ``agentview`` the fingers hide the cube and a
 #: lift moves it a few pixels. ``"front_close_narrow"``: the same camera with a 30° field of view (the
-#: cube and the fingers 1.5x larger, a lift of 12 cm still in the frame); a ``builtin:lift`` built on it
-#: was not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras. ``"side_close"``:
+#: cube and the fingers 1.5x larger, a lift of 12 cm still in the frame); ``builtin:lift`` builds on it
+#: (8-px and 4-px patches) were not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras. ``"side_close"``:
 #: ``front_close`` turned 90° about the cube, on the table's side (``+y``), looking across the arm's reach.
 #: ``"front_side_close"``: a :class:`SplitView`, the middle strips of ``front_close`` (left) and
 #: ``side_close`` (right), each at its own camera's scale: a grasp aimed beside the cube along one camera's

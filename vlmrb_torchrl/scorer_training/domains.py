@@ -393,9 +393,9 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, edge_share: float = LIFT
             :class:`~vlmrb_torchrl.envs.RobosuiteEnv`'s (a robosuite camera or a
             :data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS` name). Defaults to the SAC recipe's
             ``LIFT_SCORER_CAMERA`` (``"front_close"``), the shipped model's; recorded in ``training.json``
-            and the frame cache's name. ``"front_close_narrow"`` (a 30° field of view),
-            ``"front_side_close"`` (the front and a side camera in one frame), ``"side_close"`` and two other
-            single cameras were tried (docs/builtin_scorer.md): none was better.
+            and the frame cache's name. ``"front_close_narrow"`` (a 30° field of view, with
+            8-px and 4-px patches), ``"front_side_close"`` (the front and a side camera in one frame),
+            ``"side_close"`` and two other single cameras were tried (docs/builtin_scorer.md): none was better.
     """
     from vlmrb_torchrl.scorer_training import lift
 
