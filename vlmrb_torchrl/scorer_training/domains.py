@@ -345,6 +345,12 @@ model sees pixels and text. It is a domain model, not a general pretrained VLM: 
 arm, the red cube and the table of robosuite's Lift scene and nothing else."""
 
 
+def _aux_text(report: dict) -> str:
+    weight = report.get("config", {}).get("aux_weight", 0)  # lift records before the head have none
+    return (f" Besides the contrastive loss, a linear head on the image embedding answers each question (auxiliary "
+            f"cross-entropy, weight {weight:g}, dropped after training).") if weight else ""
+
+
 def _lift_data(report: dict) -> str:
     kinds = report["episode_kinds"]
     return f"""{report['frames']['train']:,} training frames and {report['frames']['val']:,} validation frames
@@ -356,7 +362,7 @@ cube, descend, close, lift 1-12 cm, hold, put down or drop, retreat, again) with
 noise in {{0, 0.1, 0.3}} and random bursts; {kinds['miss_share']:.0%} of the scripted episodes aim 2-4
 cm beside the cube and close on nothing{_lift_edge_text(kinds)}. Each episode's cube placement comes from a seed >= 2**20
 (the scorer-quality benchmark's held-out episodes use seeds from 1000). Batches are balanced over rare
-statements. Each frame gets a 1-3 statement caption; every statement's wordings are in
+statements.{_aux_text(report)} Each frame gets a 1-3 statement caption; every statement's wordings are in
 `vlmrb_torchrl/scorer_training/lift.py`. Frame shares in the training data: {report['statement_shares']}."""
 
 
@@ -371,7 +377,8 @@ LIFT_MISS_SHARE = 0.2
 #: The share of scripted episodes aiming at the cube's edge in ``builtin:lift``'s frames
 #: (:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`'s ``edge_share``): none. 0.2 was tried
 #: (docs/builtin_scorer.md): its models read the brief, awkward grasps the shipped one misses, and read
-#: a finger pushing the cube as a grasp too, for a lower F1 on the tuning episodes.
+#: a finger pushing the cube as a grasp too, for a lower F1 on the tuning episodes (with the auxiliary head
+#: a tie on them, and far more false positives on new held-out episodes).
 LIFT_EDGE_SHARE = 0.0
 
 
