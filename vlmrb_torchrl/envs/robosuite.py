@@ -121,8 +121,9 @@ _SIDE_CLOSE = dataclasses.replace(_FRONT_CLOSE, azimuth=270.0)
 #: moves it ~10 px against the fixed table edge; in ``agentview`` the fingers hide the cube and a
 #: lift moves it a few pixels. ``"front_close_narrow"``: the same camera with a 30° field of view (the
 #: cube and the fingers 1.5x larger, a lift of 12 cm still in the frame); ``builtin:lift`` builds on it
-#: (8-px and 4-px patches) were not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras. ``"side_close"``:
-#: ``front_close`` turned 90° about the cube, on the table's side (``+y``), looking across the arm's reach.
+#: (8-px and 4-px patches) were not better (docs/builtin_scorer.md), it stays for rebuilds that compare
+#: cameras. ``"side_close"``: ``front_close`` turned 90° about the cube, on the table's side (``+y``),
+#: looking across the arm's reach.
 #: ``"front_side_close"``: a :class:`SplitView`, the middle strips of ``front_close`` (left) and
 #: ``side_close`` (right), each at its own camera's scale: a grasp aimed beside the cube along one camera's
 #: line of sight shows in the other's strip; a ``builtin:lift`` built on it had fewer false positives and more
