@@ -496,15 +496,13 @@ def test_lift_domain_edge_share_reaches_the_frames_and_the_record(monkeypatch):
     data = _one_lift_frame()
     kinds = lift_domain(edge_share=0.35).describe(data)["episode_kinds"]
     assert kinds["edge_share"] == 0.35 and kinds["kinds"][-1] == "Lift/edge"
-    def card(kinds):
+    def card(kinds, config=None):
         return lift_domain().card_data({"frames": {"train": 1, "val": 1, "episodes": 1}, "statement_shares": {},
-                                        "episode_kinds": kinds})
+                                        "episode_kinds": kinds, "config": config or {}})
 
     assert "35% aim 1-2 cm off its centre" in card(kinds)
     assert "auxiliary" not in card(kinds)  # the card names the image tower's auxiliary head only when it trained
-    with_head = lift_domain().card_data({"frames": {"train": 1, "val": 1, "episodes": 1}, "statement_shares": {},
-                                         "episode_kinds": kinds, "config": {"aux_weight": 1.0}})
-    assert "auxiliary cross-entropy, weight 1," in with_head
+    assert "auxiliary cross-entropy, weight 1," in card(kinds, {"aux_weight": 1.0})
     assert "off its centre" not in card(get_domain("lift").describe(data)["episode_kinds"])  # the shipped: none
     assert "off its centre" not in card({k: v for k, v in kinds.items() if k != "edge_share"})  # older records
     with pytest.raises(ValueError, match="edge_share must be >= 0 with miss_share"):

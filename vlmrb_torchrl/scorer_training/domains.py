@@ -346,7 +346,7 @@ arm, the red cube and the table of robosuite's Lift scene and nothing else."""
 
 
 def _aux_text(report: dict) -> str:
-    weight = report.get("config", {}).get("aux_weight", 0)  # lift records before the head have none
+    weight = report["config"].get("aux_weight", 0)  # records of builds before the head have none
     return (f" Besides the contrastive loss, a linear head on the image embedding answers each question (auxiliary "
             f"cross-entropy, weight {weight:g}, dropped after training).") if weight else ""
 
