@@ -20,8 +20,12 @@ install: $(VENV)/.installed-$(EXTRAS)
 run: install  ## the main job
 	$(VENV)/bin/vlmrb train dqn --quick
 
+# The default tier runs on TEST_WORKERS processes (pytest-xdist): one per core of the 2-core machines
+# the project is built on. The slow tier stays serial: its tests start Ray clusters and process pools.
+TEST_WORKERS ?= 2
+
 test: install  ## fast tests + doctests (slow ones excluded)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS)
 
 test-slow: install
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m slow
