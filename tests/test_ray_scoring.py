@@ -426,7 +426,10 @@ def test_dqn_recipe_scores_on_ray_workers(ray_cluster, tmp_path):
     cfg = apply_overrides(DQNConfig(), dict(
         total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=128, eval_every=256, eval_episodes=2,
         buffer_size=2_000, checkpoint_every=512, clip_len=4, batch_size=16, progress=False, hidden=32, n_steps=2,
-        gallery_clips=0, tensorboard=False, scorer_backend="ray", scorer_workers=2, output_dir=str(tmp_path / "run")))
+        gallery_clips=0, tensorboard=False, scorer_backend="ray", scorer_workers=2, output_dir=str(tmp_path / "run"),
+        # the checkpoint waits for every score; on a loaded 2-core machine the pool's actors can take longer than
+        # the default 60 s to load their scorers and catch up (the wait ends as soon as they are done)
+        scorer_drain_timeout=300.0))
     summary = dqn_main(cfg)
     with open(tmp_path / "run" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
