@@ -243,6 +243,40 @@ def test_split_view_draws_each_camera_into_its_strip_and_shows_what_the_front_ca
         RobosuiteEnv("Lift", render=True, camera="front_side_close", frame_size=63)
 
 
+def test_panel_view_draws_each_camera_whole_side_by_side(monkeypatch):
+    """camera="front_close+eye_in_hand" (a PanelView, what builtin:lift reads): a [64, 128, 3] frame whose left
+    square is front_close's frame and right square the gripper camera's; the spec says so, unrendered steps are
+    zeros of that shape; the gripper camera moves with the gripper, the front one does not."""
+    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS, PanelView
+
+    view = ROBOSUITE_VIEWS["front_close+eye_in_hand"]
+    assert isinstance(view, PanelView) and view.frame_shape(64) == (64, 128, 3)
+    env = RobosuiteEnv("Lift", seed=0, render=True, camera="front_close+eye_in_hand", max_episode_steps=10,
+                       render_steps=lambda k: k == 2)
+    try:
+        assert env.observation_spec["pixels"].shape == (64, 128, 3)
+        env.set_seed(0)
+        td = env.rollout(3)
+        pixels = td["next", "pixels"]
+        assert pixels.shape == (3, 64, 128, 3) and not pixels[0].any() and pixels[1].any()  # step 2 only
+        frames = {}
+        for camera in ("front_close+eye_in_hand", "front_close", "robot0_eye_in_hand"):
+            env.camera = camera
+            frames[camera] = env.render_frame()
+        both = frames["front_close+eye_in_hand"]
+        assert torch.equal(both[:, :64], frames["front_close"]) and torch.equal(both[:, 64:], frames["robot0_eye_in_hand"])
+        env.camera = "front_close+eye_in_hand"
+        for _ in range(5):  # the arm moves: the gripper's camera with it
+            env.step(td[0].set("action", torch.ones(7)))
+        moved = env.render_frame()
+        assert (moved[:, 64:] != both[:, 64:]).any(-1).float().mean() > 0.05
+    finally:
+        env.close()
+    monkeypatch.setitem(ROBOSUITE_VIEWS, "front+nowhere", PanelView((ROBOSUITE_VIEWS["front_close"], "nowhere")))
+    with pytest.raises(ValueError, match=r"camera='front\+nowhere' draws \['nowhere'\]"):
+        RobosuiteEnv("Lift", render=True, camera="front+nowhere")
+
+
 def test_unknown_camera_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"unknown camera='nowhere'.*agentview.*front_close"):
         RobosuiteEnv("Lift", camera="nowhere")

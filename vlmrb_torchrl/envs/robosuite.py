@@ -25,7 +25,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 __all__ = ["RobosuiteEnv", "make_robosuite_env", "ClipRenderSteps", "ROBOSUITE_EVENT_KEYS", "CameraView",
-           "SplitView", "ROBOSUITE_VIEWS"]
+           "SplitView", "PanelView", "ROBOSUITE_VIEWS"]
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -112,6 +112,32 @@ class SplitView:
         return [frame_size // len(self.panels)] * len(self.panels)
 
 
+@dataclasses.dataclass(frozen=True)
+class PanelView:
+    """One frame made of several cameras' full pictures side by side: each panel a ``frame_size`` square,
+    left to right, so a frame is ``[frame_size, len(panels) * frame_size, 3]``.
+
+    Unlike :class:`SplitView` (strips of one square frame), every camera keeps its whole picture at the
+    frame's resolution; a scorer that reads the panels apart (:class:`~vlmrb_torchrl.scorers.PanelScorer`)
+    sees each one as if it were that camera's own frame. A panel is a :class:`CameraView` or the name of a
+    camera of the robosuite model (e.g. ``"robot0_eye_in_hand"``, which moves with the gripper).
+
+    Attributes:
+        panels (tuple of CameraView or str): the cameras, left to right.
+
+    Examples:
+        >>> view = ROBOSUITE_VIEWS["front_close+eye_in_hand"]
+        >>> view.panels[1], view.frame_shape(64)
+        ('robot0_eye_in_hand', (64, 128, 3))
+    """
+
+    panels: tuple[CameraView | str, ...]
+
+    def frame_shape(self, frame_size: int) -> tuple[int, int, int]:
+        """``(height, width, 3)`` of a frame whose panels are ``frame_size`` squares."""
+        return frame_size, len(self.panels) * frame_size, 3
+
+
 _FRONT_CLOSE = CameraView(lookat=(0.0, 0.0, 0.86), distance=0.45, azimuth=180.0, elevation=-15.0, fovy=45.0)
 _SIDE_CLOSE = dataclasses.replace(_FRONT_CLOSE, azimuth=270.0)
 
@@ -128,11 +154,16 @@ _SIDE_CLOSE = dataclasses.replace(_FRONT_CLOSE, azimuth=270.0)
 #: ``side_close`` (right), each at its own camera's scale: a grasp aimed beside the cube along one camera's
 #: line of sight shows in the other's strip; a ``builtin:lift`` built on it had fewer false positives and more
 #: misses, not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras.
-ROBOSUITE_VIEWS: dict[str, CameraView | SplitView] = {
+#: ``"front_close+eye_in_hand"``: a :class:`PanelView`, ``front_close`` (left) and the gripper's own camera
+#: ``robot0_eye_in_hand`` (right), each a full square: what ``builtin:lift`` reads (a model per panel; the hand
+#: camera sees whether the cube sits between the finger pads, the front one sees the cube rise). A frame is
+#: ``[frame_size, 2 * frame_size, 3]``.
+ROBOSUITE_VIEWS: dict[str, CameraView | SplitView | PanelView] = {
     "front_close": _FRONT_CLOSE,
     "front_close_narrow": dataclasses.replace(_FRONT_CLOSE, fovy=30.0),
     "side_close": _SIDE_CLOSE,
     "front_side_close": SplitView((_FRONT_CLOSE, _SIDE_CLOSE)),
+    "front_close+eye_in_hand": PanelView((_FRONT_CLOSE, "robot0_eye_in_hand")),
 }
 
 
@@ -209,7 +240,8 @@ class RobosuiteEnv(EnvBase):
             ``"sideview"``, ``"birdview"``, ``"robot0_eye_in_hand"``, ...) or of
             :data:`ROBOSUITE_VIEWS` (``"front_close"``: close in front of Lift's cube, where a lift is
             plain). Defaults to ``"agentview"``.
-        frame_size (int): frames are ``[frame_size, frame_size, 3]`` uint8. Defaults to ``64``.
+        frame_size (int): frames are ``[frame_size, frame_size, 3]`` uint8 (a :class:`PanelView`:
+            ``[frame_size, n * frame_size, 3]``, one square per panel). Defaults to ``64``.
         fast_render (bool): render without reflections, shadows and multisampling, into an offscreen
             buffer of the frame's size (:mod:`vlmrb_torchrl.envs._mujoco_render`): ~4x cheaper frames
             on a CPU, aliased edges, no shadows. ``False`` renders robosuite's default image.
@@ -229,7 +261,8 @@ class RobosuiteEnv(EnvBase):
 
     - ``"observation"``: float32 ``[D]``: robosuite's ``robot0_proprio-state`` then
       ``object-state`` (Lift: 50 + 10 = 60).
-    - ``"pixels"`` (``render=True``): uint8 ``[frame_size, frame_size, 3]``, upright.
+    - ``"pixels"`` (``render=True``): uint8 ``[frame_size, frame_size, 3]``, upright (a
+      :class:`PanelView`: ``[frame_size, n * frame_size, 3]``).
     - ``"grasping"``, ``"lifted"``, ``"success"``, ``"progress_event"``: bool ``[1]``,
       *state* flags of the current step: the gripper grasps the task object (robosuite's
       ``_check_grasp``), the object is ``lift_height`` above its reset height, the task's own
@@ -312,6 +345,13 @@ class RobosuiteEnv(EnvBase):
             except ValueError as err:
                 self._env.close()
                 raise ValueError(f"RobosuiteEnv: camera={camera!r}: {err}") from None
+        missing = [p for p in getattr(view, "panels", ()) if isinstance(p, str) and p not in cameras]
+        if missing:
+            self._env.close()
+            raise ValueError(f"RobosuiteEnv: camera={camera!r} draws {missing}, which {task}'s model does not have "
+                             f"(its cameras: {cameras}).")
+        self.frame_shape = (view.frame_shape(frame_size) if isinstance(view, PanelView)
+                            else (frame_size, frame_size, 3))
         self._step_in_episode = 0
         self._object_z0: float | None = None
         obs = self._env.reset()
@@ -323,7 +363,7 @@ class RobosuiteEnv(EnvBase):
         flag = Categorical(n=2, shape=(1,), dtype=torch.bool, device=self.device)
         obs = {"observation": Unbounded(shape=(obs_dim,), dtype=torch.float32, device=self.device)}
         if self.from_pixels:
-            obs["pixels"] = Bounded(0, 255, shape=(self.frame_size, self.frame_size, 3), dtype=torch.uint8,
+            obs["pixels"] = Bounded(0, 255, shape=self.frame_shape, dtype=torch.uint8,
                                     device=self.device)
         for key in ROBOSUITE_EVENT_KEYS:
             obs[key] = flag.clone()
@@ -390,7 +430,7 @@ class RobosuiteEnv(EnvBase):
         self._render_context = context
 
     def render_frame(self) -> torch.Tensor:
-        """Renders the camera now: uint8 ``[frame_size, frame_size, 3]`` (counted in ``render_count``)."""
+        """Renders the camera now: uint8 ``frame_shape`` (counted in ``render_count``)."""
         self._prepare_render_context()
         view = ROBOSUITE_VIEWS.get(self.camera)
         if view is None:
@@ -400,9 +440,15 @@ class RobosuiteEnv(EnvBase):
         self.render_count += 1
         return torch.from_numpy(np.ascontiguousarray(img[::-1]))
 
-    def _render_view(self, view: CameraView | SplitView) -> np.ndarray:
+    def _render_view(self, view: CameraView | SplitView | PanelView) -> np.ndarray:
         """Renders ``view`` with the offscreen context's free camera (what ``sim.render`` does for a named one);
-        a :class:`SplitView` one strip per panel, bottom-up rows as ``read_pixels`` gives them."""
+        a :class:`SplitView` one strip per panel, a :class:`PanelView` one square per panel (a named camera's
+        by ``sim.render``), bottom-up rows as ``read_pixels`` gives them."""
+        if isinstance(view, PanelView):
+            size = self.frame_size
+            return np.concatenate([self._render_view(panel) if isinstance(panel, CameraView)
+                                   else self._env.sim.render(camera_name=panel, width=size, height=size)
+                                   for panel in view.panels], axis=1)
         import mujoco
         from robosuite.utils.binding_utils import _MjSim_render_lock  # the lock sim.render holds
 
@@ -429,7 +475,7 @@ class RobosuiteEnv(EnvBase):
             if ends_episode or self.render_steps is None or self.render_steps(self._step_in_episode):
                 out["pixels"] = self.render_frame()
             else:
-                out["pixels"] = torch.zeros(self.frame_size, self.frame_size, 3, dtype=torch.uint8)
+                out["pixels"] = torch.zeros(self.frame_shape, dtype=torch.uint8)
         flags_t = torch.tensor(flags, dtype=torch.bool).unsqueeze(-1)
         out.update(zip(_FLAG_KEYS, flags_t.unbind(0)))
         if reward is not None:
