@@ -10,8 +10,8 @@ getting busier or idler moves every arm alike. Arms:
   learner, collection in a child process one batch ahead);
 - ``uniform-sync``: the same with ``async_collection=false`` (collect, then learn, one process);
 - ``vlm_td-builtin``: ``replay=vlm_td scorer=builtin:lift`` (VLM-RB with the shipped pixel scorer:
-  every step's frame rendered from the recipe's Lift scorer camera, ``front_close``, 64 px, fast
-  rendering; scoring in a thread);
+  every step's frame rendered from the recipe's Lift scorer cameras, ``front_close+eye_in_hand`` (two
+  64-px pictures side by side: the front camera and the gripper's), fast rendering; scoring in a thread);
 - ``vlm_td-oracle``: ``replay=vlm_td scorer=oracle:robosuite`` (no frames);
 - ``vlm_td-builtin-sparse``: ``vlm_td-builtin`` with a clip every 16 steps, 5 frames each
   (``clip_stride=16 clip_frames=5 clip_assign=cover_max``: a quarter of the steps rendered, clips sharing their end frames);

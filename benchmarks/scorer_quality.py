@@ -2,7 +2,8 @@
 
 Rolls out ``--episodes`` episodes of a MiniGrid env (:class:`~vlmrb_torchrl.envs.MiniGridEnv`),
 of robosuite Lift (``--env robosuite/Lift``: :class:`~vlmrb_torchrl.envs.RobosuiteEnv` as the
-SAC recipe builds it, the recipe's ``front_close`` frames (``--camera agentview`` for another camera),
+SAC recipe builds it, the recipe's ``front_close+eye_in_hand`` frames, what ``builtin:lift`` reads
+(``--camera front_close`` for its front model alone, ``--camera agentview`` for another camera),
 episodes ending on success or after ``--max-steps``, default 200), of an Atari game (``--env ALE/Pong-v5``: :class:`~vlmrb_torchrl.envs.AtariEnv`
 in evaluation mode, whole games cut at ``--max-steps``, default 2,500; its ``"pixels"`` are those
 of the DQN recipe's :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`, and the scripted agent reads
@@ -500,7 +501,7 @@ def _parser() -> argparse.ArgumentParser:
                              "MiniGridEnv(frame_view='agent')); auto: the scorer's (agent for builtin:minigrid_agent "
                              "and clip:<dir> models built on it, as the DQN recipe picks), else grid")
     parser.add_argument("--camera", default=None,
-                        help="robosuite: the camera (default: the SAC recipe's, front_close on Lift; agentview, "
+                        help="robosuite: the camera (default: the SAC recipe's, front_close+eye_in_hand on Lift; agentview, "
                              "frontview, ... or any RobosuiteEnv camera)")
     parser.add_argument("--full-render", action="store_true",
                         help="robosuite: render with reflections, shadows and multisampling (the recipes render "

@@ -156,15 +156,42 @@ def test_shipped_lift_model_files_and_card():
     assert (config["image_size"], config["patch_size"]) == (64, 4)
 
 
+def test_shipped_lift_hand_model_files_and_card():
+    """builtin:lift's second model: the gripper camera's, rebuilt by `vlmrb build-scorer lift_hand`."""
+    from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
+    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS, PanelView
+    from vlmrb_torchrl.scorers.builtin import builtin_panel_model_dirs
+
+    front, hand = builtin_panel_model_dirs("lift")
+    assert front == builtin_model_dir("lift") and hand.name == "lift_hand"
+    card = (hand / "MODEL_CARD.md").read_text()
+    assert weights_sha256(hand) in card and "vlmrb build-scorer lift_hand" in card
+    assert (hand / "model.safetensors").stat().st_size < 5 * 2**20
+    report = json.loads((hand / "training.json").read_text())
+    assert report["weights_sha256"] == weights_sha256(hand)
+    domain = get_domain("lift_hand")
+    assert (report["config"]["frames"], report["config"]["steps"], report["steps_done"]) == (
+        domain.default_config.frames, domain.default_config.steps, 2000) == (30_000, 2000, 2000)
+    assert report["config"]["size"] == domain.default_config.size == "fine"
+    assert report["frames_rendered"] == {"camera": "robot0_eye_in_hand", "frame_size": 64, "fast_render": True}
+    assert report["episode_kinds"]["miss_share"] == LIFT_MISS_SHARE and report["episode_kinds"]["edge_share"] == 0.0
+    # the SAC recipe renders both cameras side by side, the front one on the left
+    view = ROBOSUITE_VIEWS[LIFT_SCORER_CAMERA]
+    assert isinstance(view, PanelView) and view.panels == (ROBOSUITE_VIEWS["front_close"], "robot0_eye_in_hand")
+    assert LIFT_PANEL_CAMERAS == ("front_close", "robot0_eye_in_hand")
+    assert json.loads((front / "training.json").read_text())["frames_rendered"]["camera"] == LIFT_PANEL_CAMERAS[0]
+    assert domain.frames_tag == "robot0_eye_in_hand-fast" and get_domain("lift").frames_tag == "front_close-fast"
+
+
 
 def test_builtin_lift_carries_its_tuned_decision_threshold_for_its_own_checks_only():
     from vlmrb_torchrl.scorers.builtin import BUILTIN_DECISION_THRESHOLDS, builtin_decision_threshold
 
-    assert make_scorer("builtin:lift").decision_threshold == BUILTIN_DECISION_THRESHOLDS["lift"] == 0.8
+    assert make_scorer("builtin:lift").decision_threshold == BUILTIN_DECISION_THRESHOLDS["lift"] == 0.01
     other = make_scorer("builtin:lift", prompt="the robot grasps the cube", negatives=["the cube is not grasped"])
     assert not hasattr(other, "decision_threshold")
     assert not hasattr(make_scorer("builtin:minigrid"), "decision_threshold")
-    assert builtin_decision_threshold("builtin:lift") == 0.8
+    assert builtin_decision_threshold("builtin:lift") == 0.01
     assert builtin_decision_threshold("builtin:scene-task2") == BUILTIN_DECISION_THRESHOLDS["scene"] == 0.95
     assert builtin_decision_threshold("builtin") == builtin_decision_threshold("builtin:atari") == 0.5
 
@@ -189,22 +216,27 @@ def test_builtin_lift_counts_a_grasp_or_lift_only_when_it_lasts_3_frames(monkeyp
 
     clips = {"grasp 1 frame": probs(0, 8, 1), "grasp 2 frames": probs(0, 8, 2), "lift 2 frames": probs(1, 5, 2),
              "grasp 3 frames": probs(0, 8, 3), "lift 3 frames": probs(1, 5, 3), "none": probs(0, 0, 0)}
-    batch = TensorDict(pixels=torch.zeros(len(clips), 17, 64, 64, 3, dtype=torch.uint8),
+    batch = TensorDict(pixels=torch.zeros(len(clips), 17, 64, 128, 3, dtype=torch.uint8),
                        mask=torch.ones(len(clips), 17, dtype=torch.bool), batch_size=[len(clips), 17])
-    for s in (scorer, plain):
-        monkeypatch.setattr(s, "_check_probabilities", lambda _: list(clips.values()))
+    for s in (scorer, plain):  # both panels' models read the same: the combined reading is theirs
+        for member in s.members:
+            monkeypatch.setattr(member, "_check_probabilities", lambda _: list(clips.values()))
     held = dict(zip(clips, scorer.score(batch).tolist()))
     assert [name for name, score in held.items() if score > 0.5] == ["grasp 3 frames", "lift 3 frames"], held
     assert max(held["grasp 1 frame"], held["grasp 2 frames"], held["lift 2 frames"]) < 0.1
     assert [name for name, score in zip(clips, plain.score(batch).tolist()) if score > 0.5] == list(clips)[:-1]
 
+
 def test_builtin_lift_scores_a_rendered_grasp_high_and_the_approach_low():
-    """Frames rendered as the SAC recipe renders them: clips showing the grasp score above 0.5,
-    clips of the arm far from the cube below it; the prompt set is the default."""
+    """Frames rendered as the SAC recipe renders them (both cameras side by side): clips showing the grasp
+    score above the decision threshold, clips of the arm far from the cube below it; the prompt set is the
+    default."""
     pytest.importorskip("transformers")
+    from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
+
     scorer = make_scorer("builtin:lift")
     assert [c.positive for c in scorer.prompt_set] == [c.positive for c in LIFT_PROMPT_SET]
-    env = RobosuiteEnv("Lift", seed=0, render=True, camera="front_close", max_episode_steps=60,
+    env = RobosuiteEnv("Lift", seed=0, render=True, camera=LIFT_SCORER_CAMERA, max_episode_steps=60,
                        terminate_on_success=False)
     try:
         env.set_seed(7)
@@ -220,13 +252,14 @@ def test_builtin_lift_scores_a_rendered_grasp_high_and_the_approach_low():
     grasp = [i for i, s in enumerate(states) if s.grasped]
     far = [i for i, s in enumerate(states) if not s.near and not s.progress]
     assert len(grasp) >= 6 and len(far) >= 6
-    # the model trained on front_close frames sees a grasp once the cube moves with the gripper: the clip of the
-    # grasp's last frames (the cube held up), not one of its first contact (0.01: a false negative of the model)
-    starts = {"grasp": [grasp[-1] - 3], "far": [far[0], far[2]]}
+    starts = {"grasp": [grasp[0], grasp[-1] - 3], "far": [far[0], far[2]]}
     clips = torch.stack([torch.stack(frames[t : t + 4]) for t in starts["grasp"] + starts["far"]])
-    scores = scorer.score(TensorDict(pixels=clips, mask=torch.ones(clips.shape[:2], dtype=torch.bool),
-                                     batch_size=clips.shape[:2])).tolist()
-    assert scores[0] > 0.5 and all(s < 0.5 for s in scores[1:]), scores
+    assert clips.shape[2:] == (64, 128, 3)
+    clips = TensorDict(pixels=clips, mask=torch.ones(clips.shape[:2], dtype=torch.bool), batch_size=clips.shape[:2])
+    scores = scorer.score(clips).tolist()
+    threshold = scorer.decision_threshold
+    assert all(s > threshold for s in scores[:2]) and all(s < threshold for s in scores[2:]), scores
+
 
 
 @pytest.mark.slow  # renders frames and trains

@@ -558,13 +558,14 @@ def test_lift_policy_edge_aims_take_scripted_episodes_only():
 
 def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
     """``lift_domain(camera=...)``: the camera the frames are rendered from, passed to the frame generator and
-    recorded in ``training.json`` and the frame cache's name; the default is the SAC recipe's scorer camera."""
+    recorded in ``training.json`` and the frame cache's name; the default is the front camera, the left panel of
+    the SAC recipe's scorer frames (``lift_hand``: the gripper's camera, the right one)."""
     import dataclasses
 
     from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS
-    from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
+    from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS
     from vlmrb_torchrl.scorer_training import lift
-    from vlmrb_torchrl.scorer_training.domains import lift_domain
+    from vlmrb_torchrl.scorer_training.domains import get_domain, lift_domain
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
@@ -576,4 +577,6 @@ def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
     assert domain.describe(data)["frames_rendered"]["camera"] == "front_close_narrow"
     assert lift_domain(camera="front_side_close").frames_tag == "front_side_close-fast"  # a SplitView of two cameras
     lift_domain().generate(10, seed=3)
-    assert seen["camera"] == LIFT_SCORER_CAMERA == "front_close"
+    assert seen["camera"] == LIFT_PANEL_CAMERAS[0] == "front_close"
+    get_domain("lift_hand").generate(10, seed=3)
+    assert seen["camera"] == LIFT_PANEL_CAMERAS[1] == "robot0_eye_in_hand"

@@ -220,8 +220,8 @@ class TestSceneRecipe:
         assert (cfg.max_episode_steps, cfg.camera, cfg.reward_shaping) == (750, "front_pixels", True)
         assert cfg.scorer == "builtin:scene-task4"
         lift = SACConfig().validate()
-        assert (lift.max_episode_steps, lift.camera, lift.reward_shaping, lift.scorer) == (200, "front_close", False,
-                                                                                          "builtin:lift")
+        assert (lift.max_episode_steps, lift.camera, lift.reward_shaping, lift.scorer) == (
+            200, "front_close+eye_in_hand", False, "builtin:lift")
         explicit = apply_overrides(SACConfig(), ["env=ogbench/scene-task2", "scorer=builtin:scene"]).validate()
         assert explicit.scorer == "builtin:scene-task2"
 

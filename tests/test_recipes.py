@@ -103,7 +103,7 @@ class TestConfig:
         from vlmrb_torchrl.recipes.config import SACConfig
 
         assert DQNConfig().validate().threshold == 0.5  # builtin:minigrid: no tuned threshold
-        assert SACConfig().validate().threshold == 0.8  # scorer=auto on robosuite/Lift: builtin:lift's (tuned: 0.8)
+        assert SACConfig().validate().threshold == 0.01  # scorer=auto on robosuite/Lift: builtin:lift's (tuned: 0.01)
         assert SACConfig(scorer="oracle:robosuite").validate().threshold == 0.5
         assert SACConfig(env="ogbench/scene-task2").validate().threshold == 0.95  # builtin:scene-task2's
         # builtin:scene with other checks: its threshold was tuned for its own

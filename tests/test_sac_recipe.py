@@ -35,7 +35,7 @@ class TestSACConfig:
         ("env_backend=threads", "env_backend='threads' is invalid"),
         ("env=robosuite/Stack", "scorer='builtin:lift' is invalid: expected a scorer for this task"),
         ("frame_size=128", "frame_size=128 is invalid: expected 64 with scorer=builtin:lift"),
-        ("camera=agentview", "camera='agentview' is invalid: expected front_close with scorer=builtin:lift"),
+        ("camera=agentview", "camera='agentview' is invalid: expected front_close\\+eye_in_hand with scorer=builtin:lift"),
         ("max_oversampling=0.5", "max_oversampling=0.5 is invalid: expected None or a number >= 1"),
         ("policy_frequency=0", "policy_frequency=0 is invalid: expected an integer >= 1"),
         ("env_backend=parallel", "async_collection=True is invalid: expected false with env_backend=parallel"),
@@ -50,7 +50,7 @@ class TestSACConfig:
         cfg = SACConfig().validate()
         assert cfg.replay == "vlm_td" and cfg.scorer == "builtin:lift" and cfg.env == "robosuite/Lift"
         assert cfg.max_oversampling == 4.0
-        assert cfg.camera == "front_close"  # the close front view builtin:lift was trained on
+        assert cfg.camera == "front_close+eye_in_hand"  # the two cameras builtin:lift's models were trained on
         # another camera with another scorer; another task's default camera
         assert apply_overrides(SACConfig(), ["camera=agentview", "scorer=oracle:robosuite"]).validate().camera == "agentview"
         assert apply_overrides(SACConfig(), ["env=robosuite/Stack", "replay=uniform"]).validate().camera == "agentview"

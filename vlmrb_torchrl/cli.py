@@ -152,16 +152,18 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
                     "(minigrid: the family recipe, not yet shipped: see docs/builtin_scorer.md; ~2 minutes with "
                     "--workers 15 --device cuda on 16 cores and an H200, 3-5 s a step on a shared CPU core; lift: ~25 "
-                    "minutes of robosuite rendering + ~50 of training on a free core; atari: "
+                    "minutes of robosuite rendering + ~50 of training on a free core (lift_hand, builtin:lift's gripper-camera model: "
+                    "~9 + ~35); atari: "
                     "~3 minutes of emulation + ~30 of training on a shared core; scene: ~45 minutes of OGBench rendering + ~30 of "
                     "training on 2 cores, 43 s + 2 minutes with --workers 15 --device cuda on 16 cores and an H200). Same "
                     "arguments, same seed: identical weights on the CPU. Defaults below are per environment.",
     )
-    parser.add_argument("name", choices=sorted(DOMAINS), help="which built-in scorer to train")
+    parser.add_argument("name", choices=sorted(DOMAINS),
+                        help="which built-in scorer to train (lift_hand: the second model of builtin:lift)")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--frames", type=int, default=None,
-                        help="frames generated (minigrid and minigrid_agent 120000, scene 30000, lift 60000, atari 12000)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (minigrid and minigrid_agent 2500, scene and lift 4000, atari 1500)")
+                        help="frames generated (minigrid and minigrid_agent 120000, scene and lift_hand 30000, lift 60000, atari 12000)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (minigrid and minigrid_agent 2500, scene and lift 4000, lift_hand 2000, atari 1500)")
     parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128; atari 64)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default 0)")
     parser.add_argument("--minutes", type=float, default=None,
@@ -240,8 +242,12 @@ def build_scorer_main(argv: list[str]) -> int:
     recorded = [a for i, a in enumerate(argv) if a != "--cache" and (i == 0 or argv[i - 1] != "--cache")]
     command = "vlmrb build-scorer " + " ".join(a for a in recorded if not a.startswith("--cache="))  # not the recipe
     build_scorer(domain, args.out, cfg, command=command, cache=args.cache, workers=workers)
+    from vlmrb_torchrl.scorers.builtin import BUILTIN_PANEL_MODELS
+
+    replaces = next((f"panel {dirs.index(args.name)} of builtin:{name}" for name, dirs in BUILTIN_PANEL_MODELS.items()
+                     if args.name in dirs), f"builtin:{args.name}")
     print(f"load it with make_scorer('clip:{args.out}', prompt=..., negatives=[...]) or copy it over "
-          f"vlmrb_torchrl/scorers/models/{args.name} to replace builtin:{args.name}")
+          f"vlmrb_torchrl/scorers/models/{args.name} to replace {replaces}")
     return 0
 
 

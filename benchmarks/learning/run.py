@@ -169,7 +169,8 @@ CEILING: dict[str, dict[str, str]] = {
     # does a looser one let VLM-RB weigh something without the uncapped arm's divergence?
     "vlm_td_oracle_cap16": {"replay": "vlm_td", "max_oversampling": "16"},
     # Lift with the shipped pixel scorer instead of the privileged flags (the recorded runs: agentview frames and
-    # the model of issue 19; since issue 32 the recipe's default is front_close frames and the model built on them)
+    # the model of issue 19; since issue 32 the recipe's default is front_close frames and the model built on them,
+    # and since the second camera front_close+eye_in_hand frames and a model per camera)
     "vlm_td_builtin_cap4": {"replay": "vlm_td", "scorer": "builtin:lift", "max_oversampling": "4"},
 }
 #: The paper's labels (issue 30): only clips that reach the goal are progress ("a clear instance of goal

@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TASK_DEFAULTS", "LIFT_SCORER_CAMERA",
+__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TASK_DEFAULTS", "LIFT_SCORER_CAMERA", "LIFT_PANEL_CAMERAS",
            "sac_env_family", "sac_env_defaults", "ConfigError",
            "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset"]
 
@@ -81,7 +81,7 @@ class RecipeConfig:
                                           "(None = half of the run's gradient updates)")
     threshold: float | Literal["auto"] | None = _field(
         "auto", "score binarisation threshold: auto (the scorer's own decision threshold: 0.95 for builtin:scene and "
-                "0.8 for builtin:lift with their own checks, tuned on episodes other than the held-out ones; 0.5 for "
+                "0.01 for builtin:lift with their own checks, tuned on episodes other than the held-out ones; 0.5 for "
                 "every other scorer) | a number in [0, 1] | None (continuous scores)")
     vlm_eps: float = _field(0.01, "priority floor for VLM scores")
     vlm_beta: float = _field(0.0, "importance-sampling exponent for vlm modes (paper: 0)")
@@ -162,7 +162,7 @@ class RecipeConfig:
             >>> SACConfig(scorer="builtin:scene", scorer_kwargs={"prompt_set": []}).decision_threshold()
             0.5
             >>> DQNConfig(scorer="builtin:minigrid").validate().threshold, SACConfig().validate().threshold
-            (0.5, 0.8)
+            (0.5, 0.01)
         """
         from vlmrb_torchrl.scorers.builtin import builtin_decision_threshold
 
@@ -423,9 +423,15 @@ def _atari_builtin_game(env_id: str) -> bool:
     return env_id.startswith("ALE/") and env_id.split("/", 1)[1].split("-", 1)[0] in ("Pong", "Breakout")
 
 
-#: The camera ``builtin:lift`` was trained on (:data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS`:
-#: 45 cm in front of the cube, where a lift is plain) and the SAC recipe's default on ``robosuite/Lift``.
-LIFT_SCORER_CAMERA = "front_close"
+#: The frames ``builtin:lift`` reads and the SAC recipe's default camera on ``robosuite/Lift``: a
+#: :class:`~vlmrb_torchrl.envs.robosuite.PanelView` (:data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS`) of the two
+#: cameras its models were trained on, :data:`LIFT_PANEL_CAMERAS`, side by side.
+LIFT_SCORER_CAMERA = "front_close+eye_in_hand"
+
+#: The cameras of ``builtin:lift``'s two models, left to right: ``front_close`` (45 cm in front of the cube, where
+#: a lift is plain; ``vlmrb build-scorer lift``) and ``robot0_eye_in_hand`` (the gripper's own camera, where the
+#: cube sits between the finger pads or not; ``vlmrb build-scorer lift_hand``).
+LIFT_PANEL_CAMERAS = ("front_close", "robot0_eye_in_hand")
 
 #: The SAC recipe's per-env defaults (``None`` in :class:`SACConfig`, ``"auto"`` for the scorer): by env
 #: family, the episode limit, the camera the scorer sees, whether the reward is shaped and the default scorer.
@@ -463,7 +469,7 @@ def sac_env_defaults(env: str) -> dict[str, Any]:
 
     Examples:
         >>> sac_env_defaults("robosuite/Lift")["camera"], sac_env_defaults("robosuite/Stack")["camera"]
-        ('front_close', 'agentview')
+        ('front_close+eye_in_hand', 'agentview')
     """
     family = sac_env_family(env)
     return {**SAC_ENV_DEFAULTS[family], **SAC_TASK_DEFAULTS.get(env, {})} if family else {}

@@ -9,8 +9,9 @@ is false there (the contrastive loss's negatives are exact). "Grasps" is robosui
 events ``oracle:robosuite`` labels, which is what ``builtin:lift`` is measured against.
 
 Frames are rendered by :class:`~vlmrb_torchrl.envs.RobosuiteEnv` exactly as the SAC recipe renders
-them for its scorer (``camera="front_close"``, a camera 45 cm in front of the cube where a lift is
-plain; ``frame_size=64``; ``fast_render=True``: no shadows, reflections or multisampling), in episodes of the scripted
+them for its scorer (one camera of its ``camera="front_close+eye_in_hand"``: ``front_close``, a camera 45 cm
+in front of the cube where a lift is plain, or ``robot0_eye_in_hand``, the gripper's own; ``frame_size=64``;
+``fast_render=True``: no shadows, reflections or multisampling), in episodes of the scripted
 :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy` (approach, grasp, lift, hold, put down
 or drop, with noise, random bursts, grasps aimed beside the cube and grasps aimed at its edge) and of
 random arm motion.
@@ -140,7 +141,8 @@ def generate_lift_frames(
         frame_size (int, optional): frames are ``[frame_size, frame_size, 3]``. Defaults to ``64``
             (the SAC recipe's).
         camera (str, optional): the camera (:class:`~vlmrb_torchrl.envs.RobosuiteEnv`'s). Defaults to
-            ``"front_close"`` (the SAC recipe's for Lift).
+            ``"front_close"`` (the left panel of the SAC recipe's Lift frames; ``builtin:lift``'s second model
+            reads the right one, ``"robot0_eye_in_hand"``).
         fast_render (bool, optional): render without shadows, reflections and multisampling, as the SAC
             recipe does by default. Defaults to ``True``.
         episode_steps (tuple of int, optional): ``(min, max)`` steps per episode.

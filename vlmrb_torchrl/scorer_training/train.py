@@ -369,11 +369,12 @@ def build_lift_scorer(
     command: str | None = None,
     cache: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Generates captioned robosuite Lift frames, trains a small CLIP and saves it to ``out_dir`` (``builtin:lift``).
+    """Generates captioned robosuite Lift frames, trains a small CLIP and saves it to ``out_dir`` (``builtin:lift``'s
+    front-camera model).
 
-    :func:`build_scorer` with the Lift domain (the SAC recipe's ``front_close`` fast frames at 64 px,
-    :mod:`~vlmrb_torchrl.scorer_training.lift`); robosuite is needed. The defaults rebuild the
-    shipped model.
+    :func:`build_scorer` with the Lift domain (``front_close`` fast frames at 64 px, the left panel of the SAC
+    recipe's Lift frames, :mod:`~vlmrb_torchrl.scorer_training.lift`); robosuite is needed. The defaults rebuild the
+    shipped model; ``build_scorer("lift_hand", ...)`` builds the gripper-camera one.
     """
     return build_scorer("lift", out_dir, config, log=log, command=command, cache=cache)
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # imported lazily at run time: see __getattr__
     from vlmrb_torchrl.scorers.distill import ClipStudent, DistilledScorer
     from vlmrb_torchrl.scorers.openai import OpenAIScorer, OpenAIScorerError
     from vlmrb_torchrl.scorers.minigrid_prompts import MissionScorer, mission_prompt_set, with_mission
+    from vlmrb_torchrl.scorers.panels import PanelScorer, mean_logit
 
 #: names of the backend modules, imported on first access: name -> module.
 _LAZY_NAMES = {
@@ -54,6 +55,8 @@ _LAZY_NAMES = {
     "MissionScorer": "vlmrb_torchrl.scorers.minigrid_prompts",
     "mission_prompt_set": "vlmrb_torchrl.scorers.minigrid_prompts",
     "with_mission": "vlmrb_torchrl.scorers.minigrid_prompts",
+    "PanelScorer": "vlmrb_torchrl.scorers.panels",
+    "mean_logit": "vlmrb_torchrl.scorers.panels",
 }
 
 __all__ = [
@@ -61,6 +64,8 @@ __all__ = [
     "CallableScorer",
     "HFGenerativeScorer",
     "HFContrastiveScorer",
+    "PanelScorer",
+    "mean_logit",
     "OpenAIScorer",
     "OpenAIScorerError",
     "OracleScorer",
