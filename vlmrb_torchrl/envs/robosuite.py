@@ -432,23 +432,19 @@ class RobosuiteEnv(EnvBase):
     def render_frame(self) -> torch.Tensor:
         """Renders the camera now: uint8 ``frame_shape`` (counted in ``render_count``)."""
         self._prepare_render_context()
-        view = ROBOSUITE_VIEWS.get(self.camera)
-        if view is None:
-            img = self._env.sim.render(camera_name=self.camera, width=self.frame_size, height=self.frame_size)
-        else:
-            img = self._render_view(view)
+        img = self._render_view(ROBOSUITE_VIEWS.get(self.camera, self.camera))  # a view placed here, else the model's
         self.render_count += 1
         return torch.from_numpy(np.ascontiguousarray(img[::-1]))
 
-    def _render_view(self, view: CameraView | SplitView | PanelView) -> np.ndarray:
-        """Renders ``view`` with the offscreen context's free camera (what ``sim.render`` does for a named one);
-        a :class:`SplitView` one strip per panel, a :class:`PanelView` one square per panel (a named camera's
-        by ``sim.render``), bottom-up rows as ``read_pixels`` gives them."""
+    def _render_view(self, view: CameraView | SplitView | PanelView | str) -> np.ndarray:
+        """Renders ``view``: a camera of the robosuite model (its name) by ``sim.render``, a :class:`CameraView`
+        with the offscreen context's free camera (what ``sim.render`` does for a named one), a :class:`SplitView`
+        one strip per panel, a :class:`PanelView` one square per panel; bottom-up rows as ``read_pixels`` gives
+        them."""
+        if isinstance(view, str):
+            return self._env.sim.render(camera_name=view, width=self.frame_size, height=self.frame_size)
         if isinstance(view, PanelView):
-            size = self.frame_size
-            return np.concatenate([self._render_view(panel) if isinstance(panel, CameraView)
-                                   else self._env.sim.render(camera_name=panel, width=size, height=size)
-                                   for panel in view.panels], axis=1)
+            return np.concatenate([self._render_view(panel) for panel in view.panels], axis=1)
         import mujoco
         from robosuite.utils.binding_utils import _MjSim_render_lock  # the lock sim.render holds
 

@@ -10,8 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TASK_DEFAULTS", "LIFT_SCORER_CAMERA", "LIFT_PANEL_CAMERAS",
-           "sac_env_family", "sac_env_defaults", "ConfigError",
+__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TASK_DEFAULTS", "LIFT_SCORER_CAMERA",
+           "LIFT_PANEL_CAMERAS", "sac_env_family", "sac_env_defaults", "ConfigError",
            "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")

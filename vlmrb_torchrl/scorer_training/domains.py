@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS
+from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
 from vlmrb_torchrl.scorer_training.captions import Statement
 from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
 
@@ -334,8 +334,6 @@ def _lift_versions() -> dict[str, str]:
 
 
 def _lift_intro(report: dict) -> str:
-    from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
-
     camera = report["frames_rendered"]["camera"]
     panel = {LIFT_PANEL_CAMERAS[0]: "the left", LIFT_PANEL_CAMERAS[1]: "the right"}.get(camera)
     where = (f" (`camera=\"{camera}\"`, {panel} panel of its\n`camera=\"{LIFT_SCORER_CAMERA}\"` frames: builtin:lift "

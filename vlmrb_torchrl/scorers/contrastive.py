@@ -26,7 +26,7 @@ from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_sc
 from vlmrb_torchrl.scorers.prompts import (
     AGGREGATIONS,
     PromptCheck,
-    aggregate,
+    aggregate_checks,
     check_negatives,
     contrastive_prompts,
     format_prompt,
@@ -465,9 +465,7 @@ class HFContrastiveScorer:
         """Each check's aggregated score of each clip: float32 ``[B, num_checks]`` in ``[0, 1]``, in the
         order of ``prompt_set``. :meth:`score` is its max over checks; its argmax says which check decided
         a clip (``benchmarks/scorer_quality.py --by-check`` counts false positives by it)."""
-        rows = [torch.stack([aggregate(p[:, c], check.aggregation, check.hold) for c, check in enumerate(self.prompt_set)])
-                for p in self._check_probabilities(clips)]
-        return torch.stack(rows).float() if rows else torch.zeros(0, len(self.prompt_set))
+        return aggregate_checks(self._check_probabilities(clips), self.prompt_set)
 
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """Aggregated per-frame P(positive), max over the prompt set's checks: float32 ``[B]`` in ``[0, 1]``."""

@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from vlmrb_torchrl.scorers.base import check_clips, prompt_hash, validate_scores
-from vlmrb_torchrl.scorers.prompts import aggregate
+from vlmrb_torchrl.scorers.prompts import aggregate_checks
 
 __all__ = ["PanelScorer", "mean_logit"]
 
@@ -126,9 +126,7 @@ class PanelScorer:
     def check_scores(self, clips: TensorDictBase) -> torch.Tensor:
         """Each check's aggregated score of each clip: float32 ``[B, num_checks]`` (as
         :meth:`HFContrastiveScorer.check_scores <vlmrb_torchrl.scorers.HFContrastiveScorer.check_scores>`)."""
-        rows = [torch.stack([aggregate(p[:, c], check.aggregation, check.hold) for c, check in enumerate(self.prompt_set)])
-                for p in self.frame_probabilities(clips)]
-        return torch.stack(rows).float() if rows else torch.zeros(0, len(self.prompt_set))
+        return aggregate_checks(self.frame_probabilities(clips), self.prompt_set)
 
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """The max over checks of :meth:`check_scores`: float32 ``[B]`` in ``[0, 1]``."""

@@ -25,6 +25,7 @@ __all__ = [
     "GOAL_QUESTION",
     "PromptCheck",
     "aggregate",
+    "aggregate_checks",
     "default_prompt",
     "contrastive_prompts",
     "format_prompt",
@@ -419,3 +420,21 @@ def prompt_set_text(checks: Sequence[PromptCheck]) -> str:
         for c in checks
     ]
     return "max of " + "; ".join(terms)
+
+
+def aggregate_checks(frame_probabilities: Sequence[torch.Tensor], checks: Sequence[PromptCheck]) -> torch.Tensor:
+    """Each check's clip score, per clip: the clips' ``[T_b, num_checks]`` per-frame probabilities folded by each
+    check's :func:`aggregate` (its ``aggregation`` and ``hold``), float32 ``[B, num_checks]`` (``[0, num_checks]``
+    for no clips). What a prompt-set scorer's ``check_scores`` returns; its clip score is the max over checks.
+
+    Examples:
+        >>> checks = [PromptCheck("holds the key", ["the key is on the floor"], "progress"),
+        ...           PromptCheck("faces the goal", ["is far from the goal"], "max")]
+        >>> [[round(x, 3) for x in row] for row in aggregate_checks([torch.tensor([[0.1, 0.2], [0.7, 0.4]])], checks).tolist()]
+        [[0.6, 0.4]]
+        >>> aggregate_checks([], checks).shape
+        torch.Size([0, 2])
+    """
+    rows = [torch.stack([aggregate(p[:, c], check.aggregation, check.hold) for c, check in enumerate(checks)])
+            for p in frame_probabilities]
+    return torch.stack(rows).float() if rows else torch.zeros(0, len(checks))
