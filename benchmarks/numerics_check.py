@@ -6,9 +6,11 @@ synchronous scoring and one torch thread from this checkout and from ``--before 
 ``git worktree``), for each replay mode, and compares:
 
 - ``metrics.csv``: every column but the timing ones (``env_steps_per_s``, ``time_s``,
-  ``scorer_clips_per_s``), as written (6 significant digits);
+  ``scorer_clips_per_s``), as written (6 significant digits); columns only this checkout writes (new
+  measurements) are not compared;
 - the final checkpoint, bit for bit: the networks' and optimizer's tensors, the counters, the RNG
-  states, and every tensor of the replay buffer's storage and sampler state.
+  states, and every tensor of the replay buffer's storage and sampler state (counters only this
+  checkout keeps are not compared).
 
 Exits 1 and names the first difference of each arm when they differ.
 
@@ -29,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("env_steps_per_s", "time_s", "scorer_clips_per_s")
+#: Checkpoint entries this checkout may add without changing the learner: counters of new measurements.
+ADDED_OK = ("state/counters/",)
 
 
 def command(replay: str, frames: int, out: Path, env: str, extra: list[str]) -> list[str]:
@@ -194,7 +198,8 @@ def compare(now: Path, before: Path, before_root: Path | None = None) -> list[st
     if len(rows_now) != len(rows_before):
         problems.append(f"metrics.csv: {len(rows_now)} rows vs {len(rows_before)}")
     for i, (a, b) in enumerate(zip(rows_now, rows_before)):
-        diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+        # columns this checkout adds (new measurements) are not differences of the learner's numbers
+        diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k in b}
         if diff:
             problems.append(f"metrics.csv row {i}: " + ", ".join(f"{k} {x} vs {y}" for k, (x, y) in diff.items()))
             break
@@ -203,8 +208,9 @@ def compare(now: Path, before: Path, before_root: Path | None = None) -> list[st
         return [*problems, "no checkpoint"]
     ckpt_now, ckpt_before = steps[-1], before / "checkpoints" / steps[-1].name
     leaves_now, leaves_before = checkpoint_leaves(ckpt_now), checkpoint_leaves(ckpt_before)
-    if set(leaves_now) != set(leaves_before):
-        problems.append(f"checkpoint entries differ: {sorted(set(leaves_now) ^ set(leaves_before))[:8]}")
+    added = {k for k in set(leaves_now) - set(leaves_before) if k.startswith(ADDED_OK)}
+    if set(leaves_now) - added != set(leaves_before):
+        problems.append(f"checkpoint entries differ: {sorted((set(leaves_now) - added) ^ set(leaves_before))[:8]}")
     for key in sorted(set(leaves_now) & set(leaves_before)):
         if not _same(leaves_now[key], _relocated(leaves_before[key], before_root)):
             problems.append(f"checkpoint {ckpt_now.name}: {key} differs")

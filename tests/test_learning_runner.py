@@ -131,3 +131,32 @@ def test_atari_studies_compare_uniform_and_vlm_rb_with_the_oracle_and_the_shippe
     for job in (oracle, builtin):
         cfg = apply_overrides(DQNConfig(), {**job.overrides, "seed": "0", "output_dir": str(job.run_dir)}).validate()
         assert cfg.scorer == job.overrides["scorer"] and cfg.lr == 1e-4 and cfg.max_oversampling is None
+
+
+def test_a_run_another_runner_holds_is_skipped(tmp_path, capsys):
+    """Two runners given the same run: the second one skips it (the lock is an flock, per open file)."""
+    (job,) = jobs(tmp_path, ["uniform"], [0])
+    other = job.lock()  # another runner (here: another open file of this process) holds it
+    assert other is not None and job.lock() is None and job.locked_by_other()
+    try:
+        assert runner.run_jobs([job], parallel=1, poll_s=0.01) == 0
+        assert "skip  doorkey5/uniform/seed0: another runner holds" in capsys.readouterr().out
+        assert not job.run_dir.exists() and not job.result_dir.exists()  # nothing written, nothing started
+    finally:
+        runner.unlock(other)
+    assert not job.locked_by_other()
+    fd = job.lock()  # released: the next runner takes it
+    assert fd is not None
+    runner.unlock(fd)
+
+
+def test_the_mechanism_arms_change_one_thing_each():
+    grid = {j.arm: j.overrides for j in runner.make_jobs("doorkey12", runner.ARM_GROUPS["mechanism"] + [
+        "uniform", "vlm_goal"], [0])}
+    goal = grid["vlm_goal"]
+    changed = {arm: {k for k in set(o) | set(goal) if o.get(k) != goal.get(k)} for arm, o in grid.items()}
+    assert changed["vlm_goal_cap8"] == {"max_oversampling"} and grid["vlm_goal_cap8"]["max_oversampling"] == "8"
+    assert changed["vlm_goal_L32"] == {"clip_len"} and changed["vlm_oracle"] == {"scorer"}
+    assert changed["vlm_goal_rr2"] == {"train_every", "batch_size"}
+    assert grid["uniform_rr2"]["train_every"] == "16" and grid["uniform_rr2"]["batch_size"] == "32"
+    assert goal["max_oversampling"] == "none" and goal["eval_full_every"] == "100000"

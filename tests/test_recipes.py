@@ -286,12 +286,20 @@ def test_full_view_run_with_goal_labels_and_capped_evaluation(tmp_path):
     """view=full (padded index observations), oracle:minigrid_goal, evaluation episodes capped at 5 steps."""
     cfg = apply_overrides(DQNConfig(), {**TINY, "env": "MiniGrid-DoorKey-6x6-v0", "view": "full", "replay": "vlm",
                                         "scorer": "oracle:minigrid_goal", "gallery_clips": 0, "tensorboard": False,
-                                        "eval_max_episode_steps": 5, "output_dir": str(tmp_path)})
+                                        "eval_max_episode_steps": 5, "max_episode_steps": 50,
+                                        "output_dir": str(tmp_path)})
     summary = dqn_main(cfg)
     rows = read_metrics(tmp_path)
     assert [int(r["env_steps"]) for r in rows] == [256, 512] and summary["updates"] > 0
     # 5 steps cannot solve DoorKey-6x6 (the key, the door and the goal are further apart): every episode failed
     assert all(float(r["eval_success"]) == 0.0 for r in rows)
+    assert all(float(r["eval_episode_len"]) == 5.0 for r in rows)
+    # the evaluation at the training limit (50 steps): at the checkpoint (512, also the end) only
+    assert rows[0]["eval_full_success"] == "" and rows[1]["eval_full_success"] != ""
+    assert 5.0 < float(rows[1]["eval_full_episode_len"]) <= 50.0
+    # the training episodes that ended before each row (each env copy plays >= 2 per row): success share, length
+    for r in rows:
+        assert 0.0 <= float(r["train_success"]) <= 1.0 and 1.0 <= float(r["train_episode_len"]) <= 50.0
     state = torch.load(tmp_path / "checkpoints" / "step_512" / "state.pt", weights_only=False)
     first = next(t for k, t in state["loss"].items() if k.endswith("weight"))
     assert first.shape == (36 * 17 + 36 + 4 + 15, 32)  # the full view's one-hot size, OneHotLinear's layout
@@ -405,8 +413,9 @@ def test_a_distilled_scorer_is_checkpointed_with_the_run(tmp_path):
 def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
     # bit-exact only with MKL_CBWR set before MKL's first call (conftest.py does, as the vlmrb command does)
     distill = replay == "vlm_distill"
+    # eval_max_episode_steps: the evaluation at the training limit runs at the checkpoints too
     base = {**TINY, "replay": "vlm" if distill else replay, "async_scoring": False, "total_frames": 1024,
-            "checkpoint_every": 512, "gallery_clips": 0, "distill": distill}
+            "checkpoint_every": 512, "gallery_clips": 0, "distill": distill, "eval_max_episode_steps": 20}
     full = dqn_main(apply_overrides(DQNConfig(), {**base, "output_dir": str(tmp_path / "full")}))
     dqn_main(apply_overrides(DQNConfig(), {**base, "stop_at": 512, "output_dir": str(tmp_path / "split")}))
     resumed = dqn_main(apply_overrides(DQNConfig(), {**base, "resume": str(tmp_path / "split"),

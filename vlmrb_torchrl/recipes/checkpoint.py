@@ -469,7 +469,7 @@ RESUME_MAY_CHANGE = ("total_frames", "stop_at", "resume", "output_dir", "overwri
                      "torch_threads",
                      "async_scoring", "scorer_drain_timeout", "on_scorer_error", "max_consecutive_scorer_errors",
                      "scorer_backend", "scorer_workers", "scorer_gpus", "ray_address",
-                     "eval_every", "eval_episodes", "eval_envs", "eval_eps",
+                     "eval_every", "eval_episodes", "eval_envs", "eval_eps", "eval_full_every",
                      "checkpoint_every", "gallery_clips", "gallery_steps", "tensorboard", "progress")
 
 

@@ -308,6 +308,10 @@ class DQNConfig(RecipeConfig):
               "steps (None = the training limit: max_episode_steps or the env's own, e.g. 2,560 on DoorKey-16x16, "
               "27,000 on Atari, so a policy that never solves plays eval_episodes x that many steps per evaluation: "
               "one evaluation plays at most eval_episodes x this many steps)")
+    eval_full_every: int | None = _field(
+        None, "with eval_max_episode_steps below the training limit: frames between extra evaluations at the env's "
+              "own limit (metrics.csv's eval_full_success, eval_full_return, eval_full_episode_len), which show a "
+              "policy that solves the task too slowly for the cap; None = at every checkpoint and at the end; 0 = never")
 
     _POSITIVE_INTS = (*RecipeConfig._POSITIVE_INTS, "target_update", "n_steps")
     _UNIT_NUMBERS = ("eps_start", "eps_end", "eps_fraction", *RecipeConfig._UNIT_NUMBERS, "eval_eps")
@@ -335,6 +339,7 @@ class DQNConfig(RecipeConfig):
                  f"{trained_on} with scorer={self.scorer} (the frames it was trained on), or auto"),
                 ("eval_max_episode_steps", self.eval_max_episode_steps is None or self.eval_max_episode_steps >= 1,
                  "None or an integer >= 1"),
+                ("eval_full_every", self.eval_full_every is None or self.eval_full_every >= 0, "None or an integer >= 0"),
                 ("scorer", not vlm or self.scorer != "auto",
                  f"a scorer: {self.env} has no built-in one (built-in scorers: MiniGrid, ALE/Pong-v5, "
                  "ALE/Breakout-v5); pass scorer=oracle:atari (privileged reward events), hf:<dir>, clip:<dir>, "

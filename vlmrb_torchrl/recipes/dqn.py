@@ -221,6 +221,11 @@ def main(cfg: DQNConfig) -> dict:
         eval_limit = min((n for n in (cfg.max_episode_steps, cfg.eval_max_episode_steps) if n is not None), default=None)
         eval_env_fn = env_factory(cfg.env, train=False, render=False,
                                   **{**env_kwargs, **({} if eval_limit is None else {"max_episode_steps": eval_limit})})
+        # the capped evaluation's twin at the training limit (at checkpoints and the end): a policy that
+        # solves the task, but slower than the cap, shows there instead of as a failure
+        full_eval = cfg.eval_full_every != 0 and cfg.eval_max_episode_steps is not None and (
+            cfg.max_episode_steps is None or cfg.eval_max_episode_steps < cfg.max_episode_steps)
+        full_eval_env_fn = env_factory(cfg.env, train=False, render=False, **env_kwargs) if full_eval else None
         probe = probe_env(eval_env_fn, cfg.env)
         obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec
@@ -256,7 +261,7 @@ def main(cfg: DQNConfig) -> dict:
                                         resumed_from=counters["env_steps"], scorer=start.scorer))
         training = cleanup.enter_context(Training(
             cfg, run=run, replay=replay, counters=counters, modules=modules, device=start.device,
-            eval_policy=eval_policy, eval_env_fn=eval_env_fn,
+            eval_policy=eval_policy, eval_env_fn=eval_env_fn, full_eval_env_fn=full_eval_env_fn,
             make_collector=lambda env_steps: make_collector(
                 train_env_fn, explore, num_envs=cfg.num_envs, frames_per_batch=cfg.frames_per_batch,
                 total_frames=cfg.total_frames, seed=cfg.seed, env_steps=env_steps)))

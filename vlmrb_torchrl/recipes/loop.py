@@ -20,7 +20,7 @@ from vlmrb_torchrl.recipes.checkpoint import DivergedError, maybe_checkpoint
 from vlmrb_torchrl.recipes.run import Run
 from vlmrb_torchrl.recipes.run_dir import Stopped
 
-__all__ = ["Training", "fmt"]
+__all__ = ["Training", "EpisodeTracker", "fmt"]
 
 
 def fmt(value) -> str | None:
@@ -49,6 +49,91 @@ def _replaceable_handler(current) -> bool:
     module = getattr(current, "__module__", None)
     return module == "vlmrb_torchrl.recipes.run_dir" or (
         module == "ray._private.worker" and getattr(current, "__qualname__", "").endswith("sigterm_handler"))
+
+
+class EpisodeTracker:
+    """The training episodes that end between two metrics rows: how many, how many succeeded, how long they were.
+
+    :meth:`add` reads each collector batch's ``("next", "done")`` and, when the env writes it,
+    ``("next", "success")`` (an episode succeeded when any of its steps did), keeping each env
+    copy's running episode length across batches; :meth:`reset` forgets the running episodes when
+    a new collector starts (its envs start new ones: after every checkpoint, in the uninterrupted
+    run too). Sums go to the counters (``train_window_*``, saved in checkpoints, so a resumed run
+    logs the same rows); :meth:`row` gives the metrics row's ``train_success`` (the share of those
+    episodes that succeeded; absent when the env writes no ``success``) and ``train_episode_len``
+    (their mean length in steps), and :meth:`logged` starts the next window.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> tracker, counters = EpisodeTracker(), dict.fromkeys(EpisodeTracker.COUNTERS, 0)
+        >>> done = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 1]], dtype=torch.bool).unsqueeze(-1)
+        >>> success = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool).unsqueeze(-1)
+        >>> tracker.add(TensorDict({"next": {"done": done, "success": success}}, [2, 4]), counters)
+        >>> EpisodeTracker.row(counters)  # env 0 ended a 2-step success, env 1 a 4-step failure
+        {'train_success': 0.5, 'train_episode_len': 3.0}
+        >>> tracker.add(TensorDict({"next": {"done": done.roll(1, 1), "success": success}}, [2, 4]), counters)
+        >>> counters["train_window_episode_steps"]  # env 0 ran 2 + 3 steps, env 1 ended after 1
+        12
+    """
+
+    COUNTERS = ("train_window_episodes", "train_window_successes", "train_window_episode_steps",
+                "train_window_has_success")
+
+    def __init__(self) -> None:
+        self._steps: torch.Tensor | None = None
+        self._success: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        self._steps = self._success = None
+
+    def add(self, batch: TensorDictBase, counters: dict[str, Any]) -> None:
+        done = batch.get(("next", "done")).reshape(-1, batch.shape[-1]) if batch.ndim else None
+        if done is None:
+            return
+        success = batch.get(("next", "success"), None)
+        if success is not None:
+            success = success.reshape(done.shape)
+            counters["train_window_has_success"] = 1
+        envs, steps = done.shape
+        if self._steps is None or self._steps.numel() != envs:
+            self._steps = torch.zeros(envs, dtype=torch.long)
+            self._success = torch.zeros(envs, dtype=torch.bool)
+        ends = done.nonzero().tolist()  # (env, step) pairs, in order of env then step
+        start = {}  # env -> step its current episode started at (within this batch)
+        for env, step in ends:
+            first = start.get(env, 0)
+            length = step + 1 - first + (int(self._steps[env]) if env not in start else 0)
+            succeeded = (env not in start and bool(self._success[env])) or (
+                success is not None and bool(success[env, first:step + 1].any()))
+            counters["train_window_episodes"] += 1
+            counters["train_window_episode_steps"] += length
+            counters["train_window_successes"] += int(succeeded)
+            start[env] = step + 1
+        for env in range(envs):
+            first = start.get(env)
+            if first is None:  # no episode ended: the running one goes on
+                self._steps[env] += steps
+                if success is not None:
+                    self._success[env] |= bool(success[env].any())
+            else:
+                self._steps[env] = steps - first
+                self._success[env] = success is not None and bool(success[env, first:].any())
+
+    @staticmethod
+    def row(counters: dict[str, Any]) -> dict[str, float]:
+        episodes = counters.get("train_window_episodes", 0)
+        if not episodes:
+            return {}
+        out = {"train_success": counters["train_window_successes"] / episodes} \
+            if counters.get("train_window_has_success") else {}
+        out["train_episode_len"] = counters["train_window_episode_steps"] / episodes
+        return out
+
+    @staticmethod
+    def logged(counters: dict[str, Any]) -> None:
+        for key in EpisodeTracker.COUNTERS[:3]:
+            counters[key] = 0
 
 
 class Training:
@@ -104,7 +189,7 @@ class Training:
 
     def __init__(self, cfg: Any, *, run: Run, replay: Replay, counters: dict[str, Any], modules: dict[str, Any],
                  make_collector: Callable[[int], Any], device: Any, eval_policy: Any, eval_env_fn: Callable[[], Any],
-                 eval_max_steps: int = 100_000) -> None:
+                 eval_max_steps: int = 100_000, full_eval_env_fn: Callable[[], Any] | None = None) -> None:
         self.cfg = cfg
         self.run = run
         self.replay = replay
@@ -114,6 +199,10 @@ class Training:
         self.eval_policy = eval_policy
         self.eval_env_fn = eval_env_fn
         self.eval_max_steps = eval_max_steps
+        self.full_eval_env_fn = full_eval_env_fn
+        self._episodes = EpisodeTracker()
+        for key in EpisodeTracker.COUNTERS:  # a checkpoint of an older version has none
+            counters.setdefault(key, 0)
         self.stop_at = min(cfg.total_frames, cfg.stop_at or cfg.total_frames)
         self.metrics_last: dict[str, Any] = {}
         self.collector = None
@@ -141,11 +230,13 @@ class Training:
         try:
             while counters["env_steps"] < self.stop_at:
                 self.collector = self._make_collector(counters["env_steps"])
+                self._episodes.reset()  # a new collector starts new episodes
                 try:
                     for batch in self.collector:
                         self._frames = batch.numel()
                         counters["env_steps"] += self._frames
                         counters["episodes"] += int(batch["next", "done"].sum())
+                        self._episodes.add(batch, counters)
                         self._ended = self._checkpointed = False
                         self._updates_before = counters["updates"]
                         yield batch
@@ -225,12 +316,15 @@ class Training:
         if bad:
             raise DivergedError(self._diverged(" and ".join(bad)))
         steps_per_s = (counters["env_steps"] - self._steps_at_start) / (time.perf_counter() - self._start)
-        row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"], **train_metrics,
+        row = {"env_steps": counters["env_steps"], "episodes": counters["episodes"],
+               **EpisodeTracker.row(counters), **train_metrics,
                "env_steps_per_s": steps_per_s, "time_s": time.perf_counter() - self._start,
                **self.replay.stats(counters)}
         if maybe_evaluate(self.run, row, cfg=self.cfg, counters=counters, policy=self.eval_policy,
-                          make_env=self.eval_env_fn, max_steps=self.eval_max_steps):
+                          make_env=self.eval_env_fn, max_steps=self.eval_max_steps,
+                          make_full_env=self.full_eval_env_fn):
             self.replay.logged(row, counters)
+            EpisodeTracker.logged(counters)
             self.metrics_last = row
         self.run.progress(self._frames, success=fmt(self.metrics_last.get("eval_success")),
                           **{key: fmt(train_metrics[key]) for key in show}, scored=fmt(row.get("fraction_scored")))

@@ -23,12 +23,13 @@ __all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "see
            "make_run_dir", "prepare_run_dir", "RUN_FILES"]
 
 METRIC_COLUMNS = [
-    "env_steps", "episodes", "eval_success", "eval_return", "loss", "epsilon", "lambda", "lambda_effective",
+    "env_steps", "episodes", "eval_success", "eval_return", "eval_episode_len", "eval_full_success", "eval_full_return",
+    "eval_full_episode_len", "train_success", "train_episode_len", "loss", "epsilon", "lambda", "lambda_effective",
     "fraction_scored", "positive_fraction", "sampled_positive_fraction", "max_oversampling_ratio", "stale_drops", "scorer_clips_per_s",
     "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "env_steps_per_s", "time_s",
 ]
 #: SAC's metrics: the entropy temperature, policy entropy and the critics' mean value instead of epsilon ...
-SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon"]
+SAC_METRIC_COLUMNS = [c for c in METRIC_COLUMNS if c != "epsilon" and not c.startswith("eval_full_")]
 SAC_METRIC_COLUMNS[SAC_METRIC_COLUMNS.index("loss") + 1:SAC_METRIC_COLUMNS.index("loss") + 1] = [
     "loss_actor", "loss_qvalue", "alpha", "entropy", "q_value"]
 #: ... and, after the return, the subgoals satisfied at the end of an evaluation episode (OGBench Scene)
@@ -182,7 +183,7 @@ class Run:
         >>> with Run(cfg, recipe="dqn", total=100) as run:
         ...     run.log({"env_steps": 100, "loss": 0.5})
         >>> (run.dir / "metrics.csv").read_text().splitlines()[1]
-        '100,,,,0.5,,,,,,,,,,,,,,,'
+        '100,,,,,,,,,,0.5,,,,,,,,,,,,,,,'
     """
 
     def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
