@@ -47,6 +47,8 @@ class TestConfig:
         ("scorer_kwargs=[0.3]", "scorer_kwargs='\\[0.3\\]' is invalid: expected a JSON object, got list"),
         ("view=global", r"view='global' is invalid: expected one of \['partial', 'full', 'both'\]"),
         ("eval_max_episode_steps=0", "eval_max_episode_steps=0 is invalid: expected None or an integer >= 1"),
+        ("vlm_spread=0", r"vlm_spread=0.0 is invalid: expected None or a number in \(0, 1\]"),
+        ("vlm_spread=1.2", r"vlm_spread=1.2 is invalid: expected None or a number in \(0, 1\]"),
     ])
     def test_bad_values(self, override, match):
         with pytest.raises(ConfigError, match=match):
@@ -409,12 +411,13 @@ def test_a_distilled_scorer_is_checkpointed_with_the_run(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("replay", ["vlm", "per", "vlm_distill"])
+@pytest.mark.parametrize("replay", ["vlm", "per", "vlm_distill", "vlm_spread"])
 def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
     # bit-exact only with MKL_CBWR set before MKL's first call (conftest.py does, as the vlmrb command does)
     distill = replay == "vlm_distill"
+    spread = {"vlm_spread": 0.9} if replay == "vlm_spread" else {}  # episode credit: links and credit checkpointed
     # eval_max_episode_steps: the evaluation at the training limit runs at the checkpoints too
-    base = {**TINY, "replay": "vlm" if distill else replay, "async_scoring": False, "total_frames": 1024,
+    base = {**TINY, **spread, "replay": "vlm" if distill or spread else replay, "async_scoring": False, "total_frames": 1024,
             "checkpoint_every": 512, "gallery_clips": 0, "distill": distill, "eval_max_episode_steps": 20}
     full = dqn_main(apply_overrides(DQNConfig(), {**base, "output_dir": str(tmp_path / "full")}))
     dqn_main(apply_overrides(DQNConfig(), {**base, "stop_at": 512, "output_dir": str(tmp_path / "split")}))

@@ -159,6 +159,21 @@ def check_ceiling(name: str, value: float | None) -> float | None:
     return float(value)
 
 
+def check_spread(name: str, value: float | None) -> float | None:
+    """``None`` (no episode credit) or a per-step decay in ``(0, 1]``."""
+    if value is None:
+        return None
+    value = scalar(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be None or a number in (0, 1], got {name}={value!r}.")
+    if not 0.0 < value <= 1.0:
+        raise ValueError(
+            f"{name} must be None (no episode credit) or a per-step decay in (0, 1] (a slot d steps before a "
+            f"positive gets credit {name}**d), got {name}={value!r}."
+        )
+    return float(value)
+
+
 def check_unscored(name: str, value: UnscoredMode) -> UnscoredMode:
     if isinstance(value, str):
         if value not in ("mean", "max"):

@@ -20,7 +20,7 @@ import numpy as np
 
 from vlmrb_torchrl._sumtree import make_tree
 
-__all__ = ["PriorityConfig", "SlotState"]
+__all__ = ["PriorityConfig", "SlotState", "SPREAD_ARRAYS"]
 
 UnscoredMode = Literal["mean", "max"] | float
 
@@ -36,6 +36,8 @@ class PriorityConfig:
         alpha: TD exponent.
         unscored: priority of unscored slots: ``"mean"`` of the scored priorities,
             ``"max"`` priority written so far, or a fixed float (floored at ``eps``).
+        spread: per-step decay ``rho`` of the credit a positive slot gives the slots before it in its
+            episode (:meth:`SlotState.spread_back`), or ``None`` for none.
 
     Examples:
         >>> import numpy as np
@@ -51,6 +53,7 @@ class PriorityConfig:
     td_boost: bool = False
     alpha: float = 0.6
     unscored: UnscoredMode = "mean"
+    spread: float | None = None
 
     def priority(self, score: np.ndarray) -> np.ndarray:
         """``max(1[score > threshold], eps)``, or ``max(score, eps)`` without a threshold (float64)."""
@@ -72,7 +75,9 @@ class PriorityConfig:
 
 
 # fields whose change alters tree leaves (alpha only matters with td_boost)
-_LEAF_FIELDS = ("threshold", "eps", "td_boost", "alpha")
+_LEAF_FIELDS = ("threshold", "eps", "td_boost", "alpha", "spread")
+#: per-slot arrays of the episode credit (``PriorityConfig.spread``), kept only when it is on
+SPREAD_ARRAYS = ("credit", "link", "link_generation")
 
 
 class SlotState:
@@ -126,6 +131,11 @@ class SlotState:
         self.scored = np.zeros(cap, dtype=bool)
         self.filled = np.zeros(cap, dtype=bool)
         self.td = np.zeros(cap, dtype=np.float32)
+        # episode credit (config.spread): the credit a later positive gave the slot, and the slot of the step
+        # before it in its episode + 1 (0: none, or not linked) with that slot's generation when linked
+        self.credit = np.zeros(cap, dtype=np.float32)
+        self.link = np.zeros(cap, dtype=np.int64)
+        self.link_generation = np.zeros(cap, dtype=np.int64)
         if not keep_generations:
             self.generation = np.zeros(cap, dtype=np.int64)
         # scratch for de-duplicating indices in O(M) rather than sorting
@@ -163,6 +173,8 @@ class SlotState:
         """``(p, g, is_scored, is_unscored)`` of ``index``: priority, TD factor and the masks."""
         filled, scored = self.filled[index], self.scored[index]
         p = self.config.priority(self.score[index])
+        if self.config.spread is not None:
+            p = np.maximum(p, self.credit[index])
         g = self.config.td_factor(self.td[index]) if self.config.td_boost else np.ones_like(p)
         return p, g, filled & scored, filled & ~scored
 
@@ -316,7 +328,45 @@ class SlotState:
         self.scored[index] = False
         self.score[index] = 0.0
         self.td[index] = self.max_td
+        self.credit[index] = 0.0
+        self.link[index] = 0
+        self.link_generation[index] = 0
         self.refresh(index)
+
+    def link_steps(self, index: np.ndarray, previous: np.ndarray) -> None:
+        """Records that slot ``index[k]`` holds the step after slot ``previous[k]`` in one episode (``-1``: it
+        starts one, or its predecessor is unknown), with the predecessor's current generation: once that slot
+        is rewritten the link is broken (:meth:`spread_back` stops there)."""
+        has = previous >= 0
+        self.link[index] = np.where(has, previous + 1, 0)
+        self.link_generation[index] = np.where(has, self.generation[np.maximum(previous, 0)], 0)
+
+    def spread_back(self, index: np.ndarray) -> np.ndarray:
+        r"""Gives the slots before each positive of ``index`` in its episode a decaying credit; returns the slots
+        whose credit rose (unique).
+
+        A slot :math:`d` steps before a slot of priority :math:`p` (above ``eps``) gets the credit
+        :math:`p \rho^d` (``rho = config.spread``) unless it holds more already; its priority becomes
+        :math:`\max(p_j, \text{credit}_j)`. A walk stops at the episode's first step, at a link broken by a
+        rewrite, where the credit would not exceed ``eps`` or where a slot holds at least as much credit
+        already (an earlier walk with the same decay covered what lies before it).
+        """
+        rho, eps = self.config.spread, self.config.eps
+        p = self.config.priority(self.score[index])
+        raised: list[int] = []
+        for slot, value in zip(index[p > eps].tolist(), p[p > eps].tolist()):
+            credit = value
+            while True:
+                prev = int(self.link[slot]) - 1
+                if prev < 0 or not self.filled[prev] or self.generation[prev] != self.link_generation[slot]:
+                    break
+                credit *= rho
+                if credit <= eps or credit <= self.credit[prev]:
+                    break
+                self.credit[prev] = credit
+                raised.append(prev)
+                slot = prev
+        return np.unique(np.asarray(raised, dtype=np.int64))
 
     def set_scores(
         self,
@@ -351,6 +401,10 @@ class SlotState:
         self.max_p = top if self.max_p is None else max(self.max_p, top)
         # a re-scored slot's unscored leaf stays 0: only newly scored ones change it
         self.refresh(index, newly_scored)
+        if self.config.spread is not None:
+            raised = self.spread_back(index)
+            if raised.size:
+                self.refresh(raised)
         return int(index.size)
 
     def set_td(self, index: np.ndarray, priority: np.ndarray) -> None:
@@ -428,14 +482,17 @@ class SlotState:
         return float(scores.mean()), float((scores > self.config.cut).mean())
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Copies of the per-slot arrays, by checkpoint name."""
-        return {
+        """Copies of the per-slot arrays, by checkpoint name (the episode credit's only when ``spread`` is on)."""
+        out = {
             "score": self.score.copy(),
             "scored": self.scored.copy(),
             "filled": self.filled.copy(),
             "td": self.td.copy(),
             "generation": self.generation.copy(),
         }
+        if self.config.spread is not None:
+            out.update({name: getattr(self, name).copy() for name in SPREAD_ARRAYS})
+        return out
 
     def load(
         self,
@@ -447,8 +504,9 @@ class SlotState:
     ) -> None:
         """Replaces the state with :meth:`arrays`' output and the scalars; rebuilds the trees."""
         self.reset()
-        for name in ("score", "scored", "filled", "td", "generation"):
-            getattr(self, name)[:] = arrays[name]
+        for name in ("score", "scored", "filled", "td", "generation", *SPREAD_ARRAYS):
+            if name in arrays:  # the credit's arrays: absent when a state was written without spread
+                getattr(self, name)[:] = arrays[name]
         self.n_filled = int(self.filled.sum())
         filled = np.flatnonzero(self.filled)
         self.end = int(filled[-1]) + 1 if filled.size else 0

@@ -245,6 +245,8 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         else:
             index = torch.as_tensor(index).reshape(-1)
         generation = sampler.generations(index)
+        if sampler.spread is not None:  # episode credit walks back along the steps: link them before any score
+            sampler.link(index, self.clip_stream.predecessors(rows, index))
         self.async_scorer.submit(self.clip_stream.push(rows, index, generation))
 
     def _storage_ndim(self) -> int:

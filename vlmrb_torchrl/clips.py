@@ -677,6 +677,8 @@ class ClipStream:
         self._held_index: Tensor | None = None
         self._held_generation: Tensor | None = None
         self._features = None
+        # predecessors(): the storage index of each live trajectory's last step seen
+        self._last_index: dict[int, int] = {}
 
     def __repr__(self) -> str:
         return (
@@ -685,6 +687,46 @@ class ClipStream:
             f"extra_keys={self.extra_keys!r}, num_trajectories={self.num_trajectories}, "
             f"num_frames_held={self.num_frames_held})"
         )
+
+    def predecessors(self, batch: TensorDictBase, index: Tensor) -> Tensor:
+        """The storage index of the step before each step of ``batch`` in its trajectory.
+
+        ``-1`` for a trajectory's first step, and for the first step this stream sees of a trajectory it
+        has not seen since its last :meth:`reset` or :meth:`flush` (both forget every trajectory, as
+        clip cutting does). Trajectories are told apart as :meth:`push` does (``traj_key``, a ``done``
+        ends one). Independent of :meth:`push`: call it once per batch, before or after. What a sampler
+        with episode credit needs (:meth:`~vlmrb_torchrl.VLMPrioritizedSampler.link`).
+
+        Args:
+            batch (TensorDictBase): the batch given to :meth:`push` (read in ``reshape(-1)`` order).
+            index (Tensor): the ``N`` storage indices of its steps.
+
+        Examples:
+            >>> batch = TensorDict({("collector", "traj_ids"): torch.tensor([[0, 0, 0], [1, 2, 2]]),
+            ...                     ("next", "done"): torch.tensor([[0, 0, 0], [1, 0, 0]]).bool()[..., None]},
+            ...                    batch_size=[2, 3])
+            >>> stream = ClipStream(ClipSpec(clip_len=2), frame_key=None)
+            >>> stream.predecessors(batch, torch.arange(6)).tolist()
+            [-1, 0, 1, -1, -1, 4]
+            >>> stream.predecessors(batch, torch.arange(6, 12)).tolist()  # ids 0 and 2 go on, 1 is new
+            [2, 6, 7, -1, 5, 10]
+        """
+        if not isinstance(batch, TensorDictBase) or batch.batch_dims == 0:
+            raise TypeError("ClipStream.predecessors needs a TensorDict batch with a batch dimension, got "
+                            f"{type(batch).__name__}.")
+        num = batch.numel()
+        index = self._check_steps("index", index, num, batch)
+        traj = batch.get(self.traj_key).reshape(num).tolist()
+        done = ([False] * num if self.done_key is None
+                else batch.get(self.done_key).reshape(num, -1).any(-1).tolist())
+        last, out = self._last_index, []
+        for step_traj, step_done, step_index in zip(traj, done, index.tolist()):
+            out.append(last.get(step_traj, -1))
+            if step_done:
+                last.pop(step_traj, None)
+            else:
+                last[step_traj] = step_index
+        return torch.tensor(out, dtype=torch.int64)
 
     # ------------------------------------------------------------------ push / flush
 

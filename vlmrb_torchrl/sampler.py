@@ -22,9 +22,10 @@ from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
 from vlmrb_torchrl._sampler_args import (PrioritySetting, Setting, as_index_like, as_values, check_ceiling,
-                                         check_nonneg, check_range, check_threshold, check_unit, check_unscored,
-                                         check_warmup, check_weights_defined, flatten_index, to_numpy)
-from vlmrb_torchrl._slot_state import PriorityConfig, SlotState, UnscoredMode
+                                         check_nonneg, check_range, check_spread, check_threshold, check_unit,
+                                         check_unscored, check_warmup, check_weights_defined, flatten_index, int_array,
+                                         to_numpy)
+from vlmrb_torchrl._slot_state import SPREAD_ARRAYS, PriorityConfig, SlotState, UnscoredMode
 from vlmrb_torchrl._sumtree import TreeBackend, resolve_backend
 
 __all__ = ["VLMPrioritizedSampler"]
@@ -75,6 +76,15 @@ class VLMPrioritizedSampler(PrioritizedSampler):
     :meth:`stats`. :meth:`update_scores` may be called from another thread while
     the learner samples.
 
+    ``spread`` (episode credit, an option of this package, not the paper's) lets a positive slot lift the
+    transitions that led to it: a slot :math:`d` steps before a slot of priority :math:`p` in the same
+    episode gets priority :math:`\max(p_j, p \rho^d)` with :math:`\rho` = ``spread`` (until the credit
+    falls to ``eps``). A goal-only label then marks the whole path to the goal as progress, with the
+    weight a discounted return would give it, instead of the last ``clip_len`` steps only, which
+    also spreads the prioritized mass over many more slots when goal clips are rare. The buffer
+    tells the sampler which slot follows which (:meth:`link`; :class:`~vlmrb_torchrl.VLMReplayBuffer`
+    does it from the trajectory ids); a rewritten slot breaks the chain.
+
     ``max_oversampling`` puts a ceiling on how much more often than under uniform replay
     any slot is drawn: :math:`N q_t(i) \le` ``max_oversampling`` for every slot. It lowers
     the mixture weight to the largest :math:`\lambda \le \lambda_t` that keeps the
@@ -124,6 +134,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         max_oversampling (float or None, optional): the ceiling on every slot's
             :math:`N q_t(i)` (>= 1; 1 is uniform replay), or ``None`` for none, the
             paper's sampler. Assignable afterwards. Defaults to ``None``.
+        spread (float or None, optional): the per-step decay :math:`\rho \in (0, 1]` of the episode
+            credit, or ``None`` for none (the paper's sampler). Defaults to ``None``.
         reduction (str, optional): how
             ``rb.update_tensordict_priority`` reduces multi-dimensional TD errors
             to one per slot. Defaults to ``"max"``.
@@ -164,6 +176,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         alpha: float = 0.6,
         beta: float = 0.0,
         max_oversampling: float | None = None,
+        spread: float | None = None,
         reduction: str = "max",
         tree_backend: TreeBackend = "auto",
     ) -> None:
@@ -180,7 +193,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             raise TypeError(f"td_boost must be a bool, got td_boost={td_boost!r}.")
         alpha = check_nonneg("alpha", alpha)
         config = PriorityConfig(
-            threshold=threshold, eps=eps, td_boost=td_boost, alpha=alpha, unscored=unscored
+            threshold=threshold, eps=eps, td_boost=td_boost, alpha=alpha, unscored=unscored,
+            spread=check_spread("spread", spread),
         )
         self.beta = beta
         self.max_oversampling = max_oversampling
@@ -222,6 +236,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
     threshold = PrioritySetting("threshold", "Binarisation threshold of the scores, or None (read-only).")
     eps = PrioritySetting("eps", "Priority floor and TD offset (read-only).")
     td_boost = PrioritySetting("td_boost", "Whether TD priorities shape sampling (read-only).")
+    spread = PrioritySetting("spread", "Per-step decay of the episode credit, or None (read-only).")
     alpha = PrioritySetting("alpha", "TD exponent; assigning it rebuilds the trees with td_boost (O(N)).",
                              check_nonneg)
     unscored_priority_mode = PrioritySetting(
@@ -391,6 +406,35 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         overwritten[len(index) - 1 - last] = False
         generation[overwritten] = -1
         return torch.from_numpy(generation)
+
+    def link(self, index: int | torch.Tensor, previous: torch.Tensor) -> None:
+        """Records, for each slot of ``index``, the slot of the step before it in its episode (``previous``,
+        ``-1`` where the step starts an episode): what ``spread`` walks back along. Call it right after the
+        write (``rb.extend``); :class:`~vlmrb_torchrl.VLMReplayBuffer` does, from its trajectory ids.
+
+        Examples:
+            >>> import torch
+            >>> from vlmrb_torchrl import VLMPrioritizedSampler
+            >>> sampler = VLMPrioritizedSampler(8, spread=0.5, lambda_max=1.0, warmup=0)
+            >>> sampler.mark_update(torch.arange(5))
+            >>> sampler.link(torch.arange(5), torch.tensor([-1, 0, 1, 2, 3]))  # one episode, slots 0..4
+            >>> sampler.update_scores(torch.arange(5), torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]))  # the goal at 4
+            5
+            >>> q = sampler.probabilities()
+            >>> (q / q[-1]).tolist()  # priorities 0.5 ** d, d steps before the positive
+            [0.0625, 0.125, 0.25, 0.5, 1.0]
+        """
+        index = self._index(index)
+        previous = int_array(previous, "previous").reshape(-1)
+        if previous.size != index.size:
+            raise ValueError(f"previous has {previous.size} values but index has {index.size} entries.")
+        if previous.size and (previous.min() < -1 or previous.max() >= self._max_capacity):
+            raise ValueError(f"previous must hold slots in [0, {self._max_capacity}) or -1 (no step before), got "
+                             f"values in [{previous.min()}, {previous.max()}].")
+        if self._state.config.spread is None:
+            return
+        with self._lock:
+            self._state.link_steps(index, previous)
 
     def scores(self, index: int | torch.Tensor) -> torch.Tensor:
         """The raw VLM scores of the slots in ``index``, flattened (float32).
@@ -562,6 +606,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         (``lambda`` without one) and ``max_oversampling_ratio`` the current
         :math:`N \max_i q_t(i)`: how many times as often as under uniform replay the
         most-favoured slot is drawn (``O(N)`` without a ceiling: a logging call).
+        With ``spread``, ``credited_fraction`` is the share of filled slots holding episode credit above
+        ``eps``: the path before the positives that the credit lifted.
         """
         with self._lock:
             state = self._state
@@ -576,8 +622,11 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                 max_ratio = lam_eff * n * top + (1.0 - lam_eff)
             else:
                 max_ratio = float("nan")
+            credit = ({"credited_fraction": float(np.count_nonzero(state.credit[: state.end] > state.config.eps)) / n
+                       if n else 0.0} if state.config.spread is not None else {})
             return {
                 "num_filled": n,
+                **credit,
                 "fraction_scored": state.n_scored / n if n else 0.0,
                 "mean_score": mean_score,
                 "positive_fraction": positive_fraction,
@@ -602,7 +651,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             f"{type(self).__name__}(max_capacity={self._max_capacity}, lambda_max={self._lambda_max}, "
             f"warmup={self._warmup}, unscored_priority={c.unscored!r}, "
             f"threshold={c.threshold}, eps={c.eps}, td_boost={c.td_boost}, "
-            f"alpha={c.alpha}, beta={self._beta}, max_oversampling={self._max_oversampling}, "
+            f"alpha={c.alpha}, beta={self._beta}, max_oversampling={self._max_oversampling}, spread={c.spread}, "
             f"tree_backend={self._backend!r})"
         )
 
@@ -629,6 +678,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                     "reduction": self.reduction,
                     # only when set, so that a sampler without a ceiling writes schema 1's layout unchanged
                     **({"max_oversampling": self._max_oversampling} if self._max_oversampling is not None else {}),
+                    **({"spread": c.spread} if c.spread is not None else {}),
                 },
                 "sample_calls": self._sample_calls,
                 "drawn": self._drawn,
@@ -667,6 +717,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             td_boost=config["td_boost"],
             alpha=config["alpha"],
             unscored=check_unscored("default_priority", config["default_priority"]),
+            spread=check_spread("spread", config.get("spread")),  # absent: written without episode credit
         )
         beta = check_nonneg("beta", config["beta"])
         # absent in checkpoints written before the ceiling existed: they sampled without one
@@ -679,7 +730,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         )
         if config["reduction"] not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {config['reduction']!r}.")
-        arrays = self._checked_arrays(state_dict)
+        arrays = self._checked_arrays(state_dict, spread=priority_config.spread is not None)
         with self._lock:
             # the checkpoint's settings win, so that a resumed run samples as before
             self._lambda_max, self._warmup, self._beta = lambda_max, warmup, beta
@@ -700,13 +751,14 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             trailing = state_dict.get("storage_trailing_shape")
             self._trailing = tuple(int(d) for d in trailing) if trailing else None
 
-    def _checked_arrays(self, state_dict: dict[str, Any]) -> dict[str, np.ndarray]:
+    def _checked_arrays(self, state_dict: dict[str, Any], *, spread: bool = False) -> dict[str, np.ndarray]:
         """The per-slot arrays of a state, refused unless they could have been written by a sampler:
         ``capacity`` long, flags 0/1, scores in ``[0, 1]``, TD priorities finite and ``>= 0``,
-        generations ``>= 0``, and finite ``max_td``/``max_p``."""
+        generations ``>= 0``, and finite ``max_td``/``max_p``; with ``spread``, credits in ``[0, 1]`` and
+        links in ``[0, capacity]``."""
         where = "VLMPrioritizedSampler state"
         arrays = {}
-        for name in _ARRAY_KEYS:
+        for name in _ARRAY_KEYS + (SPREAD_ARRAYS if spread else ()):
             if name not in state_dict:
                 raise ValueError(f"{where}: no {name!r} array.")
             arr = to_numpy(state_dict[name]).reshape(-1) if np.ndim(to_numpy(state_dict[name])) else None
@@ -721,6 +773,11 @@ class VLMPrioritizedSampler(PrioritizedSampler):
                   ("td", arrays["td"] >= 0, ">= 0"), ("generation", arrays["generation"] >= 0, ">= 0"),
                   ("scored", np.isin(arrays["scored"], (0, 1)), "0 or 1"),
                   ("filled", np.isin(arrays["filled"], (0, 1)), "0 or 1")]
+        if spread:
+            checks += [("credit", (arrays["credit"] >= 0) & (arrays["credit"] <= 1), "in [0, 1]"),
+                       ("link", (arrays["link"] >= 0) & (arrays["link"] <= self._max_capacity),
+                        f"in [0, {self._max_capacity}]"),
+                       ("link_generation", arrays["link_generation"] >= 0, ">= 0")]
         for name, ok, allowed in checks:
             if not ok.all():
                 bad = int(np.flatnonzero(~ok)[0])
@@ -743,7 +800,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         scalars = self._to_state()
-        arrays = {name: scalars.pop(name) for name in _ARRAY_KEYS}
+        arrays = {name: scalars.pop(name) for name in (*_ARRAY_KEYS, *SPREAD_ARRAYS) if name in scalars}
         TensorDict(arrays, batch_size=[self._max_capacity]).memmap(path / "slots", existsok=True)
         (path / "sampler_metadata.json").write_text(json.dumps(scalars, indent=2))
 

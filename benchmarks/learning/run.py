@@ -198,6 +198,8 @@ MECHANISM: dict[str, dict[str, str]] = {
     "vlm_goal_L32": {"replay": "vlm", "scorer": "oracle:minigrid_goal", "clip_len": "32"},
     "uniform_rr2": {"replay": "uniform", "train_every": "16", "batch_size": "32"},
     "vlm_goal_rr2": {"replay": "vlm", "scorer": "oracle:minigrid_goal", "train_every": "16", "batch_size": "32"},
+    # the variant (item 4): episode credit, a goal clip lifts the transitions before it by 0.99**d (the discount)
+    "vlm_goal_spread": {"replay": "vlm", "scorer": "oracle:minigrid_goal", "vlm_spread": "0.99"},
 }
 #: OGBench Scene: the sparse reward (0 when solved, else -1) instead of OGBench's subgoal count, and VLM-RB with the
 #: pixel scorer shipped for Scene (builtin:scene, the task's prompt set) instead of the privileged oracle.

@@ -89,6 +89,10 @@ class RecipeConfig:
         4.0, "vlm modes: ceiling on how many times as often as under uniform replay any transition is drawn; lambda "
              "is lowered while it would be exceeded (rare positives: robosuite Lift). None = the paper's sampler "
              "(docs/sampler.md); each recipe sets its own default (docs/recipes.md)")
+    vlm_spread: float | None = _field(
+        None, "vlm modes: episode credit (this package's option, not the paper's): a transition d steps before a "
+              "positive one in its episode gets priority vlm_spread**d (until it falls to vlm_eps), so a goal-only label "
+              "marks the path to the goal; e.g. 0.99 (the discount). None = the paper's sampler (docs/sampler.md)")
     default_priority: str = _field("mean", "priority of unscored transitions: mean | max | <float>")
     label_noise: float = _field(0.0, "flip scorer outputs with this probability (NoisyScorer): an imperfect VLM")
     distill: bool = _field(False, "score with a DistilledScorer: a small student on the frames, trained online from "
@@ -235,6 +239,8 @@ class RecipeConfig:
                            "prompt= or scorer_kwargs, not both)"))
         if self.vlm_warmup is not None:
             checks.append(("vlm_warmup", self.vlm_warmup >= 0, "None or an integer >= 0"))
+        if self.vlm_spread is not None:
+            checks.append(("vlm_spread", 0.0 < self.vlm_spread <= 1.0, "None or a number in (0, 1]"))
         if self.max_oversampling is not None:
             checks.append(("max_oversampling", math.isfinite(self.max_oversampling) and self.max_oversampling >= 1,
                            "None or a number >= 1 (1 = uniform replay)"))

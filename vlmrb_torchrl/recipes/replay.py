@@ -375,7 +375,7 @@ class VLMReplay(Replay):
         return {**{f"scorer_{k}": v for k, v in scorer_stats(self.buffer.scorer).items()},
                 "lambda": stats["lambda"], "lambda_effective": stats["lambda_effective"],
                 "max_oversampling_ratio": stats["max_oversampling_ratio"], "fraction_scored": stats["fraction_scored"],
-                "positive_fraction": stats["positive_fraction"],
+                "positive_fraction": stats["positive_fraction"], "credited_fraction": stats.get("credited_fraction"),
                 "sampled_positive_fraction": (stats["drawn_positive"] - positive_before) / drawn if drawn
                 else float("nan"),
                 "stale_drops": stats["stale_drops"],
@@ -487,7 +487,7 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
         backend=cfg.scorer_backend, scorer_options=_ray_options(cfg) if cfg.scorer_backend == "ray" else None,
         sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": resolved_threshold(cfg),
                         "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "unscored_priority": default,
-                        "max_oversampling": cfg.max_oversampling,
+                        "max_oversampling": cfg.max_oversampling, "spread": cfg.vlm_spread,
                         "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},
     )
     return VLMReplay(buffer, sync=not cfg.async_scoring, drain_timeout=cfg.scorer_drain_timeout)

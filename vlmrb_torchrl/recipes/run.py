@@ -25,7 +25,7 @@ __all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "see
 METRIC_COLUMNS = [
     "env_steps", "episodes", "eval_success", "eval_return", "eval_episode_len", "eval_full_success", "eval_full_return",
     "eval_full_episode_len", "train_success", "train_episode_len", "loss", "epsilon", "lambda", "lambda_effective",
-    "fraction_scored", "positive_fraction", "sampled_positive_fraction", "max_oversampling_ratio", "stale_drops", "scorer_clips_per_s",
+    "fraction_scored", "positive_fraction", "credited_fraction", "sampled_positive_fraction", "max_oversampling_ratio", "stale_drops", "scorer_clips_per_s",
     "scorer_backlog", "scorer_dropped", "scorer_errors", "scorer_consecutive_errors", "env_steps_per_s", "time_s",
 ]
 #: SAC's metrics: the entropy temperature, policy entropy and the critics' mean value instead of epsilon ...
@@ -183,7 +183,7 @@ class Run:
         >>> with Run(cfg, recipe="dqn", total=100) as run:
         ...     run.log({"env_steps": 100, "loss": 0.5})
         >>> (run.dir / "metrics.csv").read_text().splitlines()[1]
-        '100,,,,,,,,,,0.5,,,,,,,,,,,,,,,'
+        '100,,,,,,,,,,0.5,,,,,,,,,,,,,,,,'
     """
 
     def __init__(self, cfg: Any, *, recipe: str, total: int, resumed_from: int = 0,
@@ -285,8 +285,8 @@ def _tb_tag(key: str) -> str:
         return f"eval/{key[5:]}"
     if key.startswith("scorer_"):
         return f"scorer/{key[7:]}"
-    if key in ("lambda", "fraction_scored", "positive_fraction", "sampled_positive_fraction", "stale_drops",
-               "drawn", "drawn_positive"):
+    if key in ("lambda", "fraction_scored", "positive_fraction", "credited_fraction", "sampled_positive_fraction",
+               "stale_drops", "drawn", "drawn_positive"):
         return f"replay/{key}"
     if key in ("env_steps_per_s", "time_s", "render_per_step"):
         return f"time/{key}"
