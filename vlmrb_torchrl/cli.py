@@ -289,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, DivergedError) as err:
         print(f"vlmrb train {name}: {err}", file=sys.stderr)
         return 1
+    except RuntimeError as err:  # the scoring worker's failure: a scorer that reads what its clips lack is the config's
+        from vlmrb_torchrl.scorers import ScorerInputError
+
+        if not isinstance(err.__cause__, ScorerInputError):
+            raise
+        print(f"vlmrb train {name}: scorer={cfg.scorer!r}: {err.__cause__}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as err:  # the recipe already said what was saved
         signum = getattr(err, "signum", 2)  # recipes.run_dir.Stopped carries the signal (SIGTERM: 15)
         print(f"vlmrb train {name}: {'interrupted' if signum == 2 else 'stopped by signal ' + str(signum)}.",

@@ -249,6 +249,29 @@ class TestCallableScorer(ScorerContract):
         assert not calls
         assert CallableScorer(mean_pixel_score, in_keys="pixels").in_keys == ["pixels"]
 
+    def test_json_lists_are_nested_keys(self):
+        """scorer_kwargs on the command line is JSON: a nested key arrives as a list (issue 63)."""
+        scorer = CallableScorer(mean_pixel_score, in_keys=[["next", "reward"], "mask"])
+        assert scorer.in_keys == [("next", "reward"), "mask"]
+
+    def test_reading_an_undeclared_entry_is_one_line_naming_it_and_the_fix(self, tiny_clips):
+        from vlmrb_torchrl.scorers import ScorerInputError
+
+        scorer = CallableScorer(lambda c: c["next", "reward"].sum((1, 2)), name="rewarded")  # in_keys: pixels
+        with pytest.raises(ScorerInputError) as info:
+            scorer.score(tiny_clips)
+        message = str(info.value)
+        assert "\n" not in message and message.startswith('rewarded read an entry its clips do not carry (')
+        assert "default ('pixels',)" in message and '"in_keys": [["next", "reward"], "mask"]' in message
+        assert isinstance(info.value, KeyError)  # what the contract promised before
+
+    def test_a_key_error_inside_the_function_for_other_reasons_is_reported_too(self, tiny_clips):
+        def lookup(clips):
+            return {"a": 1}["b"]
+
+        with pytest.raises(KeyError, match="lookup.*do not carry"):
+            CallableScorer(lookup).score(tiny_clips)
+
     @pytest.mark.parametrize(
         "output, error, match",
         [

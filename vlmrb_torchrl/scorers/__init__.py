@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from vlmrb_torchrl.scorers.base import (
     CallableScorer,
     Scorer,
+    ScorerInputError,
     check_clips,
     make_scorer,
     prompt_hash,
@@ -80,6 +81,7 @@ __all__ = [
     "prompt_hash",
     "validate_scores",
     "check_clips",
+    "ScorerInputError",
     "scorer_stats",
     "answer_token_ids",
     "default_prompt",

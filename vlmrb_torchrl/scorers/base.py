@@ -90,6 +90,19 @@ def _scorer_name(scorer: Any) -> str:
     return name if isinstance(name, str) and name else type(scorer).__name__
 
 
+class ScorerInputError(KeyError):
+    """A scorer was given clips without an entry it reads (a ``KeyError``, whose message is one line
+    naming the entry and how to declare it). The recipes report it as such, not as a worker's traceback.
+
+    Examples:
+        >>> str(ScorerInputError("needs ('next', 'reward')"))  # no quotes around it, unlike a KeyError's
+        "needs ('next', 'reward')"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def check_clips(clips: Any, in_keys: Sequence[NestedKey], *, scorer: Any = "scorer") -> int:
     """Checks that ``clips`` is a ``[B, T]`` TensorDict holding ``in_keys``; returns ``B``.
 
@@ -103,7 +116,7 @@ def check_clips(clips: Any, in_keys: Sequence[NestedKey], *, scorer: Any = "scor
     Raises:
         TypeError: ``clips`` is not a TensorDict.
         ValueError: ``clips`` does not have 2 batch dimensions.
-        KeyError: an entry of ``in_keys`` is missing.
+        ScorerInputError: an entry of ``in_keys`` is missing (a ``KeyError``).
 
     Examples:
         >>> import torch
@@ -123,7 +136,7 @@ def check_clips(clips: Any, in_keys: Sequence[NestedKey], *, scorer: Any = "scor
     missing = [key for key in in_keys if clips.get(key, None) is None]
     if missing:
         found = sorted(clips.keys(include_nested=True, leaves_only=True), key=str)
-        raise KeyError(f"{name} needs {missing} in its clips; found {found}.")
+        raise ScorerInputError(f"{name} needs {missing} in its clips; found {found}.")
     return clips.batch_size[0]
 
 
@@ -231,8 +244,10 @@ class CallableScorer:
 
     Keyword Args:
         prompt (str, optional): the task prompt, recorded in the provenance. Defaults to ``""``.
-        in_keys (sequence of NestedKey, optional): clip entries ``fn`` reads; they are checked
-            before ``fn`` is called. Defaults to ``("pixels",)``.
+        in_keys (sequence of NestedKey, optional): clip entries ``fn`` reads: only these (and
+            ``"mask"``) are carried to it, and they are checked before ``fn`` is called. A nested key
+            may be given as a list (``["next", "reward"]``, as JSON writes it). Defaults to
+            ``("pixels",)``: the frames alone.
         name (str, optional): name used in error messages and provenance. Defaults to the
             function's qualified name.
 
@@ -241,7 +256,8 @@ class CallableScorer:
             not numeric (at scoring).
         ValueError: ``fn`` returned a wrong shape, non-finite values or values outside
             ``[0, 1]``; the message names the scorer.
-        KeyError: the clips lack an entry of ``in_keys``.
+        KeyError: the clips lack an entry of ``in_keys``, or ``fn`` reads an entry that is not
+            among them (one line naming the entry and how to declare it).
 
     .. note:: ``fn`` is called as is: make it thread-safe if it keeps state, since scoring may
         run in a worker thread.
@@ -277,7 +293,8 @@ class CallableScorer:
             in_keys = (in_keys,)
         self.fn = fn
         self.prompt = prompt
-        self.in_keys = list(in_keys)
+        # JSON (scorer_kwargs on the command line) has no tuples: ["next", "reward"] is the nested key
+        self.in_keys = [tuple(key) if isinstance(key, list) else key for key in in_keys]
         self.name = name if name is not None else f"CallableScorer({getattr(fn, '__qualname__', type(fn).__name__)})"
         self.provenance = {
             "backend": "python",
@@ -289,10 +306,41 @@ class CallableScorer:
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """Scores ``clips`` with ``fn``: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
-        return validate_scores(self.fn(clips), batch, scorer=self)
+        try:
+            scores = self.fn(clips)
+        except KeyError as err:
+            if isinstance(err, ScorerInputError):
+                raise
+            raise ScorerInputError(_undeclared_key_message(self, err, clips)) from err
+        return validate_scores(scores, batch, scorer=self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(fn={self.provenance['callable']}, in_keys={self.in_keys})"
+
+
+def _undeclared_key_message(scorer: CallableScorer, err: KeyError, clips: TensorDictBase) -> str:
+    """One line for a function that read an entry its clips do not carry (they carry ``in_keys`` and
+    ``"mask"`` only): which entry, what the clips hold, how to declare it.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> clips = TensorDict(pixels=torch.zeros(1, 2, 4, 4, 3), mask=torch.ones(1, 2), batch_size=[1, 2])
+        >>> scorer = CallableScorer(lambda c: c["next", "reward"].sum((1, 2)), name="rewarded")
+        >>> scorer.score(clips)
+        Traceback (most recent call last):
+        ...
+        vlmrb_torchrl.scorers.base.ScorerInputError: rewarded read an entry its clips do not carry ("next"): ...
+    """
+    import re
+
+    found = re.search(r'key "([^"]+)" not found', str(err.args[0]) if err.args else "")
+    what = f'("{found.group(1)}")' if found else f"({err})"
+    held = sorted(str(k) for k in clips.keys(include_nested=True, leaves_only=True))
+    return (f"{scorer.name} read an entry its clips do not carry {what}: clips hold only the scorer's in_keys "
+            f"({scorer.in_keys}, default ('pixels',)) and 'mask', here {held}. Declare every entry it reads: "
+            "CallableScorer(fn, in_keys=[('next', 'reward'), 'mask']) in Python, or on the command line "
+            "scorer_kwargs='{\"in_keys\": [[\"next\", \"reward\"], \"mask\"]}'.")
 
 
 # ---------------------------------------------------------------------------------------------
