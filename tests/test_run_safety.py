@@ -499,6 +499,50 @@ class TestResumeConfig:
         cfg = build_config("dqn", _train_parser("dqn").parse_intermixed_args([f"resume={run_dir}", "stop_at=128"]))
         assert cfg.stop_at == 128  # the next chunk's, when given
 
+    @pytest.mark.parametrize("saved, key", [
+        # issue 64: a foreign run's config.json (and its checkpoint's copy, manifest recomputed) ran this on resume=
+        ({"scorer": "python:torch.distributed.run:main()",
+          "scorer_kwargs": {"args": ["--nproc_per_node=1", "--no-python", "touch", "WITNESS"]}}, "scorer"),
+        ({"scorer": "distill:python:test_run_safety:FailingScorer"}, "scorer"),
+        ({"scorer": "hf:/models/x", "scorer_kwargs": {"trust_remote_code": True}}, "scorer_kwargs"),
+        ({"scorer_backend": "ray", "ray_address": "ray://10.0.0.9:10001"}, "ray_address"),
+    ])
+    def test_code_read_back_from_a_run_directory_is_refused_unless_given_or_trusted(self, tmp_path, capsys, saved,
+                                                                                      key):
+        witness = tmp_path / "PWNED"
+        saved = json.loads(json.dumps(saved).replace("WITNESS", str(witness)))
+        run_dir = self._run_dir(tmp_path, **saved)
+        assert cli_main(["train", "dqn", f"resume={run_dir}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"its config.json sets {key}=" in err
+        assert f"Give {key}= again on the command line if it is yours, or pass trust_checkpoint=true" in err
+        assert not witness.exists()
+
+        def build(*extra):
+            return build_config("dqn", _train_parser("dqn").parse_intermixed_args([f"resume={run_dir}", *extra]))
+
+        value = saved[key] if isinstance(saved[key], str) else json.dumps(saved[key])
+        assert getattr(build(f"{key}={value}"), key) == saved[key]  # the user names it again: theirs
+        assert getattr(build("trust_checkpoint=true"), key) == saved[key]
+        config_file = tmp_path / "mine.yaml"
+        config_file.write_text(json.dumps({key: saved[key]}))  # given again in a config file counts too
+        assert getattr(build("--config", str(config_file)), key) == saved[key]
+        assert not witness.exists()
+
+    def test_a_run_of_another_recipe_is_named(self, tmp_path, capsys):
+        # issue 64: `train dqn resume=<a SAC run>` said "unknown key 'env_backend'"
+        import dataclasses
+
+        from vlmrb_torchrl.recipes.config import SACConfig
+
+        run_dir = tmp_path / "sac_run"
+        run_dir.mkdir()
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(SACConfig())))
+        assert cli_main(["train", "dqn", f"resume={run_dir}"]) == 2
+        err = capsys.readouterr().err
+        assert f"resume={str(run_dir)!r} is a run of `vlmrb train sac`" in err and "unknown key" not in err
+        assert f"resume it with `vlmrb train sac resume={run_dir}`" in err and err.count("\n") == 1
+
     def test_a_missing_resume_path_is_reported_as_given(self, tmp_path, capsys):
         missing = str(tmp_path / "runs" / "does_not_exist")
         assert cli_main(["train", "dqn", f"resume={missing}"]) == 2
@@ -558,6 +602,24 @@ class TestConfigChecks:
     def test_bad_values(self, overrides, match):
         with pytest.raises(ConfigError, match=match):
             apply_overrides(DQNConfig(), overrides).validate()
+
+    def test_json_nested_too_deep_is_one_line(self, tmp_path, capsys):
+        # issue 64: deeply nested JSON gave a bare RecursionError
+        deep = "[" * 100_000 + "]" * 100_000
+        assert cli_main(["train", "dqn", f"scorer_kwargs={deep}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is invalid: expected a JSON object such as" in err and "nested too deep" in err
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (run_dir / "config.json").write_text(deep)
+        assert cli_main(["train", "dqn", f"resume={run_dir}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot read" in err and "RecursionError" in err
+        checkpoint, replay, _ = _checkpoint(tmp_path, 64)
+        replay.close()
+        (checkpoint / MANIFEST).write_text(deep)
+        assert check_checkpoint(checkpoint)[0] is False and "MANIFEST.json is unreadable (RecursionError" in \
+            check_checkpoint(checkpoint)[1]
 
     def test_a_short_clip_check_only_in_vlm_modes(self):
         cfg = apply_overrides(DQNConfig(), ["buffer_size=64", "batch_size=16", "frames_per_batch=64", "clip_len=100",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -15,6 +16,7 @@ from vlmrb_torchrl.recipes.config import (
     DQNConfig,
     SACConfig,
     apply_overrides,
+    code_loading_values,
     config_help,
     load_config_file,
     quick_preset,
@@ -80,17 +82,55 @@ def _saved_config(resume: str) -> dict:
     for run_dir in (path, path.parent.parent):  # <run>/ or <run>/checkpoints/step_<N>/
         if (run_dir / "config.json").exists():
             try:
-                return json.loads((run_dir / "config.json").read_text())
-            except (OSError, ValueError) as err:
-                raise ConfigError(f"resume={resume!r}: cannot read {run_dir / 'config.json'} ({err}).") from None
+                saved = json.loads((run_dir / "config.json").read_text())
+            except (OSError, ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
+                raise ConfigError(f"resume={resume!r}: cannot read {run_dir / 'config.json'} "
+                                  f"({type(err).__name__}: {str(err)[:200]}).") from None
+            if not isinstance(saved, dict):
+                raise ConfigError(f"resume={resume!r}: {run_dir / 'config.json'} is not a run's config (a JSON "
+                                  f"object of key: value pairs), got {type(saved).__name__}.")
+            return saved
     raise ConfigError(f"resume={resume!r}: not a run directory or a checkpoint of one (no config.json in "
                       f"{path} or {path.parent.parent}).")
 
 
 #: Keys of a saved config.json that describe where and how that run was started, not the run itself.
 #: ``stop_at`` ends one chunk of a run: read back, it would stop the resumed run where the last chunk stopped.
-#: ``scorer_checks`` is what the run's scorer checked (a record the run adds), not a config key.
-_NOT_RESUMED = ("resume", "output_dir", "overwrite", "trust_checkpoint", "stop_at", "scorer_checks")
+#: ``scorer_checks`` is what the run's scorer checked and ``run_id`` which run wrote the directory (records the run
+#: adds), not config keys.
+_NOT_RESUMED = ("resume", "output_dir", "overwrite", "trust_checkpoint", "stop_at", "scorer_checks", "run_id")
+
+
+def _check_saved_recipe(name: str, saved: dict, resume: str) -> None:
+    """Refuses a saved config another recipe wrote (``vlmrb train dqn resume=<a SAC run>``), naming that recipe."""
+    keys = {k for k in saved if k not in _NOT_RESUMED}
+    fields = {n: {f.name for f in dataclasses.fields(cls)} for n, cls in RECIPES.items()}
+    unknown = sorted(keys - fields[name])
+    if not unknown:
+        return
+    owner = next((n for n, known in fields.items() if n != name and keys <= known), None)
+    if owner is not None:
+        raise ConfigError(f"resume={resume!r} is a run of `vlmrb train {owner}` (its config has "
+                          f"{', '.join(unknown[:4])}, which {name} has not): resume it with "
+                          f"`vlmrb train {owner} resume={resume}`.")
+    raise ConfigError(f"resume={resume!r}: its config.json has keys no recipe of this version knows "
+                      f"({', '.join(unknown[:6])}): a run of another vlmrb version, or an edited file.")
+
+
+def _check_saved_code(cfg, saved: dict, resume: str, given: set[str]) -> None:
+    """Refuses a value read back from the run directory ``resume`` that loads code (a ``python:`` spec, ...:
+    :func:`~vlmrb_torchrl.recipes.config.code_loading_values`), unless the user gave that key again
+    (``given``: the command line's and the config file's keys) or passed ``trust_checkpoint=true``: a run
+    directory someone else wrote must not choose code for this process to run."""
+    if cfg.trust_checkpoint:
+        return
+    for key, why in code_loading_values({k: v for k, v in saved.items() if k not in _NOT_RESUMED}).items():
+        if key not in given:
+            value = json.dumps(saved[key]) if isinstance(saved[key], dict) else saved[key]
+            raise ConfigError(f"resume={resume!r}: its config.json sets {key}={str(value)[:200]!r}, which {why}; a "
+                              f"value read back from a run directory does not get to run code. Give {key}= again "
+                              f"on the command line if it is yours, or pass trust_checkpoint=true if you trust "
+                              f"where {resume} came from.")
 
 
 def _finished_line(summary: dict) -> str:
@@ -120,6 +160,9 @@ def build_config(name: str, args: argparse.Namespace):
     overrides = list(args.overrides)
     resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
     saved = _saved_config(resume) if resume else None
+    if saved is not None:
+        _check_saved_recipe(name, saved, resume)
+    given = {o.split("=", 1)[0].strip() for o in overrides if "=" in o}  # keys the user gives (and the file's)
 
     def build(preset: dict | None):
         cfg = cls()
@@ -129,7 +172,9 @@ def build_config(name: str, args: argparse.Namespace):
             cfg = apply_overrides(cfg, preset)
         if args.config:
             try:
-                cfg = apply_overrides(cfg, load_config_file(args.config))
+                from_file = load_config_file(args.config)
+                given.update(from_file)
+                cfg = apply_overrides(cfg, from_file)
             except ConfigError as err:
                 msg = str(err)
                 raise ConfigError(msg if msg.startswith("--config") else f"--config {args.config}: {msg}") from None
@@ -138,6 +183,8 @@ def build_config(name: str, args: argparse.Namespace):
     cfg = build(None)
     if args.quick:
         cfg = build(quick_preset(name, cfg.env))
+    if saved is not None:
+        _check_saved_code(cfg, saved, resume, given)
     return cfg.validate()
 
 

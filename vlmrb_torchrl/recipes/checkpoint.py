@@ -104,8 +104,12 @@ def check_checkpoint(path: Path, *, trust: bool = False) -> tuple[bool, str]:
                        "anyway")
     try:
         files = json.loads((path / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return False, f"{MANIFEST} is unreadable ({err})"
+        if not isinstance(files, dict) or not all(
+                isinstance(meta, dict) and isinstance(meta.get("size"), int) and isinstance(meta.get("sha256"), str)
+                and ".." not in Path(name).parts for name, meta in files.items()):
+            raise ValueError("not a manifest of files, sizes and SHA-256 digests")
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
+        return False, f"{MANIFEST} is unreadable ({type(err).__name__}: {str(err)[:200]})"
     for name, meta in files.items():
         file = path / name
         if not file.is_file():
@@ -291,8 +295,8 @@ def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, trust: bool
     for file in sorted((path / "replay").rglob("*.json")):  # name the file a truncated JSON is in
         try:
             json.loads(file.read_text())
-        except (OSError, ValueError) as err:
-            raise CheckpointError(f"{file} cannot be read: {err}") from err
+        except (OSError, ValueError, RecursionError) as err:
+            raise CheckpointError(f"{file} cannot be read: {type(err).__name__}: {str(err)[:200]}") from err
     for name, obj in modules.items():
         if name not in state and getattr(obj, "checkpoint_optional", False):
             continue  # saved with checkpoints only since a later version: it starts afresh
@@ -492,9 +496,11 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
     saved_path = checkpoint / "config.json" if (checkpoint / "config.json").exists() else run_config
     try:
         saved = json.loads(saved_path.read_text())
-    except (OSError, ValueError) as err:
-        warnings.warn(f"{saved_path} cannot be read ({err}): the config cannot be checked against the run "
-                      f"{checkpoint} belongs to.", RunWarning, stacklevel=2)
+        if not isinstance(saved, dict):
+            raise ValueError(f"a JSON {type(saved).__name__}, not an object of key: value pairs")
+    except (OSError, ValueError, RecursionError) as err:
+        warnings.warn(f"{saved_path} cannot be read ({type(err).__name__}: {str(err)[:200]}): the config cannot be "
+                      f"checked against the run {checkpoint} belongs to.", RunWarning, stacklevel=2)
         return
     given = _config_dict(cfg)
     conflicts = [f"{key}: {saved[key]!r} (checkpoint) vs {value!r} (now)" for key, value in given.items()
@@ -504,8 +510,9 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
         if saved_path != run_config and run_config.exists():
             try:
                 run_saved = json.loads(run_config.read_text())
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 run_saved = {}
+            run_saved = run_saved if isinstance(run_saved, dict) else {}
             if any(run_saved.get(k) != saved[k] for k in saved if k not in RESUME_MAY_CHANGE and k in run_saved):
                 edited = f" ({run_config} no longer matches the checkpoint's config: edited since the run wrote it?)"
         raise ConfigError(f"resume={cfg.resume!r}: the config differs from the one {checkpoint} was written with "

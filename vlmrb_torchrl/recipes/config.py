@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 __all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TASK_DEFAULTS", "LIFT_SCORER_CAMERA",
            "LIFT_PANEL_CAMERAS", "sac_env_family", "sac_env_defaults", "ConfigError",
-           "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset"]
+           "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset", "code_loading_values"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")
 
@@ -418,7 +418,7 @@ def scorer_frame_view(scorer: str) -> str | None:
         return None
     try:
         rendered = json.loads(report.read_text()).get("frames_rendered") or {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, AttributeError):
         return None
     return rendered.get("frame_view")
 
@@ -653,9 +653,10 @@ def _convert(name: str, text: str, annotation: Any) -> Any:
     if target is dict or typing.get_origin(target) is dict:
         try:
             value = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{name}={text!r} is invalid: expected a JSON object such as "
-                              f"'{{\"p\": 0.3}}' ({err.msg}).") from None
+        except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested deeper than Python recurses
+            why = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deep"
+            raise ConfigError(f"{name}={text[:80]!r}{'...' if len(text) > 80 else ''} is invalid: expected a JSON "
+                              f"object such as '{{\"p\": 0.3}}' ({why}).") from None
         if not isinstance(value, dict):
             raise ConfigError(f"{name}={text!r} is invalid: expected a JSON object, got {type(value).__name__}.")
         return value
@@ -749,6 +750,47 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any] | list[str]) -> Any:
             raise ConfigError(f"unknown key {key!r}{hint} Valid keys: {', '.join(sorted(names))}.")
         values[key] = _coerce(key, value, hints[key])
     return dataclasses.replace(cfg, **values)
+
+
+def code_loading_values(values: dict[str, Any]) -> dict[str, str]:
+    """The keys of a config mapping whose values make a run load and run code, each with why: a ``python:``
+    scorer spec (:func:`~vlmrb_torchrl.scorers.spec_loads_code`, in ``scorer`` or anywhere in ``scorer_kwargs``),
+    ``trust_remote_code`` in ``scorer_kwargs`` (a model's own Python files), a Ray cluster to join
+    (``ray_address``: objects from the cluster are unpickled in the run). ``vlmrb train ... resume=`` refuses
+    such a value read back from a run directory's ``config.json`` unless it is given again or
+    ``trust_checkpoint=true``.
+
+    Examples:
+        >>> code_loading_values({"scorer": "python:my_scorers:RewardScorer", "seed": 0})
+        {'scorer': 'is a python: spec (it imports and runs that module)'}
+        >>> code_loading_values({"scorer": "builtin:minigrid", "scorer_kwargs": {"trust_remote_code": True},
+        ...                      "ray_address": "auto"})
+        {'scorer_kwargs': "sets trust_remote_code (it runs the model's own Python files)"}
+    """
+    from vlmrb_torchrl.scorers.base import spec_loads_code
+
+    def strings(value: Any) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+        return [s for item in items for s in strings(item)]
+
+    def remote_code(value: Any) -> bool:
+        if isinstance(value, dict):
+            return bool(value.get("trust_remote_code")) or any(remote_code(v) for v in value.values())
+        return isinstance(value, (list, tuple)) and any(remote_code(v) for v in value)
+
+    found = {}
+    if spec_loads_code(values.get("scorer")):
+        found["scorer"] = "is a python: spec (it imports and runs that module)"
+    kwargs = values.get("scorer_kwargs")
+    if any(spec_loads_code(s) for s in strings(kwargs)):
+        found["scorer_kwargs"] = "holds a python: spec (it imports and runs that module)"
+    elif remote_code(kwargs):
+        found["scorer_kwargs"] = "sets trust_remote_code (it runs the model's own Python files)"
+    if values.get("ray_address") not in (None, "", "auto"):
+        found["ray_address"] = "joins that Ray cluster (objects it sends are unpickled in the run)"
+    return found
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

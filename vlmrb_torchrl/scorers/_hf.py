@@ -182,7 +182,7 @@ def read_config(path: str | os.PathLike) -> dict:
     try:
         with open(Path(path) / "config.json", encoding="utf-8") as f:
             config = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return config if isinstance(config, dict) else {}
 

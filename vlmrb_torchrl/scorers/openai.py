@@ -513,7 +513,7 @@ class OpenAIScorer:
                     raise TimeoutError(f"no complete answer within timeout={self.timeout:g} s")
                 try:
                     return json.loads(payload)
-                except ValueError as err:
+                except (ValueError, RecursionError) as err:  # RecursionError: nested deeper than Python recurses
                     raise OpenAIScorerError(
                         f"{type(self).__name__}: {method} {url} returned invalid JSON: {payload[:200]!r}"
                     ) from err
@@ -740,8 +740,8 @@ def _error_detail(err: urllib.error.HTTPError) -> str:
         message = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
         if isinstance(message, dict):
             message = message.get("message", message)
-        body = str(message)
-    except ValueError:
+        body = str(message)[:500]
+    except (ValueError, RecursionError):
         pass
     return body.strip()[:500] or str(err.reason)
 
