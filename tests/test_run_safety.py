@@ -147,14 +147,49 @@ class TestRunDirectory:
         old = tmp_path / "checkpoints" / "step_100"
         old.mkdir(parents=True)
         (old / "DONE").write_text("{}")
-        for name in ("metrics.csv", "config.json", "summary.json", "notes.txt"):
+        for name in ("metrics.csv", "summary.json", "notes.txt"):
             (tmp_path / name).write_text("old")
         (tmp_path / "tensorboard").mkdir()
-        (tmp_path / ".vlmrb-run").write_text("{}")  # a run wrote them
+        old_id = "0123456789abcdef0123456789abcdef"
+        (tmp_path / ".vlmrb-run").write_text(json.dumps({"run_id": old_id}))  # a run wrote them: its id ...
+        (tmp_path / "config.json").write_text(json.dumps({"seed": 0, "run_id": old_id}))  # ... in its config
         prepare_run_dir(DQNConfig(output_dir=str(tmp_path), overwrite=True), recipe="dqn")
         assert sorted(p.name for p in tmp_path.iterdir()) == [".vlmrb-run", ".vlmrb-run.lock", "checkpoints",
                                                               "notes.txt"]
         assert not any((tmp_path / "checkpoints").iterdir())  # no old checkpoint survives
+        from vlmrb_torchrl.recipes.run_dir import run_id
+
+        assert run_id(tmp_path) not in (None, old_id)  # the new run's own id
+
+    @pytest.mark.parametrize("marker", ["", "{}", '{"run_id": "fedcba9876543210fedcba9876543210"}'])
+    def test_a_planted_or_copied_marker_deletes_nothing(self, tmp_path, marker):
+        # issue 64: an empty planted .vlmrb-run counted as a marker, and overwrite=true deleted a user's file inside
+        # checkpoints/
+        (tmp_path / "checkpoints").mkdir()
+        (tmp_path / "checkpoints" / "mine.txt").write_text("mine")
+        (tmp_path / "config.json").write_text(json.dumps({"run_id": "0123456789abcdef0123456789abcdef"}))
+        (tmp_path / ".vlmrb-run").write_text(marker)
+        before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+        why = "holds no run id" if "run_id" not in marker else "is not the one in config.json"
+        with pytest.raises(ConfigError, match=f"overwrite=true deletes only a run's own files, and its .vlmrb-run "
+                                              f"marker.* {why}.*nothing was deleted"):
+            prepare_run_dir(DQNConfig(output_dir=str(tmp_path), overwrite=True), recipe="dqn")
+        assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+    def test_the_run_id_is_in_the_marker_and_the_runs_config(self, tmp_path):
+        from vlmrb_torchrl.recipes.run_dir import run_id
+
+        cfg = DQNConfig(output_dir=str(tmp_path / "run"), tensorboard=False, progress=False)
+        prepare_run_dir(cfg, recipe="dqn")
+        with Run(cfg, recipe="dqn", total=10):
+            pass
+        marked = run_id(cfg.output_dir)
+        assert len(marked) == 32 and json.loads((tmp_path / "run" / "config.json").read_text())["run_id"] == marked
+        # a start that stopped before config.json leaves empty run directories only: overwrite takes them
+        (tmp_path / "run" / "config.json").unlink()
+        (tmp_path / "run" / "metrics.csv").unlink()
+        prepare_run_dir(apply_overrides(cfg, {"overwrite": True}), recipe="dqn")
+        assert run_id(cfg.output_dir) != marked
 
     @pytest.mark.parametrize("where", ["a project", "the current directory"])
     def test_overwrite_deletes_nothing_in_a_directory_no_run_wrote(self, tmp_path, monkeypatch, where):
@@ -185,7 +220,10 @@ class TestRunDirectory:
         assert (out / MARKER).is_file() and f"pid {os.getpid()}" in (out / LOCK).read_text()
         release_run_dir(out)
         _checkpoint(tmp_path, 64)[1].close()  # the run wrote a checkpoint (into tmp_path / "run")
-        (out / "config.json").write_text(json.dumps(dataclasses.asdict(DQNConfig(output_dir=str(out)))))
+        from vlmrb_torchrl.recipes.run_dir import run_id
+
+        (out / "config.json").write_text(json.dumps({**dataclasses.asdict(DQNConfig(output_dir=str(out))),
+                                                     "run_id": run_id(out)}))  # what the run's Run writes
         # another process's run (flock on its own open file: what a second process holds)
         with open(out / LOCK, "a+") as other:
             fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
