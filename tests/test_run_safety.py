@@ -641,6 +641,17 @@ class TestConfigChecks:
         with pytest.raises(ConfigError, match=match):
             apply_overrides(DQNConfig(), overrides).validate()
 
+    def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(self, tmp_path, capsys):
+        # issue 64: a non-UTF-8 output_dir crashed TensorBoard with a 31-line UnicodeEncodeError after the run
+        # directory existed (bytes that are not UTF-8 reach sys.argv as lone surrogates)
+        out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/run-\xff")
+        assert cli_main(["train", "dqn", f"output_dir={out}", "total_frames=256"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "output_dir: " in err and "is not valid UTF-8 (byte 0xff at position" in err
+        assert list(tmp_path.iterdir()) == []
+        assert cli_main(["build-scorer", "minigrid", "--out", out]) == 2
+        assert "--out " in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
     def test_json_nested_too_deep_is_one_line(self, tmp_path, capsys):
         # issue 64: deeply nested JSON gave a bare RecursionError
         deep = "[" * 100_000 + "]" * 100_000

@@ -19,6 +19,7 @@ from vlmrb_torchrl.recipes.config import (
     code_loading_values,
     config_help,
     load_config_file,
+    not_utf8,
     quick_preset,
 )
 
@@ -239,6 +240,9 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache", default=None,
                         help="keep the generated training frames in this directory and reuse them for the next build "
                              "with the same --frames and --seed (not part of the recipe: the frames are the same)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into --out even when it holds files no earlier build wrote (files of the same "
+                             "names are replaced); without it such a directory is refused")
     return parser
 
 
@@ -286,9 +290,22 @@ def build_scorer_main(argv: list[str]) -> int:
         except ValueError as err:
             print(f"vlmrb build-scorer: --device: {err}", file=sys.stderr)
             return 2
-    recorded = [a for i, a in enumerate(argv) if a != "--cache" and (i == 0 or argv[i - 1] != "--cache")]
+    recorded = [a for i, a in enumerate(argv) if a not in ("--cache", "--overwrite")
+                and (i == 0 or argv[i - 1] != "--cache")]
     command = "vlmrb build-scorer " + " ".join(a for a in recorded if not a.startswith("--cache="))  # not the recipe
-    build_scorer(domain, args.out, cfg, command=command, cache=args.cache, workers=workers)
+    from vlmrb_torchrl.scorer_training.domains import FrameCacheError
+
+    for name in ("out", "cache"):
+        bad = not_utf8(getattr(args, name))
+        if bad:
+            print(f"vlmrb build-scorer: --{name} {bad}", file=sys.stderr)
+            return 2
+    try:
+        build_scorer(domain, args.out, cfg, command=command, cache=args.cache, workers=workers,
+                     overwrite=args.overwrite)
+    except (FileExistsError, FrameCacheError) as err:  # --out not ours to write, a damaged --cache file
+        print(f"vlmrb build-scorer: {err}", file=sys.stderr)
+        return 2
     from vlmrb_torchrl.scorers.builtin import BUILTIN_PANEL_MODELS
 
     replaces = next((f"panel {dirs.index(args.name)} of builtin:{name}" for name, dirs in BUILTIN_PANEL_MODELS.items()

@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 __all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TASK_DEFAULTS", "LIFT_SCORER_CAMERA",
            "LIFT_PANEL_CAMERAS", "sac_env_family", "sac_env_defaults", "ConfigError",
-           "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset", "code_loading_values"]
+           "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset", "code_loading_values",
+           "not_utf8"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")
 
@@ -187,6 +188,8 @@ class RecipeConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):  # lr=inf, a timeout of nan: never meant
                 raise ConfigError(f"{f.name}={value!r} is invalid: expected a finite number.")
+            if not_utf8(value):  # a path of non-UTF-8 bytes: config.json, TensorBoard and the logs cannot hold it
+                raise ConfigError(f"{f.name}: {not_utf8(value)} (config.json, TensorBoard and the logs write UTF-8).")
         self._resolve()
         if self.threshold == "auto":  # after _resolve: the scorer is the one the run uses (scorer=auto resolved)
             self.threshold = self.decision_threshold()
@@ -750,6 +753,28 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any] | list[str]) -> Any:
             raise ConfigError(f"unknown key {key!r}{hint} Valid keys: {', '.join(sorted(names))}.")
         values[key] = _coerce(key, value, hints[key])
     return dataclasses.replace(cfg, **values)
+
+
+def not_utf8(value: Any) -> str:
+    """``""`` when ``value`` (text, or anything else) can be written as UTF-8; else why not, in words. A path
+    given as bytes that are not UTF-8 (``sys.argv`` carries them as lone surrogates) cannot go into
+    ``config.json``, TensorBoard's events or a log line.
+
+    Examples:
+        >>> not_utf8("runs/exp-é"), not_utf8(None)
+        ('', '')
+        >>> not_utf8("runs/exp-\\udcff")
+        "'runs/exp-\\\\udcff' is not valid UTF-8 (byte 0xff at position 9): rename it or choose a UTF-8 name"
+    """
+    if not isinstance(value, str):
+        return ""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raw = bytes(ord(c) - 0xDC00 for c in value[err.start:err.end] if 0xDC80 <= ord(c) <= 0xDCFF)
+        what = f"byte 0x{raw.hex()}" if len(raw) == 1 else f"bytes 0x{raw.hex()}" if raw else "a lone surrogate"
+        return f"{value!r} is not valid UTF-8 ({what} at position {err.start}): rename it or choose a UTF-8 name"
+    return ""
 
 
 def code_loading_values(values: dict[str, Any]) -> dict[str, str]:
