@@ -249,6 +249,23 @@ class TestRunDirectory:
         with pytest.raises(ConfigError, match="is not empty"):
             prepare_run_dir(DQNConfig(resume=str(run_dir), output_dir=str(other)), recipe="dqn")
 
+    def test_a_disk_without_room_for_a_checkpoint_fails_at_start(self, tmp_path, monkeypatch, capsys):
+        # issue 64: a full disk at start was found only at the first checkpoint, after the training was done
+        import collections
+
+        from vlmrb_torchrl.recipes import run_dir
+
+        usage = collections.namedtuple("usage", "total used free")
+        seen = []
+        monkeypatch.setattr(run_dir.shutil, "disk_usage", lambda path: seen.append(path) or usage(10**9, 10**9, 10**6))
+        out = tmp_path / "runs" / "full"
+        args = [f"{k}={v}" for k, v in TINY.items()] + ["replay=uniform", f"output_dir={out}"]
+        assert cli_main(["train", "dqn", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"output_dir={str(out)!r}: 1 MB free on its disk, and the next checkpoint " \
+            "needs about 0 MB (512 transitions of " in err and "lower buffer_size or checkpoint_every" in err
+        assert seen == [tmp_path] and not out.exists()  # asked of the nearest directory that exists; nothing written
+
     def test_an_unwritable_checkpoints_dir_fails_at_start(self, tmp_path):
         (tmp_path / "file").write_text("a file where a directory should be")
         with pytest.raises(ConfigError, match="cannot write checkpoints in .*checkpoints"):

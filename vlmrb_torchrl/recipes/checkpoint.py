@@ -36,7 +36,7 @@ __all__ = [
     "MANIFEST", "CheckpointError", "RunWarning", "check_checkpoint", "checkpointed_modules", "save_checkpoint",
     "load_checkpoint", "checkpoints_newest_first", "latest_checkpoint", "truncate_metrics", "resume_counters",
     "checkpoint_now", "maybe_checkpoint", "RESUME_MAY_CHANGE", "check_resume_config", "DivergedError",
-    "check_finite_state",
+    "check_finite_state", "first_checkpoint_size",
 ]
 
 #: Written last into every checkpoint (then the directory is renamed into place): each file's size and SHA-256.
@@ -315,6 +315,29 @@ def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, trust: bool
     _check_loaded_replay(rb, path)
     _set_rng_state(rng)
     return counters
+
+
+def first_checkpoint_size(cfg: Any, step: Any, checkpoint: Path | None = None) -> tuple[int, str]:
+    """``(bytes, how)``: about what the run's next checkpoint writes, at least — the transitions the replay holds
+    then (``min(buffer_size, frames)``, ``frames`` the run's frames at that checkpoint: ``checkpoint_every`` after
+    ``checkpoint``'s, or the run's end if sooner) times the bytes of ``step``, one env step's TensorDict (an env's
+    ``fake_tensordict()``: every entry, ``next`` included). What :func:`~vlmrb_torchrl.recipes.run_dir.make_run_dir`
+    checks the disk for before the run starts, so a full disk is found then, not after the training is done.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> step = TensorDict(observation=torch.zeros(148, dtype=torch.int16), next={"observation": torch.zeros(
+        ...     148, dtype=torch.int16)})
+        >>> first_checkpoint_size(DQNConfig(checkpoint_every=50_000, buffer_size=100_000), step)
+        (29600000, '50000 transitions of 592 bytes')
+    """
+    done = _step(checkpoint) if checkpoint is not None else 0
+    frames = min(done + cfg.checkpoint_every, cfg.total_frames, cfg.stop_at or cfg.total_frames)
+    rows = min(cfg.buffer_size, max(frames, 0))
+    per_step = sum(value.numel() * value.element_size() for value in step.values(True, True)
+                   if isinstance(value, torch.Tensor))
+    return rows * per_step, f"{rows} transitions of {per_step} bytes"
 
 
 def _step(path: Path) -> int:

@@ -213,17 +213,34 @@ def _continues(out: Path, checkpoint: Path | None) -> bool:
     return checkpoint is not None and out.resolve() == checkpoint.parent.parent.resolve()
 
 
-def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run") -> None:
+def _check_disk(cfg: Any, out: Path, checkpoint_size: tuple[int, str]) -> None:
+    """Refuses a run whose disk has not the room for its next checkpoint (and 16 MB for its logs)."""
+    from vlmrb_torchrl.recipes.config import ConfigError
+
+    needed, how = checkpoint_size
+    where = next(p for p in (out, *out.absolute().parents) if p.exists())
+    free = shutil.disk_usage(where).free
+    if free < needed + (16 << 20):
+        raise ConfigError(f"output_dir={cfg.output_dir!r}: {free / 1e6:.0f} MB free on its disk, and the next "
+                          f"checkpoint needs about {needed / 1e6:.0f} MB ({how}, what the replay holds then): free "
+                          "space, choose another output_dir, or lower buffer_size or checkpoint_every.")
+
+
+def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run",
+                 checkpoint_size: tuple[int, str] | None = None) -> None:
     """The writes of :func:`prepare_run_dir` (called with ``write=False`` first, which set ``cfg.output_dir``):
-    locks the directory (:data:`LOCK`; another process running there is refused), checks again under the
-    lock what :func:`prepare_run_dir` checked, deletes an overwritten run's files (:data:`RUN_FILES`), writes
-    :data:`MARKER`, creates ``checkpoints/`` and checks that it is writable. A refusal leaves the directory
-    as it was. The lock is held until :func:`release_run_dir` (the recipe calls it once all it opened is
-    closed) or the process ends.
+    checks the disk has room for the next checkpoint (``checkpoint_size``: ``(bytes, how)``, from
+    :func:`~vlmrb_torchrl.recipes.checkpoint.first_checkpoint_size`), locks the directory (:data:`LOCK`; another
+    process running there is refused), checks again under the lock what :func:`prepare_run_dir` checked, deletes
+    an overwritten run's files (:data:`RUN_FILES`), writes :data:`MARKER`, creates ``checkpoints/`` and checks
+    that it is writable. A refusal leaves the directory as it was. The lock is held until
+    :func:`release_run_dir` (the recipe calls it once all it opened is closed) or the process ends.
     """
     from vlmrb_torchrl.recipes.config import ConfigError
 
     out = Path(cfg.output_dir)
+    if checkpoint_size is not None:
+        _check_disk(cfg, out, checkpoint_size)
     created = not out.exists()
     had_lock = (out / LOCK).exists()
     try:
