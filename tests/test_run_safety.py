@@ -653,6 +653,12 @@ class TestConfigChecks:
         (["lr=inf"], "lr=inf is invalid: expected a finite number"),
         (["scorer_drain_timeout=inf"], "scorer_drain_timeout=inf is invalid: expected a finite number"),
         (["gamma=nan"], "gamma=nan is invalid: expected a finite number"),
+        # issue 64: clip_len=100000 passed validation and died mid-run allocating 34 GB (one scorer call's frames)
+        (["clip_len=10000000", "buffer_size=10000000", "replay=vlm", "scorer=builtin:minigrid"],
+         "clip_len=10000000 is invalid: expected at most \\d+ here: a scorer call packs 32 clips of clip_len \\+ 1 "
+         "frames of 12288 bytes, 3932.2 GB, more than half the .* GB of memory available; set clip_frames"),
+        (["clip_len=10000000", "clip_frames=10000000", "buffer_size=10000000", "replay=vlm"],
+         "clip_frames=10000000 is invalid: expected at most"),
     ])
     def test_bad_values(self, overrides, match):
         with pytest.raises(ConfigError, match=match):
@@ -686,6 +692,20 @@ class TestConfigChecks:
         (checkpoint / MANIFEST).write_text(deep)
         assert check_checkpoint(checkpoint)[0] is False and "MANIFEST.json is unreadable (RecursionError" in \
             check_checkpoint(checkpoint)[1]
+
+    def test_long_clips_pass_where_they_fit(self):
+        big = ["clip_len=10000000", "buffer_size=10000000", "replay=vlm"]
+        assert apply_overrides(DQNConfig(), [*big, "clip_frames=8"]).validate().clip_len == 10_000_000  # 9 frames
+        assert apply_overrides(DQNConfig(), [*big, "scorer=oracle:minigrid"]).validate().clip_len == 10_000_000
+        assert apply_overrides(DQNConfig(), [*big[:2], "replay=uniform"]).validate().clip_len == 10_000_000
+
+    def test_a_replay_larger_than_memory_fails_at_start(self, tmp_path, capsys):
+        out = tmp_path / "run"
+        args = [f"{k}={v}" for k, v in TINY.items()] + ["replay=uniform", f"output_dir={out}", "buffer_size=1e13"]
+        assert cli_main(["train", "dqn", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "buffer_size=10000000000000 is invalid: expected at most " in err
+        assert " GB of memory is available" in err and not out.exists()
 
     def test_a_short_clip_check_only_in_vlm_modes(self):
         cfg = apply_overrides(DQNConfig(), ["buffer_size=64", "batch_size=16", "frames_per_batch=64", "clip_len=100",

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import json
 import math
+import os
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,29 @@ __all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TA
            "not_utf8"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")
+#: Clips one scorer call packs in the recipes (the scoring worker's batch): each holds its frames at once.
+SCORER_CLIPS_PER_CALL = 32
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the system can give a new process now (Linux's ``MemAvailable``; else the physical memory);
+    ``None`` where neither can be read.
+
+    Examples:
+        >>> available_memory() > 0
+        True
+    """
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class ConfigError(ValueError):
@@ -143,6 +167,33 @@ class RecipeConfig:
         """Replaces "the env's default" values (``None``) by the env's own, before the checks; a subclass
         with such keys overrides it (the values land in ``config.json``)."""
 
+    def scorer_frame_bytes(self) -> int:
+        """Bytes of one frame the scorer reads: 64-px RGB (MiniGrid's and Atari's scorer frames); SAC: its
+        ``frame_size``, one square per camera panel.
+
+        Examples:
+            >>> DQNConfig().scorer_frame_bytes(), SACConfig().validate().scorer_frame_bytes()
+            (12288, 24576)
+        """
+        return 64 * 64 * 3
+
+    def _clip_memory_check(self) -> list[tuple[str, bool, str]]:
+        """``clip_len`` (or ``clip_frames``) bounded by the memory available: a scorer call packs
+        :data:`SCORER_CLIPS_PER_CALL` clips of their shown frames at once (``clip_len=100000`` died mid-run
+        allocating 34 GB). Only in VLM modes, for scorers that read frames (not the oracles)."""
+        memory = available_memory()
+        if self.replay not in ("vlm", "vlm_td") or str(self.scorer).startswith("oracle:") or memory is None:
+            return []
+        name = "clip_frames" if self.clip_frames is not None else "clip_len"
+        shown = min(getattr(self, name), self.clip_len) + 1  # and the outcome frame
+        frame = self.scorer_frame_bytes()
+        per_call = SCORER_CLIPS_PER_CALL * shown * frame
+        most = max(0, (memory // 2) // (SCORER_CLIPS_PER_CALL * frame) - 1)
+        return [(name, per_call <= memory // 2,
+                 f"at most {most} here: a scorer call packs {SCORER_CLIPS_PER_CALL} clips of {name} + 1 frames of "
+                 f"{frame} bytes, {per_call / 1e9:.1f} GB, more than half the {memory / 1e9:.1f} GB of memory "
+                 "available" + ("; set clip_frames, the frames sent per clip" if name == "clip_len" else ""))]
+
     def updates_for(self, frames: int) -> int:
         """Gradient updates for a collector batch of ``frames`` frames once learning started.
 
@@ -256,7 +307,7 @@ class RecipeConfig:
                    ("distill", not (self.distill and self.scorer_backend != "thread"),
                     "false with scorer_backend=process or ray (the student would learn where the scorer runs, out of "
                     "reach of the run's checkpoints): use scorer_backend=thread")]
-        for name, ok, allowed in checks + self._checks():
+        for name, ok, allowed in checks + self._checks() + self._clip_memory_check():
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: expected {allowed}.")
         return self
@@ -589,6 +640,9 @@ class SACConfig(RecipeConfig):
 
     def validate(self) -> SACConfig:
         return super().validate()
+
+    def scorer_frame_bytes(self) -> int:
+        return self.frame_size * self.frame_size * 3 * len(str(self.camera or "").split("+"))
 
     def updates_for(self, frames: int) -> int:
         if self.utd_ratio is None:

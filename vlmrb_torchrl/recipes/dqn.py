@@ -32,7 +32,7 @@ from vlmrb_torchrl.recipes.envs import env_factory, is_minigrid, make_collector,
 from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import importance_weighted, make_replay, reads_mission
-from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, first_checkpoint_size, resume_counters
+from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
 from vlmrb_torchrl.recipes.run import Run, start_run
 from vlmrb_torchrl.recipes.run_dir import make_run_dir, prepare_run_dir, release_run_dir
 
@@ -229,9 +229,9 @@ def main(cfg: DQNConfig) -> dict:
         probe = probe_env(eval_env_fn, cfg.env)
         obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec
-        checkpoint_size = first_checkpoint_size(cfg, probe.fake_tensordict(), checkpoint)  # room for it, checked now
+        step = probe.fake_tensordict()  # what a stored transition weighs: the replay's memory, a checkpoint's disk
         probe.close()
-        make_run_dir(cfg, checkpoint, recipe="dqn", checkpoint_size=checkpoint_size)  # a failed start wrote nothing
+        make_run_dir(cfg, checkpoint, recipe="dqn", step=step)  # scorer and env built: a failed start wrote nothing
         cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
 
         # --- networks, loss, optimizer

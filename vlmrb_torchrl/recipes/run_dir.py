@@ -17,6 +17,7 @@ what a run does on SIGTERM.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -213,11 +214,19 @@ def _continues(out: Path, checkpoint: Path | None) -> bool:
     return checkpoint is not None and out.resolve() == checkpoint.parent.parent.resolve()
 
 
-def _check_disk(cfg: Any, out: Path, checkpoint_size: tuple[int, str]) -> None:
-    """Refuses a run whose disk has not the room for its next checkpoint (and 16 MB for its logs)."""
-    from vlmrb_torchrl.recipes.config import ConfigError
+def _check_room(cfg: Any, out: Path, checkpoint: Path | None, step: Any) -> None:
+    """Refuses a run whose replay (``buffer_size`` transitions of ``step``'s bytes) does not fit in the memory
+    available, or whose disk has not the room for its next checkpoint (and 16 MB for its logs)."""
+    from vlmrb_torchrl.recipes.checkpoint import first_checkpoint_size
+    from vlmrb_torchrl.recipes.config import ConfigError, available_memory
 
-    needed, how = checkpoint_size
+    needed, how = first_checkpoint_size(cfg, step, checkpoint)
+    per_step = first_checkpoint_size(dataclasses.replace(cfg, buffer_size=1, total_frames=1, stop_at=None), step)[0]
+    memory = available_memory()
+    if memory is not None and cfg.buffer_size * per_step > memory:
+        raise ConfigError(f"buffer_size={cfg.buffer_size} is invalid: expected at most {memory // per_step} here (its "
+                          f"transitions of {per_step} bytes take {cfg.buffer_size * per_step / 1e9:.1f} GB, and "
+                          f"{memory / 1e9:.1f} GB of memory is available).")
     where = next(p for p in (out, *out.absolute().parents) if p.exists())
     free = shutil.disk_usage(where).free
     if free < needed + (16 << 20):
@@ -226,11 +235,11 @@ def _check_disk(cfg: Any, out: Path, checkpoint_size: tuple[int, str]) -> None:
                           "space, choose another output_dir, or lower buffer_size or checkpoint_every.")
 
 
-def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run",
-                 checkpoint_size: tuple[int, str] | None = None) -> None:
+def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run", step: Any = None) -> None:
     """The writes of :func:`prepare_run_dir` (called with ``write=False`` first, which set ``cfg.output_dir``):
-    checks the disk has room for the next checkpoint (``checkpoint_size``: ``(bytes, how)``, from
-    :func:`~vlmrb_torchrl.recipes.checkpoint.first_checkpoint_size`), locks the directory (:data:`LOCK`; another
+    with ``step`` (one env step's TensorDict, an env's ``fake_tensordict()``) checks that the replay fits in
+    memory and the disk has room for the next checkpoint
+    (:func:`~vlmrb_torchrl.recipes.checkpoint.first_checkpoint_size`), locks the directory (:data:`LOCK`; another
     process running there is refused), checks again under the lock what :func:`prepare_run_dir` checked, deletes
     an overwritten run's files (:data:`RUN_FILES`), writes :data:`MARKER`, creates ``checkpoints/`` and checks
     that it is writable. A refusal leaves the directory as it was. The lock is held until
@@ -239,8 +248,8 @@ def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run",
     from vlmrb_torchrl.recipes.config import ConfigError
 
     out = Path(cfg.output_dir)
-    if checkpoint_size is not None:
-        _check_disk(cfg, out, checkpoint_size)
+    if step is not None:
+        _check_room(cfg, out, checkpoint, step)
     created = not out.exists()
     had_lock = (out / LOCK).exists()
     try:

@@ -36,7 +36,7 @@ from vlmrb_torchrl.recipes.envs import env_factory, make_collector, probe_env
 from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
 from vlmrb_torchrl.recipes.replay import importance_weighted, make_replay
-from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, first_checkpoint_size, resume_counters
+from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
 from vlmrb_torchrl.recipes.collector_process import CollectorProcess
 from vlmrb_torchrl.recipes.run import SAC_METRIC_COLUMNS, Run, start_run
 from vlmrb_torchrl.recipes.run_dir import make_run_dir, prepare_run_dir, release_run_dir
@@ -117,8 +117,7 @@ def main(cfg: SACConfig) -> dict:
         action_spec = probe.action_spec
         fake = probe.fake_tensordict()
         probe.close()
-        make_run_dir(cfg, checkpoint, recipe="sac",  # the scorer and the env built: a failed start wrote nothing
-                     checkpoint_size=first_checkpoint_size(cfg, fake, checkpoint))  # room for the next checkpoint
+        make_run_dir(cfg, checkpoint, recipe="sac", step=fake)  # scorer and env built: a failed start wrote nothing
         cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
 
         # --- networks, learner, optimizer
