@@ -675,6 +675,29 @@ class TestConfigChecks:
         assert cli_main(["build-scorer", "minigrid", "--out", out]) == 2
         assert "--out " in capsys.readouterr().err and list(tmp_path.iterdir()) == []
 
+    def test_a_bad_mujoco_gl_is_one_line(self, monkeypatch, capsys):
+        # issue 64: MUJOCO_GL=bogus gave MuJoCo's raw traceback (TorchRL imports MuJoCo when it is installed)
+        monkeypatch.setenv("MUJOCO_GL", "bogus")
+        for command in (["train", "sac"], ["train", "dqn"], ["build-scorer", "lift", "--out", "x"]):
+            assert cli_main(command) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "MUJOCO_GL='bogus' is not a MuJoCo rendering backend" in err
+            assert "set it to glx, egl, osmesa, glfw, or unset it" in err
+        monkeypatch.setenv("MUJOCO_GL", "EGL")
+        assert cli_main(["train", "dqn", "seed=-1"]) == 2 and "MUJOCO_GL" not in capsys.readouterr().err
+
+    def test_ctrl_c_during_start_up_is_one_line(self, monkeypatch, capsys, tmp_path):
+        # issue 64: Ctrl-C during start-up (before the run) gave a raw traceback
+        import vlmrb_torchrl.cli as cli
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(cli, "build_config", interrupted)
+        assert cli_main(["train", "dqn", f"output_dir={tmp_path / 'run'}"]) == 130
+        assert capsys.readouterr().err == "vlmrb train dqn: interrupted during start-up: nothing was written.\n"
+        assert not (tmp_path / "run").exists()
+
     def test_json_nested_too_deep_is_one_line(self, tmp_path, capsys):
         # issue 64: deeply nested JSON gave a bare RecursionError
         deep = "[" * 100_000 + "]" * 100_000

@@ -315,11 +315,49 @@ def build_scorer_main(argv: list[str]) -> int:
     return 0
 
 
+#: The values MuJoCo accepts for ``MUJOCO_GL`` on each system (``mujoco/gl_context.py``), read when MuJoCo is
+#: imported — and TorchRL imports it whenever it is installed, so a bad value stops any run with MuJoCo's traceback.
+_MUJOCO_GL_VALUES = {"Linux": ("glx", "egl", "osmesa"), "Windows": ("wgl",), "Darwin": ("cgl",)}
+
+
+def _mujoco_gl_problem(value: str | None) -> str:
+    """``""`` when ``value`` (``MUJOCO_GL``'s) is unset or one MuJoCo takes, else the one line saying what to set.
+
+    Examples:
+        >>> _mujoco_gl_problem(None), _mujoco_gl_problem("EGL"), _mujoco_gl_problem("glfw")
+        ('', '', '')
+    """
+    import platform
+
+    if value is None:
+        return ""
+    own = _MUJOCO_GL_VALUES.get(platform.system(), ())
+    valid = ("disable", "disabled", "off", "false", "0", "enable", "enabled", "on", "true", "1", "glfw", "", *own)
+    if value.lower().strip() in valid:
+        return ""
+    return (f"MUJOCO_GL={value!r} is not a MuJoCo rendering backend (MuJoCo reads it when it is imported, and TorchRL "
+            f"imports it): set it to {', '.join(own + ('glfw',))}, or unset it.")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a run started (a run's own Ctrl-C is answered in _main)
+        command = " ".join(["vlmrb", *argv[:2]]) if argv[:1] == ["train"] else " ".join(["vlmrb", *argv[:1]])
+        print(f"{command}: interrupted{' during start-up: nothing was written' if argv[:1] == ['train'] else ''}.",
+              file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     # Bit-exact resume: Intel MKL (torch's CPU BLAS) otherwise picks kernels by memory alignment,
     # and reloaded tensors sit at other addresses. Read at MKL's first call, so set it first.
     os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-    argv = sys.argv[1:] if argv is None else argv
+    problem = _mujoco_gl_problem(os.environ.get("MUJOCO_GL"))
+    if argv[:1] in (["train"], ["build-scorer"]) and problem:
+        print(f"vlmrb {' '.join(argv[:2]) if argv[0] == 'train' else argv[0]}: {problem}", file=sys.stderr)
+        return 2
     if not argv or argv[0] in ("-h", "--help"):
         print(_DESCRIPTION)
         return 0
