@@ -235,6 +235,25 @@ class TestRunDirectory:
         assert prepare_run_dir(DQNConfig(resume=str(out)), recipe="dqn").name == "step_64"  # the lock went with it
         release_run_dir(out)
 
+    def test_the_lock_follows_the_directory_not_the_path_or_the_file(self, tmp_path):
+        import fcntl
+
+        from vlmrb_torchrl.recipes.run_dir import LOCK, release_run_dir
+
+        out = tmp_path / "run"
+        out.mkdir()
+        (out / LOCK).write_text("pid 999999, since yesterday\n")  # left by a run that died: no flock held
+        prepare_run_dir(DQNConfig(output_dir=str(out)), recipe="dqn")
+        assert f"pid {os.getpid()}" in (out / LOCK).read_text()
+        release_run_dir(out)
+        alias = tmp_path / "alias"
+        alias.symlink_to(out)
+        with open(out / LOCK, "a+") as other:  # another process runs in the directory
+            fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            other.seek(0), other.truncate(), other.write("pid 4242, since today\n"), other.flush()
+            with pytest.raises(ConfigError, match="is in use by another vlmrb run \\(pid 4242"):
+                prepare_run_dir(DQNConfig(output_dir=str(alias), overwrite=True), recipe="dqn")
+
     def test_resume_continues_its_own_directory_and_refuses_overwrite_there(self, tmp_path):
         path, *_ = _checkpoint(tmp_path, 64)
         run_dir = path.parent.parent
