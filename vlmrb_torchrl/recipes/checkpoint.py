@@ -36,7 +36,7 @@ __all__ = [
     "MANIFEST", "CheckpointError", "RunWarning", "check_checkpoint", "checkpointed_modules", "save_checkpoint",
     "load_checkpoint", "checkpoints_newest_first", "latest_checkpoint", "truncate_metrics", "resume_counters",
     "checkpoint_now", "maybe_checkpoint", "RESUME_MAY_CHANGE", "check_resume_config", "DivergedError",
-    "check_finite_state", "first_checkpoint_size",
+    "check_finite_state", "first_checkpoint_size", "step_bytes",
 ]
 
 #: Written last into every checkpoint (then the directory is renamed into place): each file's size and SHA-256.
@@ -335,9 +335,21 @@ def first_checkpoint_size(cfg: Any, step: Any, checkpoint: Path | None = None) -
     done = _step(checkpoint) if checkpoint is not None else 0
     frames = min(done + cfg.checkpoint_every, cfg.total_frames, cfg.stop_at or cfg.total_frames)
     rows = min(cfg.buffer_size, max(frames, 0))
-    per_step = sum(value.numel() * value.element_size() for value in step.values(True, True)
-                   if isinstance(value, torch.Tensor))
+    per_step = step_bytes(step)
     return rows * per_step, f"{rows} transitions of {per_step} bytes"
+
+
+def step_bytes(step: Any) -> int:
+    """The bytes of every tensor of ``step`` (a TensorDict, nested entries included): what one stored transition
+    weighs, at most (a checkpoint stores it in its smallest lossless dtypes).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> step_bytes(TensorDict(observation=torch.zeros(148, dtype=torch.int16), next={"reward": torch.zeros(1)}))
+        300
+    """
+    return sum(value.numel() * value.element_size() for value in step.values(True, True)
+               if isinstance(value, torch.Tensor))
 
 
 def _step(path: Path) -> int:

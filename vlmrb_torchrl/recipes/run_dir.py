@@ -17,7 +17,6 @@ what a run does on SIGTERM.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -217,11 +216,11 @@ def _continues(out: Path, checkpoint: Path | None) -> bool:
 def _check_room(cfg: Any, out: Path, checkpoint: Path | None, step: Any) -> None:
     """Refuses a run whose replay (``buffer_size`` transitions of ``step``'s bytes) does not fit in the memory
     available, or whose disk has not the room for its next checkpoint (and 16 MB for its logs)."""
-    from vlmrb_torchrl.recipes.checkpoint import first_checkpoint_size
+    from vlmrb_torchrl.recipes.checkpoint import first_checkpoint_size, step_bytes
     from vlmrb_torchrl.recipes.config import ConfigError, available_memory
 
     needed, how = first_checkpoint_size(cfg, step, checkpoint)
-    per_step = first_checkpoint_size(dataclasses.replace(cfg, buffer_size=1, total_frames=1, stop_at=None), step)[0]
+    per_step = step_bytes(step)
     memory = available_memory()
     if memory is not None and cfg.buffer_size * per_step > memory:
         raise ConfigError(f"buffer_size={cfg.buffer_size} is invalid: expected at most {memory // per_step} here (its "
