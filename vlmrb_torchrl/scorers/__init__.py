@@ -25,7 +25,9 @@ from vlmrb_torchrl.scorers.base import (
     prompt_hash,
     register_scorer,
     registered_scorer_forms,
+    scorer_factory,
     scorer_stats,
+    spec_loads_code,
     validate_scores,
 )
 from vlmrb_torchrl.scorers.oracle import ORACLE_EVENT_KEYS, OracleScorer
@@ -83,6 +85,8 @@ __all__ = [
     "check_clips",
     "ScorerInputError",
     "scorer_stats",
+    "scorer_factory",
+    "spec_loads_code",
     "answer_token_ids",
     "default_prompt",
     "contrastive_prompts",
