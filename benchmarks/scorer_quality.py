@@ -49,7 +49,7 @@ Clips/s counts the time spent in ``transform.score_clips`` only (packing + the s
 
 Policies: ``random`` (uniform over the env's actions; DoorKey envs get the recipes' default
 action subset, see ``--actions``), ``scripted`` (``DoorKeyPolicy`` of
-:mod:`vlmrb_torchrl.envs.minigrid_policies`: BFS to the key, the door, the goal, with
+:mod:`vlmrb_torchrl.envs.minigrid.policies`: BFS to the key, the door, the goal, with
 ``--epsilon`` random actions and ``--burst-prob`` random bursts, defaults 0.2 and 0.05, so that
 episodes hold the near misses a learning agent makes: without them a scripted DoorKey episode
 is shorter than two clips and every clip of it shows an event; layouts with a goal tile only,
@@ -62,7 +62,7 @@ reads, with the same ``--epsilon`` and ``--burst-prob`` noise). ``--policy rando
 each in turn.
 
 Tasks. ``builtin:minigrid`` is told each episode's mission (``--task auto``, the default for it:
-its checks are derived from the mission, :mod:`vlmrb_torchrl.scorers.minigrid_prompts`); other
+its checks are derived from the mission, :mod:`vlmrb_torchrl.envs.minigrid.prompts`); other
 scorers get no task unless ``--task mission``.
 
 Families. ``--env`` takes several ids separated by commas, or a family set: ``family-train``
@@ -70,12 +70,12 @@ Families. ``--env`` takes several ids separated by commas, or a family set: ``fa
 used for either), ``family`` (both), ``family-large`` (19-25-cell grids); the run then prints one
 row per env and policy, and ``--json`` writes every run. On robosuite Lift, ``random`` is
 uniform random actions (SAC's first frames) and ``scripted`` the noisy pick-and-lift
-:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy` (no random-motion episodes; a fifth of
+:class:`~vlmrb_torchrl.envs.robosuite.policies.LiftPolicy` (no random-motion episodes; a fifth of
 its episodes aim beside the cube). On Atari (Pong, Breakout), ``scripted`` is
-:class:`~vlmrb_torchrl.envs.atari_policies.AtariPolicy` (Pong: the paddle follows the ball;
+:class:`~vlmrb_torchrl.envs.atari.policies.AtariPolicy` (Pong: the paddle follows the ball;
 Breakout: serve, then keep the paddle under the ball) with ``--epsilon`` random actions and its own
 random bursts, no random episodes. On Scene, ``random`` is uniform random actions and ``scripted``
-:class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy` without random-motion episodes: subtasks
+:class:`~vlmrb_torchrl.envs.ogbench.policies.ScenePolicy` without random-motion episodes: subtasks
 toward the task's goal or at random, run by OGBench's scripted oracles, with noise. Episode ``i``
 resets the env with seed ``--seed + i``: the same command gives the same numbers.
 
@@ -123,8 +123,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlmrb_torchrl.envs.minigrid_missions import COLORS
-from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
+from vlmrb_torchrl.envs.minigrid.missions import COLORS
+from vlmrb_torchrl.envs.minigrid.prompts import MISSION_MODELS
 
 #: the row of all progress events: the oracle's own flag.
 PROGRESS = "progress_event"
@@ -157,7 +157,7 @@ MAX_TASKS_RECORDED = 50
 
 
 def _family_sets() -> dict[str, tuple[str, ...]]:
-    from vlmrb_torchrl.scorer_training.data import BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS
+    from vlmrb_torchrl.envs.minigrid.training import BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS
 
     return {"family-train": BENCHMARK_TRAIN_ENVS, "family-held-out": HELD_OUT_LAYOUTS,
             "family": BENCHMARK_TRAIN_ENVS + HELD_OUT_LAYOUTS, "family-large": LARGE_GRID_ENVS}
@@ -360,19 +360,19 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
     """The ``random``, ``scripted``, ``subgoal`` or ``mission`` policy acting in ``env`` (``mixed`` picks one per
     episode).
 
-    ``scripted`` is :class:`~vlmrb_torchrl.envs.minigrid_policies.DoorKeyPolicy` (BFS to the
+    ``scripted`` is :class:`~vlmrb_torchrl.envs.minigrid.policies.DoorKeyPolicy` (BFS to the
     key, the door, the goal): it plays layouts with a goal tile (DoorKey of every size, and
     goal-reaching tasks such as Empty, MultiRoom, LockedRoom); on a layout without a goal
     (UnlockPickup, KeyCorridor, Fetch, ...) it has no task to solve, and this raises instead of
     quietly acting at random. ``subgoal`` is
-    :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` (walks between random objects
+    :class:`~vlmrb_torchrl.envs.minigrid.policies.SubgoalPolicy` (walks between random objects
     and interacts with them), for any layout. ``mission`` is
-    :class:`~vlmrb_torchrl.envs.minigrid_policies.MissionPolicy` (follows the episode's mission:
+    :class:`~vlmrb_torchrl.envs.minigrid.policies.MissionPolicy` (follows the episode's mission:
     any MiniGrid / BabyAI mission the parser reads). ``epsilon`` / ``burst_prob`` go to all three.
 
-    On robosuite Lift ``scripted`` is :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`
+    On robosuite Lift ``scripted`` is :class:`~vlmrb_torchrl.envs.robosuite.policies.LiftPolicy`
     without random-motion episodes, on OGBench Scene
-    :class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy` without them (``subgoal`` is refused).
+    :class:`~vlmrb_torchrl.envs.ogbench.policies.ScenePolicy` without them (``subgoal`` is refused).
 
     Raises:
         ValueError: ``scripted`` on a layout without a goal tile (the message names policy and env).
@@ -386,19 +386,19 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
             raise ValueError(f"the {name} policy is for MiniGrid; on {type(env).__name__} use random, scripted or "
                              "mixed.")
         if type(env).__name__ == "SceneEnv":
-            from vlmrb_torchrl.envs.ogbench_policies import ScenePolicy
+            from vlmrb_torchrl.envs.ogbench.policies import ScenePolicy
 
             return ScenePolicy(env, seed=seed, random_share=0.0)
-        from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
+        from vlmrb_torchrl.envs.robosuite.policies import LiftPolicy
 
         return LiftPolicy(env, seed=seed, random_share=0.0)
     if _is_atari(env):
         if name != "scripted":
             raise ValueError(f"the {name} policy is for MiniGrid; on Atari use random, scripted or mixed.")
-        from vlmrb_torchrl.envs.atari_policies import AtariPolicy
+        from vlmrb_torchrl.envs.atari.policies import AtariPolicy
 
         return AtariPolicy(env, seed=seed, random_share=0.0, epsilons=(epsilon,))
-    from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, MissionPolicy, SubgoalPolicy
+    from vlmrb_torchrl.envs.minigrid.policies import DoorKeyPolicy, MissionPolicy, SubgoalPolicy
 
     if name == "mission":
         return MissionPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
@@ -414,7 +414,7 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
 
 
 def _is_scene_id(env_id: str) -> bool:
-    from vlmrb_torchrl.envs.ogbench import scene_task
+    from vlmrb_torchrl.envs.ogbench.env import scene_task
 
     try:
         return env_id.startswith(OGBENCH_PREFIX) and bool(scene_task(env_id))
@@ -602,13 +602,13 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
     """The env the episodes run in: MiniGrid or Atari as the DQN recipe builds it (Atari: one ``AtariEnv``, whose
     frames are the recipe's), or robosuite Lift or OGBench Scene as the SAC recipe does."""
     if args.env.startswith(OGBENCH_PREFIX):
-        from vlmrb_torchrl.envs.ogbench import make_ogbench_env
+        from vlmrb_torchrl.envs.ogbench.env import make_ogbench_env
 
         # the recipe's camera, reward and episode rules (ends when solved)
         return make_ogbench_env(args.env, render=render, frame_size=args.frame_size, camera="front_pixels",
                                 max_episode_steps=args.max_steps or 750, seed=args.seed)
     if args.env.startswith(ATARI_PREFIX):
-        from vlmrb_torchrl.envs.atari import make_atari_env
+        from vlmrb_torchrl.envs.atari.env import make_atari_env
 
         try:  # evaluation mode: whole games, raw rewards (the oracle's positive reward is the same either way)
             return make_atari_env(args.env, train=False, render=render, frame_size=args.frame_size,
@@ -616,7 +616,7 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
         except ValueError as err:
             parser.error(f"--env {args.env!r}: {err}")
     if args.env.startswith(ROBOSUITE_PREFIX):
-        from vlmrb_torchrl.envs.robosuite import make_robosuite_env
+        from vlmrb_torchrl.envs.robosuite.env import make_robosuite_env
 
         from vlmrb_torchrl.recipes.config import sac_env_defaults
 
@@ -628,7 +628,7 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
                                       fast_render=not args.full_render)
         except ValueError as err:
             parser.error(f"--camera {camera!r}: {err}")
-    from vlmrb_torchrl.envs.minigrid import make_minigrid_env
+    from vlmrb_torchrl.envs.minigrid.env import make_minigrid_env
     from vlmrb_torchrl.recipes.envs import minigrid_actions
 
     env_kwargs = {"frame_size": args.frame_size, "render": render, "frame_view": _frame_view(args)}
@@ -657,10 +657,10 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
     """``mission -> scorer`` when each episode's mission is the scorer's task (``--task``), else ``None``.
 
     ``builtin:minigrid`` scorers for other missions share the first one's model and frame cache
-    (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.with_mission`); other specs are built with
+    (:func:`~vlmrb_torchrl.envs.minigrid.prompts.with_mission`); other specs are built with
     ``task=mission``. One scorer per distinct mission, kept for the run. As in the DQN recipe, the
     built-in models leave out the door checks a mission only implies on an env whose first 8 episodes
-    (from ``--seed``) show no door (:func:`~vlmrb_torchrl.envs.minigrid.minigrid_has_doors`), unless
+    (from ``--seed``) show no door (:func:`~vlmrb_torchrl.envs.minigrid.env.minigrid_has_doors`), unless
     ``--scorer-kwargs`` sets ``doors``."""
     mode = args.task
     told = any(k in scorer_kwargs for k in ("prompt", "prompt_set", "task"))
@@ -675,14 +675,14 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
     cache: dict[str, Any] = {}
     doors = scorer_kwargs.get("doors", True)
     if args.scorer in MISSION_SCORERS and "doors" not in scorer_kwargs:
-        from vlmrb_torchrl.envs.minigrid import minigrid_has_doors
+        from vlmrb_torchrl.envs.minigrid.env import minigrid_has_doors
 
         doors = minigrid_has_doors(args.env, seed=args.seed)
 
     def scorer_for(mission: str):
         if mission not in cache:
             if args.scorer in MISSION_SCORERS and hasattr(base, "with_prompt_set") and not told:
-                from vlmrb_torchrl.scorers.minigrid_prompts import with_mission
+                from vlmrb_torchrl.envs.minigrid.prompts import with_mission
 
                 cache[mission] = with_mission(base, mission, doors=doors)
             else:
@@ -789,19 +789,19 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
     scorer_kwargs = _check_args(parser, args)
 
     from vlmrb_torchrl import ClipSpec, make_clip_scoring
-    from vlmrb_torchrl.clips import ClipBatch
+    from vlmrb_torchrl.scoring.clips import ClipBatch
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
     robosuite = args.env.startswith((ROBOSUITE_PREFIX, OGBENCH_PREFIX))  # the SAC recipe's MuJoCo envs
     atari = args.env.startswith(ATARI_PREFIX)
     if args.env.startswith(OGBENCH_PREFIX):
-        from vlmrb_torchrl.envs.ogbench import OGBENCH_EVENT_KEYS as event_keys
+        from vlmrb_torchrl.envs.ogbench.env import OGBENCH_EVENT_KEYS as event_keys
     elif robosuite:
-        from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS as event_keys
+        from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_EVENT_KEYS as event_keys
     elif atari:
         event_keys = (PROGRESS,)  # a positive reward: no event types
     else:
-        from vlmrb_torchrl.envs.minigrid import MINIGRID_EVENT_KEYS as event_keys
+        from vlmrb_torchrl.envs.minigrid.env import MINIGRID_EVENT_KEYS as event_keys
 
     threads_before = torch.get_num_threads()
     if args.threads:
@@ -810,7 +810,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
         try:
             spec = args.scorer
             if spec == "builtin:scene" and _is_scene_id(args.env):  # the env's task's prompt set, as the recipe picks
-                from vlmrb_torchrl.envs.ogbench import scene_task
+                from vlmrb_torchrl.envs.ogbench.env import scene_task
 
                 spec = f"builtin:scene-task{scene_task(args.env)}"
             scorer = make_scorer(spec, **scorer_kwargs)

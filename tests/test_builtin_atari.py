@@ -9,13 +9,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from vlmrb_torchrl.scorer_training import atari
+from vlmrb_torchrl.envs.atari import training as atari
 from vlmrb_torchrl.scorers.builtin import ATARI_PROMPT_SET
 
 pytest.importorskip("ale_py")
 
-from vlmrb_torchrl.envs.atari import AtariEnv  # noqa: E402
-from vlmrb_torchrl.envs.atari_policies import AtariPolicy, score_digit  # noqa: E402
+from vlmrb_torchrl.envs.atari.env import AtariEnv  # noqa: E402
+from vlmrb_torchrl.envs.atari.policies import AtariPolicy, score_digit  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -13,9 +13,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
-from vlmrb_torchrl.envs.robosuite_policies import LiftState  # noqa: E402
-from vlmrb_torchrl.scorer_training import lift  # noqa: E402
-from vlmrb_torchrl.scorer_training.data import FrameSet  # noqa: E402
+from vlmrb_torchrl.envs.robosuite.policies import LiftState  # noqa: E402
+from vlmrb_torchrl.envs.robosuite import training as lift  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.training import FrameSet  # noqa: E402
 from vlmrb_torchrl.scorer_training.domains import (  # noqa: E402
     LIFT_EDGE_SHARE,
     LIFT_MISS_SHARE,
@@ -59,7 +59,7 @@ def test_frame_cache_unpickles_nothing(tmp_path):
     # issue 35: `vlmrb build-scorer --cache DIR` unpickled the cache files it found there
     import pickle
 
-    from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
+    from vlmrb_torchrl.envs.minigrid.policies import MiniGridState
 
     nested = MiniGridState(("yellow", "key"), (("red", "ball"),), (("yellow", "locked"),), ("grey", "wall", ""), False,
                            3, "left", ((("red", "ball"), ("yellow", "door")),))
@@ -87,8 +87,8 @@ def test_unknown_domain():
 # ------------------------------------------------------------------------------ the simulator
 robosuite = pytest.importorskip("robosuite")
 
-from vlmrb_torchrl.envs.robosuite import RobosuiteEnv  # noqa: E402
-from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy, lift_state  # noqa: E402
+from vlmrb_torchrl.envs.robosuite.env import RobosuiteEnv  # noqa: E402
+from vlmrb_torchrl.envs.robosuite.policies import LiftPolicy, lift_state  # noqa: E402
 
 
 def test_scripted_policy_grasps_and_lifts_and_the_state_matches_the_flags():
@@ -159,7 +159,7 @@ def test_shipped_lift_model_files_and_card():
 def test_shipped_lift_hand_model_files_and_card():
     """builtin:lift's second model: the gripper camera's, rebuilt by `vlmrb build-scorer lift_hand`."""
     from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
-    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS, PanelView
+    from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_VIEWS, PanelView
     from vlmrb_torchrl.scorers.builtin import builtin_panel_model_dirs
 
     front, hand = builtin_panel_model_dirs("lift")

@@ -61,7 +61,7 @@ def test_frame_view_errors():
 
 # ------------------------------------------------------------------------------ the training domain
 def test_minigrid_agent_build_records_its_frames(tmp_path):
-    from vlmrb_torchrl.scorer_training.data import generate_frames
+    from vlmrb_torchrl.envs.minigrid.training import generate_frames
     from vlmrb_torchrl.scorer_training.domains import get_domain
 
     domain = get_domain("minigrid_agent")
@@ -91,7 +91,7 @@ def test_shipped_agent_model_files_and_card():
 
 def _mission_frames(env_id: str, seed: int, actions: int = 6):
     """Frames of the agent-centred view of a scripted episode that follows its mission, to the step that ends it."""
-    from vlmrb_torchrl.envs.minigrid_policies import MissionPolicy
+    from vlmrb_torchrl.envs.minigrid.policies import MissionPolicy
 
     env = MiniGridEnv(env_id, seed=seed, frame_view="agent")
     td = env.reset()

@@ -1,4 +1,4 @@
-"""Tests for vlmrb_torchrl.envs.minigrid (MiniGridEnv / make_minigrid_env)."""
+"""Tests for vlmrb_torchrl.envs.minigrid.env (MiniGridEnv / make_minigrid_env)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import ParallelEnv, SerialEnv  # noqa: E402
 from torchrl.envs.utils import check_env_specs, step_mdp  # noqa: E402
 
-import vlmrb_torchrl.envs.minigrid as minigrid_module  # noqa: E402
+import vlmrb_torchrl.envs.minigrid.env as minigrid_module  # noqa: E402
 from vlmrb_torchrl.envs import (  # noqa: E402
     DOORKEY_ACTIONS,
     MINIGRID_EVENT_KEYS,
@@ -713,7 +713,7 @@ class TestBatchedMiniGridCollector:
 
     @pytest.mark.parametrize(("render", "observation"), [(False, "indices"), (True, "onehot")])
     def test_same_batches_and_random_draws_as_torchrl_collector(self, render, observation):
-        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridCollector
+        from vlmrb_torchrl.envs.minigrid.env import BatchedMiniGridCollector
 
         # Empty-5x5, episodes of at most 30 steps: random successes and truncations at different steps in each copy
         kwargs = {"render": render, "actions": ("left", "right", "forward"), "observation": observation,
@@ -745,7 +745,7 @@ class TestBatchedMiniGridCollector:
         assert int(theirs[-1]["collector", "traj_ids"].max()) >= 20  # new trajectory ids were handed out
 
     def test_make_collector_picks_it_for_minigrid_and_torchrl_otherwise(self):
-        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridCollector
+        from vlmrb_torchrl.envs.minigrid.env import BatchedMiniGridCollector
         from vlmrb_torchrl.recipes.envs import env_factory, make_collector
 
         factory = env_factory(DOORKEY, render=False, observation="indices", actions=DOORKEY_ACTIONS)

@@ -15,9 +15,9 @@ import torch  # noqa: E402
 
 pytest.importorskip("ogbench")
 
-from vlmrb_torchrl.clips import ClipSpec  # noqa: E402
+from vlmrb_torchrl.scoring.clips import ClipSpec  # noqa: E402
 from vlmrb_torchrl.envs import ClipRenderSteps  # noqa: E402
-from vlmrb_torchrl.envs.ogbench import (OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SceneEnv, make_ogbench_env,  # noqa: E402
+from vlmrb_torchrl.envs.ogbench.env import (OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SceneEnv, make_ogbench_env,  # noqa: E402
                                         scene_task)
 from vlmrb_torchrl.recipes.config import ConfigError, SACConfig, apply_overrides  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402

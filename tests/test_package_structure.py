@@ -82,8 +82,8 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 
 def test_no_import_cycles():
     graph = import_graph()
-    assert "vlmrb_torchrl.ray_scoring" not in graph["vlmrb_torchrl.worker"]
-    assert "vlmrb_torchrl.worker" in graph["vlmrb_torchrl.ray_scoring"]  # the subclass imports its base
+    assert "vlmrb_torchrl.scoring.ray_pool" not in graph["vlmrb_torchrl.scoring.worker"]
+    assert "vlmrb_torchrl.scoring.worker" in graph["vlmrb_torchrl.scoring.ray_pool"]  # the subclass imports its base
     assert cycles(graph) == []
 
 
@@ -98,8 +98,8 @@ def test_recipes_import_no_scorer_backend_for_metrics():
 
 def test_importing_the_core_loads_no_ray_pool_recipes_or_backends():
     # (Ray itself may be loaded by torchrl.data when it is installed: that is TorchRL's import, not ours)
-    code = ("import sys, vlmrb_torchrl, vlmrb_torchrl.worker, vlmrb_torchrl.scoring_backends; "
+    code = ("import sys, vlmrb_torchrl, vlmrb_torchrl.scoring.worker, vlmrb_torchrl.scoring.backends; "
             "print(sorted(m for m in sys.modules if m.startswith(('vlmrb_torchrl.recipes', "
-            "'vlmrb_torchrl.ray_scoring', 'vlmrb_torchrl.scorers.openai', 'vlmrb_torchrl.scorers.generative'))))")
+            "'vlmrb_torchrl.scoring.ray_pool', 'vlmrb_torchrl.scorers.openai', 'vlmrb_torchrl.scorers.generative'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"

@@ -377,7 +377,7 @@ def _equal_metrics(a, b):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_closing_a_batched_env_keeps_torch_threads(threads):
     """TorchRL's SerialEnv.close() raises torch's threads by its workers; the recipes' keeps the learner's."""
-    from vlmrb_torchrl.envs.minigrid import make_minigrid_env
+    from vlmrb_torchrl.envs.minigrid.env import make_minigrid_env
     from vlmrb_torchrl.recipes.envs import make_batched_env
 
     before = torch.get_num_threads()

@@ -8,8 +8,8 @@ minigrid (``pip install 'vlmrb-torchrl[minigrid]'`` when building a MiniGrid env
 
 from __future__ import annotations
 
-from vlmrb_torchrl.envs.atari import ATARI_PROMPTS, AtariEnv, BatchedAtariEnv, atari_prompt, make_atari_env
-from vlmrb_torchrl.envs.minigrid import (
+from vlmrb_torchrl.envs.atari.env import ATARI_PROMPTS, AtariEnv, BatchedAtariEnv, atari_prompt, make_atari_env
+from vlmrb_torchrl.envs.minigrid.env import (
     DOORKEY_ACTIONS,
     FRAME_VIEWS,
     MINIGRID_EVENT_KEYS,
@@ -19,9 +19,9 @@ from vlmrb_torchrl.envs.minigrid import (
     make_minigrid_env,
     register_extra_envs,
 )
-from vlmrb_torchrl.envs.minigrid_missions import MissionTracker, parse_mission
-from vlmrb_torchrl.envs.ogbench import OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SCENE_TASKS, SceneEnv, make_ogbench_env
-from vlmrb_torchrl.envs.robosuite import (
+from vlmrb_torchrl.envs.minigrid.missions import MissionTracker, parse_mission
+from vlmrb_torchrl.envs.ogbench.env import OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SCENE_TASKS, SceneEnv, make_ogbench_env
+from vlmrb_torchrl.envs.robosuite.env import (
     ROBOSUITE_EVENT_KEYS,
     ROBOSUITE_VIEWS,
     CameraView,

@@ -384,7 +384,7 @@ class DQNConfig(RecipeConfig):
 
 def minigrid_builtin_scorer(env_id: str, *, seed: int = 0) -> str:
     """The built-in scorer ``scorer=auto`` picks for a MiniGrid / BabyAI env, from its missions
-    (:func:`~vlmrb_torchrl.envs.minigrid.minigrid_missions`): ``builtin:minigrid`` (frames of the whole grid) when a mission is
+    (:func:`~vlmrb_torchrl.envs.minigrid.env.minigrid_missions`): ``builtin:minigrid`` (frames of the whole grid) when a mission is
     about reaching the goal (DoorKey, LavaCrossing, MultiRoom, LockedRoom, ...: where the agent stands
     in the grid is what counts, and the agent-centred view does not show the cell the agent stands on),
     else ``builtin:minigrid_agent`` (frames of the agent-centred view: what the agent faces, holds and
@@ -398,7 +398,7 @@ def minigrid_builtin_scorer(env_id: str, *, seed: int = 0) -> str:
     """
     import re
 
-    from vlmrb_torchrl.envs.minigrid import minigrid_missions
+    from vlmrb_torchrl.envs.minigrid.env import minigrid_missions
 
     goal = any(re.search(r"\bgoal\b", mission) for mission in minigrid_missions(env_id, seed=seed))
     return "builtin:minigrid" if goal else "builtin:minigrid_agent"
@@ -435,7 +435,7 @@ def _atari_builtin_game(env_id: str) -> bool:
 
 
 #: The frames ``builtin:lift`` reads and the SAC recipe's default camera on ``robosuite/Lift``: a
-#: :class:`~vlmrb_torchrl.envs.robosuite.PanelView` (:data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS`) of the two
+#: :class:`~vlmrb_torchrl.envs.robosuite.env.PanelView` (:data:`~vlmrb_torchrl.envs.robosuite.env.ROBOSUITE_VIEWS`) of the two
 #: cameras its models were trained on, :data:`LIFT_PANEL_CAMERAS`, side by side.
 LIFT_SCORER_CAMERA = "front_close+eye_in_hand"
 
@@ -601,7 +601,7 @@ class SACConfig(RecipeConfig):
 
 def _scene_task(env: str) -> int | None:
     """The Scene task of an ``ogbench/scene-task<N>`` id, else ``None``."""
-    from vlmrb_torchrl.envs.ogbench import scene_task
+    from vlmrb_torchrl.envs.ogbench.env import scene_task
 
     try:
         return scene_task(env) if env.startswith("ogbench/") else None

@@ -132,7 +132,7 @@ class EGreedyQPolicy(TensorDictSequential):
     A TensorDict policy like any other (same modules, same ``state_dict``); :meth:`act` computes
     its outputs without the per-module TensorDict plumbing, which costs several times the
     network's own forward pass on a batch of 8 observations. The collectors that step arrays
-    (:class:`~vlmrb_torchrl.envs.minigrid.BatchedMiniGridCollector`) call it.
+    (:class:`~vlmrb_torchrl.envs.minigrid.env.BatchedMiniGridCollector`) call it.
 
     Examples:
         >>> from tensordict import TensorDict

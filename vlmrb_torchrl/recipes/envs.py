@@ -33,20 +33,20 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
     from vlmrb_torchrl.recipes.config import ConfigError
 
     if env_id.startswith("robosuite/"):
-        from vlmrb_torchrl.envs.robosuite import make_robosuite_env
+        from vlmrb_torchrl.envs.robosuite.env import make_robosuite_env
 
         return functools.partial(make_robosuite_env, env_id, render=render, **kwargs)
     if env_id.startswith("ogbench/"):
-        from vlmrb_torchrl.envs.ogbench import make_ogbench_env, scene_task
+        from vlmrb_torchrl.envs.ogbench.env import make_ogbench_env, scene_task
 
         scene_task(env_id)  # an unknown id fails here, not in a collector's worker
         return functools.partial(make_ogbench_env, env_id, render=render, **kwargs)
     if is_minigrid(env_id):
-        from vlmrb_torchrl.envs.minigrid import make_minigrid_env
+        from vlmrb_torchrl.envs.minigrid.env import make_minigrid_env
 
         return functools.partial(make_minigrid_env, env_id, render=render, **kwargs)
     if is_atari(env_id):
-        from vlmrb_torchrl.envs.atari import make_atari_env
+        from vlmrb_torchrl.envs.atari.env import make_atari_env
 
         return functools.partial(make_atari_env, env_id, train=train, render=render, **kwargs)
     raise ConfigError(
@@ -99,8 +99,8 @@ def make_batched_env(env_fn: Callable[[], Any], num_envs: int, *, parallel: bool
     """``num_envs`` copies of ``env_fn``'s env stepped together.
 
     A MiniGrid factory from :func:`env_factory` gives a
-    :class:`~vlmrb_torchrl.envs.minigrid.BatchedMiniGridEnv` (the data ``SerialEnv`` gives, with
-    less overhead per step), an Atari one a :class:`~vlmrb_torchrl.envs.atari.BatchedAtariEnv`
+    :class:`~vlmrb_torchrl.envs.minigrid.env.BatchedMiniGridEnv` (the data ``SerialEnv`` gives, with
+    less overhead per step), an Atari one a :class:`~vlmrb_torchrl.envs.atari.env.BatchedAtariEnv`
     (ale-py's vector env: the emulator in C++ threads, one RGB screen per step for the agent's
     gray stack and the scorer's frame; ``parallel`` is ignored: it steps in parallel already);
     any other factory a ``SerialEnv``, or a ``ParallelEnv`` (one process per copy) with
@@ -147,7 +147,7 @@ def _closing_keeps_threads(base: type) -> type:
 def has_batched_env(env_fn: Callable[[], Any]) -> bool:
     """Whether :func:`make_batched_env` steps ``env_fn``'s copies in an env class of its own (MiniGrid,
     Atari) rather than in a ``SerialEnv``. For Atari that class also preprocesses frames its own way
-    (see :class:`~vlmrb_torchrl.envs.atari.BatchedAtariEnv`): evaluations and galleries use it, with
+    (see :class:`~vlmrb_torchrl.envs.atari.env.BatchedAtariEnv`): evaluations and galleries use it, with
     one copy if need be, so that the agent sees what it saw in training.
 
     Examples:
@@ -160,8 +160,8 @@ def has_batched_env(env_fn: Callable[[], Any]) -> bool:
 def _batched_env_class(env_fn):
     if not isinstance(env_fn, functools.partial):
         return None
-    from vlmrb_torchrl.envs.atari import BatchedAtariEnv, make_atari_env
-    from vlmrb_torchrl.envs.minigrid import BatchedMiniGridEnv, make_minigrid_env
+    from vlmrb_torchrl.envs.atari.env import BatchedAtariEnv, make_atari_env
+    from vlmrb_torchrl.envs.minigrid.env import BatchedMiniGridEnv, make_minigrid_env
 
     return {make_minigrid_env: BatchedMiniGridEnv, make_atari_env: BatchedAtariEnv}.get(env_fn.func)
 
@@ -179,7 +179,7 @@ def minigrid_actions(env_id: str, actions: str) -> tuple[str, ...] | None:
     if not is_minigrid(env_id) or actions == "all":
         return None
     if actions == "auto":
-        from vlmrb_torchrl.envs.minigrid import DOORKEY_ACTIONS
+        from vlmrb_torchrl.envs.minigrid.env import DOORKEY_ACTIONS
 
         return DOORKEY_ACTIONS if "DoorKey" in env_id else None
     return tuple(name.strip() for name in actions.split(",") if name.strip())
@@ -195,7 +195,7 @@ def make_collector(env_fn, policy, *, num_envs: int, frames_per_batch: int, tota
 
     MiniGrid copies stepped in this process with a policy that acts on tensors (``policy.act``,
     e.g. the DQN recipe's :class:`~vlmrb_torchrl.recipes.dqn.EGreedyQPolicy`) get a
-    :class:`~vlmrb_torchrl.envs.minigrid.BatchedMiniGridCollector` (TorchRL's ``Collector``'s
+    :class:`~vlmrb_torchrl.envs.minigrid.env.BatchedMiniGridCollector` (TorchRL's ``Collector``'s
     batches, ~4x less overhead per step); everything else TorchRL's ``Collector``.
     """
     env = make_batched_env(env_fn, num_envs, parallel=parallel)
@@ -203,7 +203,7 @@ def make_collector(env_fn, policy, *, num_envs: int, frames_per_batch: int, tota
     remaining = total_frames - env_steps
     total = -(-remaining // frames_per_batch) * frames_per_batch
     if init_random_frames == 0 and callable(getattr(policy, "act", None)):
-        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridCollector, BatchedMiniGridEnv
+        from vlmrb_torchrl.envs.minigrid.env import BatchedMiniGridCollector, BatchedMiniGridEnv
 
         if isinstance(env, BatchedMiniGridEnv):
             return BatchedMiniGridCollector(env, policy, frames_per_batch=frames_per_batch, total_frames=total)

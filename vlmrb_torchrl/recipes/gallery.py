@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from vlmrb_torchrl.clip_scoring import make_clip_scoring
-from vlmrb_torchrl.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.scoring.clip_scoring import make_clip_scoring
+from vlmrb_torchrl.scoring.clips import ClipBatch, ClipSpec
 from vlmrb_torchrl.recipes.envs import has_batched_env, make_batched_env
 from vlmrb_torchrl.recipes.evaluate import on_env_device
 from vlmrb_torchrl.recipes.replay import FRAME_KEY, needs_frames
@@ -52,7 +52,7 @@ class RunGallery:
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from vlmrb_torchrl.clips import ClipBatch
+        >>> from vlmrb_torchrl.scoring.clips import ClipBatch
         >>> gallery = RunGallery(1, capacity=100, clip_len=2)
         >>> clips = TensorDict({"pixels": torch.zeros(3, 2, 4, 4, 3, dtype=torch.uint8),
         ...                     "mask": torch.ones(3, 2, dtype=torch.bool),

@@ -23,7 +23,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey, expand_as_right, unravel_key
 from torchrl.data import LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
 
-from vlmrb_torchrl.clip_scoring import reads_frames
+from vlmrb_torchrl.scoring.clip_scoring import reads_frames
 from vlmrb_torchrl.scorers.base import scorer_stats
 
 __all__ = ["FRAME_KEY", "VLM_MODES", "Replay", "UniformReplay", "PrioritizedReplay", "VLMReplay", "make_replay",
@@ -79,7 +79,7 @@ MISSION_KEY = "mission"
 
 def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
     """What the recipe tells ``builtin:minigrid`` (and ``builtin:minigrid_agent``) about its MiniGrid / BabyAI task, so that its
-    checks follow the task (:mod:`vlmrb_torchrl.scorers.minigrid_prompts`):
+    checks follow the task (:mod:`vlmrb_torchrl.envs.minigrid.prompts`):
 
     - the env's mission as ``task=`` when every episode has the same one (DoorKey, Unlock, Empty,
       ...: one prompt set, derived from it);
@@ -103,9 +103,9 @@ def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
         >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0", scorer="oracle:minigrid"))
         {}
     """
-    from vlmrb_torchrl.envs.minigrid import minigrid_has_doors, minigrid_missions
+    from vlmrb_torchrl.envs.minigrid.env import minigrid_has_doors, minigrid_missions
     from vlmrb_torchrl.recipes.envs import is_minigrid
-    from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
+    from vlmrb_torchrl.envs.minigrid.prompts import MISSION_MODELS
 
     given = dict(cfg.scorer_kwargs or {})
     if cfg.scorer not in [f"builtin:{name}" for name in MISSION_MODELS] or not is_minigrid(cfg.env) or cfg.prompt is not None or any(
@@ -473,8 +473,8 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
                                                         generator=generator))
     if cfg.replay not in VLM_MODES:
         raise ValueError(f"replay={cfg.replay!r} is not a replay mode: use uniform, per, {' or '.join(VLM_MODES)}.")
-    from vlmrb_torchrl.buffer import make_vlm_replay_buffer
-    from vlmrb_torchrl.clips import ClipSpec
+    from vlmrb_torchrl.replay.buffer import make_vlm_replay_buffer
+    from vlmrb_torchrl.scoring.clips import ClipSpec
 
     default = cfg.default_priority if cfg.default_priority in ("mean", "max") else float(cfg.default_priority)
     warmup = cfg.vlm_warmup if cfg.vlm_warmup is not None else max(1, updates // 2)

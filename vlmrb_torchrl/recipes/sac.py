@@ -29,7 +29,7 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal
 
-from vlmrb_torchrl.clips import ClipSpec
+from vlmrb_torchrl.scoring.clips import ClipSpec
 from vlmrb_torchrl.modules import EnsembleMLP
 from vlmrb_torchrl.recipes.config import SACConfig
 from vlmrb_torchrl.recipes.envs import env_factory, make_collector, probe_env
@@ -106,7 +106,7 @@ def main(cfg: SACConfig) -> dict:
                       "fast_render": cfg.fast_render, "reward_shaping": cfg.reward_shaping, "seed": cfg.seed}
         render_steps = None
         if start.needs_frames and cfg.render_clip_frames_only:
-            from vlmrb_torchrl.envs.robosuite import ClipRenderSteps
+            from vlmrb_torchrl.envs.robosuite.env import ClipRenderSteps
 
             render_steps = ClipRenderSteps(spec, horizon=cfg.max_episode_steps)
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, render_steps=render_steps,

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from vlmrb_torchrl._slot_state import UnscoredMode
+from vlmrb_torchrl.replay._slot_state import UnscoredMode
 
 __all__ = ["PrioritySetting", "Setting", "as_index_like", "as_values", "check_ceiling", "check_nonneg", "check_range", "check_threshold", "check_unit", "check_unscored", "check_warmup", "check_weights_defined", "flatten_index", "int_array", "scalar", "to_numpy"]
 

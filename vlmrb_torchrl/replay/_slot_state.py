@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from vlmrb_torchrl._sumtree import make_tree
+from vlmrb_torchrl.replay._sumtree import make_tree
 
 __all__ = ["PriorityConfig", "SlotState", "SPREAD_ARRAYS"]
 
@@ -41,7 +41,7 @@ class PriorityConfig:
 
     Examples:
         >>> import numpy as np
-        >>> from vlmrb_torchrl._slot_state import PriorityConfig
+        >>> from vlmrb_torchrl.replay._slot_state import PriorityConfig
         >>> PriorityConfig(threshold=0.5, eps=0.01).priority(np.array([0.2, 0.7], np.float32)).tolist()
         [0.01, 1.0]
         >>> PriorityConfig(threshold=None).cut  # what counts as a positive in the statistics
@@ -99,7 +99,7 @@ class SlotState:
 
     Examples:
         >>> import numpy as np
-        >>> from vlmrb_torchrl._slot_state import SlotState
+        >>> from vlmrb_torchrl.replay._slot_state import SlotState
         >>> state = SlotState(8)
         >>> state.write(np.arange(4))                  # four transitions stored
         >>> state.set_scores(np.array([0, 1]), np.array([0.75, 0.25]), np.array([1, 1]))

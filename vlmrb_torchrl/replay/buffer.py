@@ -11,12 +11,12 @@ from tensordict.utils import NestedKey, unravel_key
 from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.storages import Storage
 
-from vlmrb_torchrl.clip_scoring import make_clip_scoring
-from vlmrb_torchrl.clips import ClipSpec, ClipStream
-from vlmrb_torchrl.sampler import VLMPrioritizedSampler
-from vlmrb_torchrl.transform import VLMScoreTransform
-from vlmrb_torchrl.scoring_backends import make_async_scorer
-from vlmrb_torchrl.worker import AsyncScorer
+from vlmrb_torchrl.scoring.clip_scoring import make_clip_scoring
+from vlmrb_torchrl.scoring.clips import ClipSpec, ClipStream
+from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
+from vlmrb_torchrl.scoring.transform import VLMScoreTransform
+from vlmrb_torchrl.scoring.backends import make_async_scorer
+from vlmrb_torchrl.scoring.worker import AsyncScorer
 
 __all__ = ["VLMReplayBuffer", "make_vlm_replay_buffer"]
 
@@ -336,7 +336,7 @@ def make_vlm_replay_buffer(
             transform come from :func:`~vlmrb_torchrl.make_clip_scoring`.
         backend, max_pending, scorer_batch_size, on_full, on_scorer_error,
             max_consecutive_scorer_errors: passed to
-            :func:`~vlmrb_torchrl.scoring_backends.make_async_scorer` (as ``batch_size``,
+            :func:`~vlmrb_torchrl.scoring.backends.make_async_scorer` (as ``batch_size``,
             ``on_error`` and ``max_consecutive_errors`` for the last three).
         scorer_options (dict, optional): more :class:`AsyncScorer` arguments, e.g. for
             ``backend="ray"``: ``num_workers``, ``worker_options``, ``scorer_factory``, ``ray_address``.

@@ -2,7 +2,7 @@
 
 The TorchRL-facing class: argument checks, the lock, the random draws, checkpoints and
 TorchRL's ``Sampler`` API. The per-slot state and the trees it samples from live in
-:mod:`vlmrb_torchrl._slot_state` (plain NumPy, lock-free).
+:mod:`vlmrb_torchrl.replay._slot_state` (plain NumPy, lock-free).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from torchrl.data.replay_buffers import PrioritizedSampler
 from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
-from vlmrb_torchrl._sampler_args import (PrioritySetting, Setting, as_index_like, as_values, check_ceiling,
+from vlmrb_torchrl.replay._sampler_args import (PrioritySetting, Setting, as_index_like, as_values, check_ceiling,
                                          check_nonneg, check_range, check_spread, check_threshold, check_unit,
                                          check_unscored, check_warmup, check_weights_defined, flatten_index, int_array,
                                          to_numpy)
-from vlmrb_torchrl._slot_state import SPREAD_ARRAYS, PriorityConfig, SlotState, UnscoredMode
-from vlmrb_torchrl._sumtree import TreeBackend, resolve_backend
+from vlmrb_torchrl.replay._slot_state import SPREAD_ARRAYS, PriorityConfig, SlotState, UnscoredMode
+from vlmrb_torchrl.replay._sumtree import TreeBackend, resolve_backend
 
 __all__ = ["VLMPrioritizedSampler"]
 

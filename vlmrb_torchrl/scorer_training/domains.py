@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
-from vlmrb_torchrl.scorer_training.captions import Statement
-from vlmrb_torchrl.scorer_training.data import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
+from vlmrb_torchrl.envs.minigrid.captions import Statement
+from vlmrb_torchrl.envs.minigrid.training import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, FrameSet, Layout
 
 __all__ = ["BuildConfig", "Domain", "DOMAINS", "get_domain", "minigrid_domain", "lift_domain", "LIFT_EDGE_SHARE", "LIFT_MISS_SHARE",
            "MINIGRID_QUESTIONS", "atari_domain", "scene_domain", "SCENE_RANDOM_SHARE", "save_frames", "load_frames"]
@@ -53,7 +53,7 @@ class BuildConfig:
         size (str): a key of :data:`~vlmrb_torchrl.scorer_training.model.MODEL_SIZES`.
         val_share (float): share of episodes held out for validation.
         held_out_frames (int): frames of the domain's held-out tasks (MiniGrid:
-            :data:`~vlmrb_torchrl.scorer_training.data.HELD_OUT_LAYOUTS`, never trained on)
+            :data:`~vlmrb_torchrl.envs.minigrid.training.HELD_OUT_LAYOUTS`, never trained on)
             generated for the transfer metrics (0 = skip; domains without held-out tasks skip it).
         eval_every (int): steps between validation passes.
         minutes (float or None): stop training after this many minutes (breaks determinism
@@ -163,10 +163,10 @@ class Domain:
 
 
 #: The frame states a cache may hold (class name -> module): nothing else is rebuilt from a cache file.
-_STATE_CLASSES = {"MiniGridState": "vlmrb_torchrl.envs.minigrid_policies",
-                  "LiftState": "vlmrb_torchrl.envs.robosuite_policies",
-                  "AtariFrameState": "vlmrb_torchrl.scorer_training.atari",
-                  "SceneState": "vlmrb_torchrl.envs.ogbench_policies"}
+_STATE_CLASSES = {"MiniGridState": "vlmrb_torchrl.envs.minigrid.policies",
+                  "LiftState": "vlmrb_torchrl.envs.robosuite.policies",
+                  "AtariFrameState": "vlmrb_torchrl.envs.atari.training",
+                  "SceneState": "vlmrb_torchrl.envs.ogbench.policies"}
 
 
 def save_frames(data: FrameSet, path: str | Path) -> None:
@@ -175,7 +175,7 @@ def save_frames(data: FrameSet, path: str | Path) -> None:
 
     Examples:
         >>> import tempfile
-        >>> from vlmrb_torchrl.envs.robosuite_policies import LiftState
+        >>> from vlmrb_torchrl.envs.robosuite.policies import LiftState
         >>> data = FrameSet([np.zeros((2, 2, 3), np.uint8)], [LiftState(True, False, False, False)],
         ...                 np.zeros(1, np.int64), np.zeros(1, np.int64), ["Lift"])
         >>> path = Path(tempfile.mkdtemp()) / "frames.npz"
@@ -269,13 +269,13 @@ agent): {layouts}. 30% of episodes are played by a uniform random agent, the oth
 with epsilon in {{0, .1, .2, .3, .5}} and random bursts; 30% start from a perturbed state (an object in
 hand, a door unlocked or open, the agent next to or facing the goal). Batches are balanced over rare
 statements. Each frame gets a 1-3 statement caption; every statement's wordings are in
-`vlmrb_torchrl/scorer_training/captions.py`.
+`vlmrb_torchrl/envs/minigrid/captions.py`.
 
 Held-out tasks (never trained on): {', '.join(report['held_out_layouts'])}."""
 
 
 def _minigrid_held_out(n_frames: int, seed: int, frame_view: str = "grid") -> FrameSet:
-    from vlmrb_torchrl.scorer_training.data import generate_frames
+    from vlmrb_torchrl.envs.minigrid.training import generate_frames
 
     return generate_frames(n_frames, seed=seed, layouts=tuple(Layout(e, 1.0, "mission") for e in HELD_OUT_LAYOUTS),
                            frame_view=frame_view)
@@ -285,8 +285,8 @@ def minigrid_domain(layouts: tuple[Layout, ...] = TRAIN_LAYOUTS, frame_view: str
     """The MiniGrid domain with the training mixture ``layouts``, on frames of the whole grid
     (``frame_view="grid"``: ``minigrid``, ``builtin:minigrid``) or of the agent-centred view
     (``"agent"``: ``minigrid_agent``, ``builtin:minigrid_agent``; the same episodes, states and captions)."""
-    from vlmrb_torchrl.scorer_training import captions
-    from vlmrb_torchrl.scorer_training.data import generate_frames
+    from vlmrb_torchrl.envs.minigrid import captions
+    from vlmrb_torchrl.envs.minigrid.training import generate_frames
 
     if frame_view not in ("grid", "agent"):
         raise ValueError(f"minigrid_domain: frame_view must be 'grid' or 'agent', got {frame_view!r}.")
@@ -359,14 +359,14 @@ def _lift_data(report: dict) -> str:
     return f"""{report['frames']['train']:,} training frames and {report['frames']['val']:,} validation frames
 ({report['frames']['episodes']:,} episodes; validation = held-out episodes), every step of each episode
 rendered. Episodes ({kinds['steps'][0]}-{kinds['steps'][1]} steps, not ended on success) are played by
-`vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`: {kinds['random_share']:.0%} random arm motion
+`vlmrb_torchrl.envs.robosuite.policies.LiftPolicy`: {kinds['random_share']:.0%} random arm motion
 (a smoothed random walk, the gripper toggled at random), the others a scripted cycle (above the
 cube, descend, close, lift 1-12 cm, hold, put down or drop, retreat, again) with Gaussian action
 noise in {{0, 0.1, 0.3}} and random bursts; {kinds['miss_share']:.0%} of the scripted episodes aim 2-4
 cm beside the cube and close on nothing{_lift_edge_text(kinds)}. Each episode's cube placement comes from a seed >= 2**20
 (the scorer-quality benchmark's held-out episodes use seeds from 1000). Batches are balanced over rare
 statements.{_aux_text(report)} Each frame gets a 1-3 statement caption; every statement's wordings are in
-`vlmrb_torchrl/scorer_training/lift.py`. Frame shares in the training data: {report['statement_shares']}."""
+`vlmrb_torchrl/envs/robosuite/training.py`. Frame shares in the training data: {report['statement_shares']}."""
 
 
 def _lift_edge_text(kinds: dict) -> str:
@@ -378,7 +378,7 @@ def _lift_edge_text(kinds: dict) -> str:
 #: The share of near-miss episodes in the shipped ``builtin:lift`` model's frames.
 LIFT_MISS_SHARE = 0.2
 #: The share of scripted episodes aiming at the cube's edge in ``builtin:lift``'s frames
-#: (:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`'s ``edge_share``): none. 0.2 was tried
+#: (:class:`~vlmrb_torchrl.envs.robosuite.policies.LiftPolicy`'s ``edge_share``): none. 0.2 was tried
 #: (docs/builtin_scorer.md): its models read the brief, awkward grasps the shipped one misses, and read
 #: a finger pushing the cube as a grasp too, for a lower F1 on the tuning episodes (with the auxiliary head
 #: a tie on them, and far more false positives on new held-out episodes).
@@ -393,7 +393,7 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, edge_share: float = LIFT
 
     Keyword Args:
         miss_share (float, optional): share of scripted episodes whose grasps aim 2-4 cm beside the cube
-            (:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`). Defaults to ``0.2``, the shipped
+            (:class:`~vlmrb_torchrl.envs.robosuite.policies.LiftPolicy`). Defaults to ``0.2``, the shipped
             model's; 0.5 was tried (docs/builtin_scorer.md) and is recorded in ``training.json``.
         edge_share (float, optional): share of scripted episodes whose grasps aim 1-2 cm off the cube's
             centre, a finger on its edge (``LiftPolicy``'s ``edge_share``). Defaults to ``0``, the shipped
@@ -401,14 +401,14 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, edge_share: float = LIFT
             in the frame cache's name.
         camera (str, optional): the camera the frames are rendered from, one of
             :class:`~vlmrb_torchrl.envs.RobosuiteEnv`'s (a robosuite camera or a
-            :data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS` name). Defaults to ``"front_close"``, the
+            :data:`~vlmrb_torchrl.envs.robosuite.env.ROBOSUITE_VIEWS` name). Defaults to ``"front_close"``, the
             shipped model's (the left panel of the SAC recipe's ``LIFT_SCORER_CAMERA``; the right one is
             :func:`lift_hand_domain`'s); recorded in ``training.json``
             and the frame cache's name. ``"front_close_narrow"`` (a 30° field of view, with
             8-px and 4-px patches), ``"front_side_close"`` (the front and a side camera in one frame),
             ``"side_close"`` and two other single cameras were tried (docs/builtin_scorer.md): none was better.
     """
-    from vlmrb_torchrl.scorer_training import lift
+    from vlmrb_torchrl.envs.robosuite import training as lift
 
     if not 0.0 <= miss_share <= 1.0:
         raise ValueError(f"lift_domain: miss_share must be in [0, 1], got {miss_share!r}.")
@@ -502,7 +502,7 @@ def _atari_data(report: dict) -> str:
 ({report['frames']['episodes']:,} episodes, Pong and Breakout alternating; validation = held-out episodes),
 every step of each episode rendered (frame skip 4, sticky actions of the `-v5` ids). Episodes
 ({kinds['steps'][0]}-{kinds['steps'][1]} steps or game over) are played by
-`vlmrb_torchrl.envs.atari_policies.AtariPolicy`: {kinds['random_share']:.0%} uniform random, the others a
+`vlmrb_torchrl.envs.atari.policies.AtariPolicy`: {kinds['random_share']:.0%} uniform random, the others a
 script (Pong: the paddle follows the ball; Breakout: serve, then keep the paddle under the ball; a random
 aim per episode) with epsilon in {{0, .05, .1, .2, .3}} and random bursts. Each episode's game is reset from
 a seed >= 2**20 (the scorer-quality benchmark's held-out episodes use seeds from 1000); half the Pong
@@ -512,12 +512,12 @@ Batches are balanced over rare statements. Besides the contrastive loss, a linea
 embedding answers each question (auxiliary cross-entropy, weight {report['config'].get('aux_weight', 0)}, dropped after
 training): the digits are a few pixels, and without it neither tower separated them and predictions stayed
 constant. Each frame gets a 1-3 statement caption; every statement's wordings are
-in `vlmrb_torchrl/scorer_training/atari.py`. Frames per state in the training data: {report['state_counts']}."""
+in `vlmrb_torchrl/envs/atari/training.py`. Frames per state in the training data: {report['state_counts']}."""
 
 
 def atari_domain() -> Domain:
     """The Atari domain (``builtin:atari``): Pong and Breakout frames as the DQN recipe renders them (64 px)."""
-    from vlmrb_torchrl.scorer_training import atari
+    from vlmrb_torchrl.envs.atari import training as atari
 
     episode_steps, random_share = (400, 2500), 0.2
 
@@ -582,13 +582,13 @@ def _scene_data(report: dict) -> str:
     return f"""{report['frames']['train']:,} training frames and {report['frames']['val']:,} validation frames
 ({report['frames']['episodes']:,} episodes; validation = held-out episodes), every {kinds['frame_every']} steps of each
 episode rendered. Episodes ({kinds['steps'][0]}-{kinds['steps'][1]} steps, not ended when the task is solved) cycle
-through the five tasks and are played by `vlmrb_torchrl.envs.ogbench_policies.ScenePolicy`: {kinds['random_share']:.0%}
+through the five tasks and are played by `vlmrb_torchrl.envs.ogbench.policies.ScenePolicy`: {kinds['random_share']:.0%}
 random arm motion, the others subtasks (press a button, move the drawer or the window, carry the cube)
 executed by OGBench's scripted Markov oracles, each the next step toward the task's goal (a share of
 0.3, 0.6 or 0.9 per episode) or a random one, with Gaussian action noise in {{0, 0.1, 0.2}} and random
 bursts. Each episode's seed is >= 2**20 (the scorer-quality benchmark's held-out episodes use seeds from
 1000). Batches are balanced over rare statements. Each frame gets a 1-3 statement caption; every
-statement's wordings are in `vlmrb_torchrl/scorer_training/scene.py`. Frame shares in the training data:
+statement's wordings are in `vlmrb_torchrl/envs/ogbench/training.py`. Frame shares in the training data:
 {report['statement_shares']}."""
 
 
@@ -603,11 +603,11 @@ def scene_domain(*, random_share: float = SCENE_RANDOM_SHARE) -> Domain:
 
     Keyword Args:
         random_share (float, optional): share of episodes of random arm motion
-            (:class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy`; the others run scripted
+            (:class:`~vlmrb_torchrl.envs.ogbench.policies.ScenePolicy`; the others run scripted
             subtasks). Defaults to :data:`SCENE_RANDOM_SHARE`, the shipped model's; recorded in
             ``training.json`` and the frame cache's name.
     """
-    from vlmrb_torchrl.scorer_training import scene
+    from vlmrb_torchrl.envs.ogbench import training as scene
 
     if not 0.0 <= random_share <= 1.0:
         raise ValueError(f"scene_domain: random_share must be in [0, 1], got {random_share!r}.")

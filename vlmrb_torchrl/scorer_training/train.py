@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlmrb_torchrl.scorer_training.captions import Statement
-from vlmrb_torchrl.scorer_training.data import TRAIN_LAYOUTS, FrameSet, Layout
+from vlmrb_torchrl.envs.minigrid.captions import Statement
+from vlmrb_torchrl.envs.minigrid.training import TRAIN_LAYOUTS, FrameSet, Layout
 from vlmrb_torchrl.scorer_training.domains import (DOMAINS, MINIGRID_QUESTIONS, BuildConfig, Domain, get_domain,
                                                    load_frames, minigrid_domain, save_frames)
 from vlmrb_torchrl.scorer_training.model import MODEL_SIZES, build_model, build_processor, build_tokenizer
@@ -344,7 +344,7 @@ def build_minigrid_scorer(
     """Generates captioned MiniGrid frames, trains a small CLIP and saves it to ``out_dir`` (``builtin:minigrid``).
 
     :func:`build_scorer` with the MiniGrid domain; ``layouts`` is its training mixture
-    (defaults to :data:`~vlmrb_torchrl.scorer_training.data.TRAIN_LAYOUTS`). The defaults rebuild
+    (defaults to :data:`~vlmrb_torchrl.envs.minigrid.training.TRAIN_LAYOUTS`). The defaults rebuild
     the shipped model.
 
     Examples:
@@ -373,7 +373,7 @@ def build_lift_scorer(
     front-camera model).
 
     :func:`build_scorer` with the Lift domain (``front_close`` fast frames at 64 px, the left panel of the SAC
-    recipe's Lift frames, :mod:`~vlmrb_torchrl.scorer_training.lift`); robosuite is needed. The defaults rebuild the
+    recipe's Lift frames, :mod:`~vlmrb_torchrl.envs.robosuite.training`); robosuite is needed. The defaults rebuild the
     shipped model; ``build_scorer("lift_hand", ...)`` builds the gripper-camera one.
     """
     return build_scorer("lift", out_dir, config, log=log, command=command, cache=cache)

@@ -4,7 +4,7 @@
 ``vlmrb build-scorer minigrid`` on MiniGrid and BabyAI frames captioned from the simulator's
 state (see ``docs/builtin_scorer.md`` and the ``MODEL_CARD.md`` next to the weights), scored
 with a prompt set. Given the env's mission (``task=env.mission``, what the recipes pass), the
-set is derived from it (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.mission_prompt_set`: one
+set is derived from it (:func:`~vlmrb_torchrl.envs.minigrid.prompts.mission_prompt_set`: one
 check per sub-goal of the mission and per sub-goal it implies; a mission outside the MiniGrid /
 BabyAI grammar gives the generic checks and a warning). Without a task, and for DoorKey's
 mission, it is the best of three checks on the clip's frames,
@@ -29,7 +29,7 @@ the VLM-RB paper's labels, where only reaching the goal is progress (``oracle:mi
 
 ``builtin:lift`` is two models of the same kind, one per camera, reading the two panels of the frames the
 SAC recipe renders for it on Lift (``camera="front_close+eye_in_hand"``, a
-:class:`~vlmrb_torchrl.envs.robosuite.PanelView`: 64 px each, fast rendering): ``vlmrb build-scorer lift``
+:class:`~vlmrb_torchrl.envs.robosuite.env.PanelView`: 64 px each, fast rendering): ``vlmrb build-scorer lift``
 trains the one for ``front_close`` (a camera 45 cm in front of the cube, where a lift is plain) and ``vlmrb
 build-scorer lift_hand`` the one for ``robot0_eye_in_hand`` (the gripper's own camera, where the cube sits
 between the finger pads or not), each on frames of its camera captioned from the simulator's state
@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import Any
 
 from vlmrb_torchrl.scorers.base import register_scorer
-from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
+from vlmrb_torchrl.envs.minigrid.prompts import MISSION_MODELS
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
 __all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_HOLD",
@@ -100,7 +100,7 @@ BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "mini
 BUILTIN_PANEL_MODELS: dict[str, tuple[str, ...]] = {"lift": ("lift", "lift_hand")}
 
 #: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
-#: canonical ones of the training captions (``vlmrb_torchrl.scorer_training.captions``).
+#: canonical ones of the training captions (``vlmrb_torchrl.envs.minigrid.captions``).
 MINIGRID_PROMPT_SET: tuple[PromptCheck, ...] = (
     PromptCheck("the agent holds the key", ("the key is on the floor",), "progress"),
     PromptCheck("the door is unlocked", ("the door is locked",), "progress"),
@@ -142,7 +142,7 @@ BUILTIN_DECISION_THRESHOLDS: dict[str, float] = {"lift": 0.01, "scene": 0.95}
 
 def lift_prompt_set(*, hold: int = LIFT_HOLD) -> tuple[PromptCheck, ...]:
     """The checks ``builtin:lift`` scores with (score = max over checks): the canonical wordings of
-    ``vlmrb_torchrl.scorer_training.lift``. ``max`` over frames: the oracle labels a clip by whether
+    ``vlmrb_torchrl.envs.robosuite.training``. ``max`` over frames: the oracle labels a clip by whether
     any of its steps grasps or lifts the cube (a state, not a first-time event).
 
     Keyword Args:
@@ -175,7 +175,7 @@ def _score_checks(template: str, other_game: str) -> tuple[PromptCheck, ...]:
 
 
 #: The checks ``builtin:atari`` scores with (score = max over checks): the canonical wordings of
-#: ``vlmrb_torchrl.scorer_training.atari``. One check per game and last digit of the agent's score,
+#: ``vlmrb_torchrl.envs.atari.training``. One check per game and last digit of the agent's score,
 #: ``progress`` (the clip's last frame minus its first): a clip in which the digit turns into ``d``
 #: scores high on ``d``'s check, one in which it stays the same scores ~0 on every check. Each
 #: check's negatives include the other game, so a Breakout clip scores low on the Pong checks and
@@ -215,7 +215,7 @@ def scene_prompt_set(task: int, *, cube_hold: int = SCENE_CUBE_HOLD) -> tuple[Pr
     """The checks ``builtin:scene`` scores task ``task``'s clips with (score = max over checks): for each
     of the five subgoals, its goal state against the others, ``rise`` over the clip's frames (a subgoal
     that becomes satisfied in the clip, even if undone before its end: what ``oracle:ogbench`` labels).
-    The wordings are the canonical ones of ``vlmrb_torchrl.scorer_training.scene``.
+    The wordings are the canonical ones of ``vlmrb_torchrl.envs.ogbench.training``.
 
     Args:
         task (int): the Scene task, 1-5.
@@ -339,7 +339,7 @@ def make_builtin_scorer(
     Keyword Args:
         task (str or int, optional): the env's mission / task text. ``builtin:minigrid`` derives its
             checks from it when neither ``prompt_set`` nor ``prompt`` is given
-            (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.minigrid_task_checks`; an
+            (:func:`~vlmrb_torchrl.envs.minigrid.prompts.minigrid_task_checks`; an
             unparsable mission falls back to the generic checks with a warning); it also fills
             ``{task}`` placeholders of given prompts. Recorded in the provenance (``task``,
             ``checks_from``: ``"mission"``, ``"generic"``, ``"default"`` or ``"given"``).
@@ -348,11 +348,11 @@ def make_builtin_scorer(
         mission_key (NestedKey, optional): ``builtin:minigrid`` only: read each clip's mission
             from this entry (a :class:`~vlmrb_torchrl.envs.MiniGridEnv` built with
             ``write_mission=True`` writes ``"mission"``) and score it with that mission's checks:
-            a :class:`~vlmrb_torchrl.scorers.minigrid_prompts.MissionScorer`, for envs whose
+            a :class:`~vlmrb_torchrl.envs.minigrid.prompts.MissionScorer`, for envs whose
             mission changes every episode. Not with ``task``, ``prompt`` or ``prompt_set``.
         doors (bool, optional): the mission-reading models (``minigrid``, ``minigrid_agent``): whether the
             env's layouts have doors; ``False`` leaves out the door and key checks a mission only implies
-            (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.mission_prompt_set`; the DQN recipe passes it for
+            (:func:`~vlmrb_torchrl.envs.minigrid.prompts.mission_prompt_set`; the DQN recipe passes it for
             an env whose first episodes show no door). Defaults to ``True``.
         prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to the
             mission's (above), else the model's (:data:`BUILTIN_PROMPT_SETS`:
@@ -405,12 +405,12 @@ def make_builtin_scorer(
             raise ValueError(f"builtin:{name}: mission_key= reads each clip's mission (builtin:minigrid and "
                              "builtin:minigrid_agent only); "
                              "do not pass task=, prompt= or prompt_set= with it.")
-        from vlmrb_torchrl.scorers.minigrid_prompts import GENERIC_CHECKS, MissionScorer
+        from vlmrb_torchrl.envs.minigrid.prompts import GENERIC_CHECKS, MissionScorer
 
         base = HFContrastiveScorer(str(path), prompt_set=list(GENERIC_CHECKS), dtype=dtype, **kwargs)
         return MissionScorer(base, mission_key, doors=doors)
     if prompt_set is None and name in MISSION_MODELS:
-        from vlmrb_torchrl.scorers.minigrid_prompts import minigrid_task_checks
+        from vlmrb_torchrl.envs.minigrid.prompts import minigrid_task_checks
 
         prompt_set, source = minigrid_task_checks(task, owner=f"builtin:{name}", doors=doors)
     elif prompt_set is None:

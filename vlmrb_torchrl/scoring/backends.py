@@ -2,10 +2,10 @@
 
 ``make_async_scorer(transform, sampler, backend=...)`` builds the scorer worker for a backend
 name: ``"thread"`` and ``"process"`` are :class:`~vlmrb_torchrl.AsyncScorer` itself,
-``"ray"`` is :class:`~vlmrb_torchrl.ray_scoring.RayAsyncScorer` (a subclass in its own module:
+``"ray"`` is :class:`~vlmrb_torchrl.scoring.ray_pool.RayAsyncScorer` (a subclass in its own module:
 Ray is an optional extra, imported only when that backend is built). Classes are named here
-by import path and imported on first use, so :mod:`vlmrb_torchrl.worker` and
-:mod:`vlmrb_torchrl.ray_scoring` never import each other for the choice, and constructing
+by import path and imported on first use, so :mod:`vlmrb_torchrl.scoring.worker` and
+:mod:`vlmrb_torchrl.scoring.ray_pool` never import each other for the choice, and constructing
 ``AsyncScorer(...)`` always gives an ``AsyncScorer``.
 
 Examples:
@@ -25,9 +25,9 @@ __all__ = ["make_async_scorer", "register_scoring_backend", "scoring_backend_cla
 
 # backend name -> "module:Class" (imported on first use) or the class itself
 _BACKENDS: dict[str, Any] = {
-    "thread": "vlmrb_torchrl.worker:AsyncScorer",
-    "process": "vlmrb_torchrl.worker:AsyncScorer",
-    "ray": "vlmrb_torchrl.ray_scoring:RayAsyncScorer",
+    "thread": "vlmrb_torchrl.scoring.worker:AsyncScorer",
+    "process": "vlmrb_torchrl.scoring.worker:AsyncScorer",
+    "ray": "vlmrb_torchrl.scoring.ray_pool:RayAsyncScorer",
 }
 _LOCK = threading.Lock()
 

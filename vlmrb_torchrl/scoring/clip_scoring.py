@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 from tensordict.utils import NestedKey
 
-from vlmrb_torchrl.clips import ClipSpec, ClipStream
-from vlmrb_torchrl.transform import VLMScoreTransform
+from vlmrb_torchrl.scoring.clips import ClipSpec, ClipStream
+from vlmrb_torchrl.scoring.transform import VLMScoreTransform
 
 __all__ = ["ClipScoring", "make_clip_scoring", "reads_frames"]
 

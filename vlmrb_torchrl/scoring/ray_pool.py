@@ -30,9 +30,9 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from vlmrb_torchrl.clips import ClipBatch
-from vlmrb_torchrl.sampler import VLMPrioritizedSampler
-from vlmrb_torchrl.worker import AsyncScorer
+from vlmrb_torchrl.scoring.clips import ClipBatch
+from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
+from vlmrb_torchrl.scoring.worker import AsyncScorer
 
 __all__ = ["RayAsyncScorer", "RemoteSampler", "VLMRemoteReplayBuffer", "make_ray_vlm_replay_buffer"]
 

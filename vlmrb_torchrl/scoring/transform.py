@@ -14,7 +14,7 @@ from torchrl.envs.transforms import Transform
 
 from vlmrb_torchrl._frames import evenly_spaced, step_owners, tile_frames
 from vlmrb_torchrl._keys import FRAME_ROW_KEY, MASK_KEY
-from vlmrb_torchrl.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.scoring.clips import ClipBatch, ClipSpec
 from vlmrb_torchrl.scorers.base import validate_scores
 
 __all__ = ["VLMScoreTransform", "pack_frames"]

@@ -16,8 +16,8 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from vlmrb_torchrl.clips import ClipBatch
-from vlmrb_torchrl.scoring_backends import scoring_backends
+from vlmrb_torchrl.scoring.clips import ClipBatch
+from vlmrb_torchrl.scoring.backends import scoring_backends
 
 __all__ = ["AsyncScorer"]
 
@@ -102,8 +102,8 @@ class AsyncScorer:
         backend (str): ``"thread"`` (default) or ``"process"`` (the transform is pickled to
             a spawned child process; use it when the scorer holds the GIL, e.g. heavy Python
             pre-processing). A pool of Ray actors is
-            :class:`~vlmrb_torchrl.ray_scoring.RayAsyncScorer`, a subclass;
-            :func:`~vlmrb_torchrl.scoring_backends.make_async_scorer` builds the class of any
+            :class:`~vlmrb_torchrl.scoring.ray_pool.RayAsyncScorer`, a subclass;
+            :func:`~vlmrb_torchrl.scoring.backends.make_async_scorer` builds the class of any
             backend name (``"thread"``, ``"process"``, ``"ray"``, registered ones).
         max_pending (int): clips allowed to wait. Defaults to 4096.
         batch_size (int): clips per scorer call. Defaults to 32.
@@ -159,7 +159,7 @@ class AsyncScorer:
     ) -> None:
         if backend not in self.BACKENDS:
             hint = (f"; backend={backend!r} is built by make_async_scorer(transform, sampler, backend={backend!r}) "
-                    "(vlmrb_torchrl.scoring_backends)" if backend in scoring_backends() else "")
+                    "(vlmrb_torchrl.scoring.backends)" if backend in scoring_backends() else "")
             raise ValueError(f"{type(self).__name__} runs backend {' or '.join(map(repr, self.BACKENDS))}, got "
                              f"backend={backend!r}{hint}.")
         self._check_arguments(transform, sampler, max_pending=max_pending, batch_size=batch_size, on_full=on_full,

@@ -47,7 +47,7 @@ _NOOP, _FIRE, _RIGHT, _LEFT = 0, 1, 2, 3
 
 
 def _game(env: Any) -> str:
-    from vlmrb_torchrl.envs.atari import atari_game_name
+    from vlmrb_torchrl.envs.atari.env import atari_game_name
 
     game = atari_game_name(env.env_id)
     if game not in ATARI_POLICY_GAMES:

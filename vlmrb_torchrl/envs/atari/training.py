@@ -5,11 +5,11 @@ the contrastive loss's negatives are exact):
 
 - the game: "this is a game of pong" / "... breakout";
 - the last digit of the agent's score, read from the RAM
-  (:func:`~vlmrb_torchrl.envs.atari_policies.score_digit`): "the green score ends in three" (Pong:
+  (:func:`~vlmrb_torchrl.envs.atari.policies.score_digit`): "the green score ends in three" (Pong:
   the big green digits on the right) / "the score ends in three" (Breakout: the small digits at
   the top left). Every point the agent scores changes it, and nothing else does: a clip in which
   it changes is a clip with a positive reward, what ``oracle:atari`` labels;
-- where the ball is, read from the RAM (:func:`~vlmrb_torchrl.envs.atari_policies.ball_position`):
+- where the ball is, read from the RAM (:func:`~vlmrb_torchrl.envs.atari.policies.ball_position`):
   Pong behind the orange paddle (the agent is about to score), behind the green one, in the
   field, not on the court; Breakout at the bricks, in the middle, at the paddle or below, not
   in play;
@@ -24,7 +24,7 @@ the contrastive loss's negatives are exact):
 Frames are rendered by :class:`~vlmrb_torchrl.envs.AtariEnv` (``frame_size=64``, evaluation
 mode: whole games), whose ``"pixels"`` are those of :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`,
 the recipe's env, for the same emulator state; episodes are played by
-:class:`~vlmrb_torchrl.envs.atari_policies.AtariPolicy` (scripted with noise and bursts, or
+:class:`~vlmrb_torchrl.envs.atari.policies.AtariPolicy` (scripted with noise and bursts, or
 random).
 """
 
@@ -35,8 +35,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from vlmrb_torchrl.envs.atari_policies import ATARI_POLICY_GAMES, BALL_POSITIONS
-from vlmrb_torchrl.scorer_training.data import FrameSet
+from vlmrb_torchrl.envs.atari.policies import ATARI_POLICY_GAMES, BALL_POSITIONS
+from vlmrb_torchrl.envs.minigrid.training import FrameSet
 
 __all__ = ["AtariFrameState", "ATARI_STATEMENTS", "ATARI_QUESTIONS", "ATARI_EPISODE_KINDS", "EVENTS",
            "true_statements", "wordings", "all_statements", "vocabulary", "generate_atari_frames", "frame_events"]
@@ -232,8 +232,8 @@ def generate_atari_frames(
         >>> len(data), data.frames[0].shape  # doctest: +SKIP
         (20, (64, 64, 3))
     """
-    from vlmrb_torchrl.envs.atari import AtariEnv
-    from vlmrb_torchrl.envs.atari_policies import AtariPolicy, ball_position, score_digit
+    from vlmrb_torchrl.envs.atari.env import AtariEnv
+    from vlmrb_torchrl.envs.atari.policies import AtariPolicy, ball_position, score_digit
 
     rng = np.random.default_rng(seed)
     envs = {game: AtariEnv(f"ALE/{game}-v5", train=False, render=True, frame_size=frame_size,

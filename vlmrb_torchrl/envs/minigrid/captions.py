@@ -1,6 +1,6 @@
 """Captions from MiniGrid states: compositional statements (object, colour, state) and their wordings.
 
-A frame's :class:`~vlmrb_torchrl.envs.minigrid_policies.MiniGridState` is turned into the set
+A frame's :class:`~vlmrb_torchrl.envs.minigrid.policies.MiniGridState` is turned into the set
 of *statements* true in it (:func:`true_statements`): what the agent holds, which objects lie
 on the floor, each door's state, what the agent faces (and does not face), where the goal is,
 which room the agent is in, which objects lie next to each other (and which do not), which
@@ -12,7 +12,7 @@ sentences; a caption joins 1-3 true statements with "and". The vocabulary is com
 model was not trained on ("the agent holds the red ball") are made of words it knows. The
 complements ("the agent does not face the red ball", "the red ball is not next to the blue
 box", "there is no red ball") are statements of their own, so that a check of a mission's
-sub-goal (:mod:`vlmrb_torchrl.scorers.minigrid_prompts`) has a negative that is true exactly
+sub-goal (:mod:`vlmrb_torchrl.envs.minigrid.prompts`) has a negative that is true exactly
 when its positive is false.
 """
 
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, COLORS
-from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
+from vlmrb_torchrl.envs.minigrid.missions import CARRYABLE, COLORS
+from vlmrb_torchrl.envs.minigrid.policies import MiniGridState
 
 __all__ = ["COLORS", "OBJECTS", "Statement", "true_statements", "wordings", "all_statements", "vocabulary",
            "mirrored_left_right", "mirrored_up_down", "opposites"]
 
 #: The objects captions name: the ones an agent can carry (MiniGrid's colours: ``COLORS``, from
-#: :mod:`vlmrb_torchrl.envs.minigrid_missions`).
+#: :mod:`vlmrb_torchrl.envs.minigrid.missions`).
 OBJECTS = CARRYABLE
 # closed: not open; unlocked: closed and not locked; notlocked: open or closed, not locked
 DOOR_STATES = ("open", "closed", "locked", "unlocked", "notlocked")
@@ -42,7 +42,7 @@ def true_statements(state: MiniGridState) -> frozenset[Statement]:
     """Every statement true in ``state`` (all others are false).
 
     Examples:
-        >>> from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
+        >>> from vlmrb_torchrl.envs.minigrid.policies import MiniGridState
         >>> s = MiniGridState(("yellow", "key"), (), (("yellow", "locked"),), ("yellow", "door", "locked"),
         ...                   False, 3, "left")
         >>> sorted(t for t in true_statements(s) if t[0] == "door")[:4]
@@ -203,7 +203,7 @@ def all_statements() -> list[Statement]:
 
 
 def opposites(statement: Statement) -> tuple[Statement, ...]:
-    """The statements a check of the mission prompt sets (:mod:`vlmrb_torchrl.scorers.minigrid_prompts`)
+    """The statements a check of the mission prompt sets (:mod:`vlmrb_torchrl.envs.minigrid.prompts`)
     weighs ``statement`` against (``BuildConfig.opposite_texts`` puts them side by side in
     training): faces / does not face, next to / not next to, held / on the floor, each door state
     against the others, on / next to / far from the goal; ``()`` for the rest. Usually false where

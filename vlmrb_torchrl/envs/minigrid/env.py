@@ -22,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from vlmrb_torchrl.envs.minigrid_missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
+from vlmrb_torchrl.envs.minigrid.missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
            "DOORKEY_ACTIONS", "FRAME_VIEWS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "minigrid_has_doors", "minigrid_missions",
@@ -527,7 +527,7 @@ class MiniGridEnv(EnvBase):
             as many ones as it has non-empty cells and walls, plus ~4), and the spec is
             ``Bounded(-1, D - 1)``. Defaults to ``"partial"``.
         write_mission (bool, optional): also write ``"mission"``, the episode's mission string
-            as uint8 ``[256]`` (UTF-8, zero-padded: :func:`~vlmrb_torchrl.envs.minigrid_missions.decode_mission`),
+            as uint8 ``[256]`` (UTF-8, zero-padded: :func:`~vlmrb_torchrl.envs.minigrid.missions.decode_mission`),
             so that clips carry their episode's mission: what ``builtin:minigrid`` reads with
             ``mission_key="mission"`` on envs whose mission changes every episode (BabyAI,
             GoToObject, Fetch, ...). Defaults to ``False``.
@@ -548,11 +548,11 @@ class MiniGridEnv(EnvBase):
       fire again; envs with several doors fire once per door). ``goal_reached``: the agent
       stepped onto a goal tile. ``success``: the episode terminated with a positive reward
       (the task was solved). ``subgoal``: a sub-goal of the episode's mission was reached for
-      the first time (:class:`~vlmrb_torchrl.envs.minigrid_missions.MissionTracker`: the
+      the first time (:class:`~vlmrb_torchrl.envs.minigrid.missions.MissionTracker`: the
       mission's own go to / pick up / open / put next to / reach the goal, in the mission's
       order, and the sub-goals its layout implies: the doors on the way to a target and the
       keys of locked ones); never when the mission does not parse
-      (:func:`~vlmrb_torchrl.envs.minigrid_missions.parse_mission`). ``progress_event`` is what
+      (:func:`~vlmrb_torchrl.envs.minigrid.missions.parse_mission`). ``progress_event`` is what
       ``oracle:minigrid`` labels: ``subgoal`` or ``success`` when the mission parses, else the
       OR of the four others. On DoorKey (one key, one locked door, the goal: "use the key to
       open the door and then get to the goal") both are the first key pickup, the first door
@@ -735,7 +735,7 @@ class MiniGridEnv(EnvBase):
 
     @property
     def mission_tracker(self) -> MissionTracker | None:
-        """The episode's :class:`~vlmrb_torchrl.envs.minigrid_missions.MissionTracker` (its parsed mission,
+        """The episode's :class:`~vlmrb_torchrl.envs.minigrid.missions.MissionTracker` (its parsed mission,
         the sub-goals the layout implies); ``None`` before the first reset or when the mission does not parse."""
         return self._tracker
 

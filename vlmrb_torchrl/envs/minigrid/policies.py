@@ -439,9 +439,9 @@ class SubgoalPolicy(_ScriptedPolicy):
 class MissionPolicy(_ScriptedPolicy):
     """Scripted agent for any MiniGrid / BabyAI mission the parser reads: follows the mission.
 
-    It parses the env's mission (:func:`~vlmrb_torchrl.envs.minigrid_missions.parse_mission`)
+    It parses the env's mission (:func:`~vlmrb_torchrl.envs.minigrid.missions.parse_mission`)
     at each new episode and follows it with its own
-    :class:`~vlmrb_torchrl.envs.minigrid_missions.MissionTracker`: the next sub-goal of the
+    :class:`~vlmrb_torchrl.envs.minigrid.missions.MissionTracker`: the next sub-goal of the
     mission (in its order) decides what it does. Go to: walk until it faces a matching object
     (then ``done``, which MiniGrid's GoTo tasks reward); pick up: put down what it holds, walk to
     the object, pick it up; open: fetch the key of a locked door first; put next to: carry the
@@ -473,7 +473,7 @@ class MissionPolicy(_ScriptedPolicy):
         self._dropping.clear()
 
     def _tracker(self, menv: Any):
-        from vlmrb_torchrl.envs.minigrid_missions import MissionTracker, parse_mission
+        from vlmrb_torchrl.envs.minigrid.missions import MissionTracker, parse_mission
 
         entry = self._trackers.get(id(menv))
         if entry is None or entry[0] is not menv.grid or menv.step_count < entry[2]:  # a new episode

@@ -1,9 +1,9 @@
 """The checks ``builtin:minigrid`` scores a MiniGrid / BabyAI task with, derived from its mission string.
 
-:func:`mission_prompt_set` parses the mission (:func:`~vlmrb_torchrl.envs.minigrid_missions.parse_mission`)
+:func:`mission_prompt_set` parses the mission (:func:`~vlmrb_torchrl.envs.minigrid.missions.parse_mission`)
 and turns every sub-goal into a :class:`~vlmrb_torchrl.scorers.PromptCheck` made of the
 statements the shipped model was trained on (their canonical wordings,
-:func:`~vlmrb_torchrl.scorer_training.captions.wordings`), each positive against the
+:func:`~vlmrb_torchrl.envs.minigrid.captions.wordings`), each positive against the
 statements that are true exactly when it is false:
 
 ========================  ====================================================  ==========================================================  ===========
@@ -30,7 +30,7 @@ door means facing it, and in the agent-centred view "a door is open" or "unlocke
 one turns into sight), and "the agent holds a key" (the key of
 a locked door on the way) unless it names a key itself — where the env's layouts have doors
 (``doors=True``, the default; the recipes and the benchmark pass ``doors=False`` for an env whose
-first episodes show none, :func:`~vlmrb_torchrl.envs.minigrid.minigrid_has_doors`: in a single room
+first episodes show none, :func:`~vlmrb_torchrl.envs.minigrid.env.minigrid_has_doors`: in a single room
 those checks can only fire on noise). Checks repeat nothing: the set is the
 distinct checks in the mission's order. "X" without a colour is the colour-free statement
 ("the key"); BabyAI's "object" (a key, ball or box) gives one check per type; locations ("on
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import warnings
 
-from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, Mission, Subgoal, Thing, parse_mission
+from vlmrb_torchrl.envs.minigrid.missions import CARRYABLE, Mission, Subgoal, Thing, parse_mission
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
 __all__ = ["GENERIC_CHECKS", "MISSION_MODELS", "MissionScorer", "mission_prompt_set", "minigrid_task_checks",
@@ -67,7 +67,7 @@ MISSION_MODELS = ("minigrid", "minigrid_agent")
 
 
 def _say(*statement: str, wording: int = 0) -> str:
-    from vlmrb_torchrl.scorer_training.captions import wordings
+    from vlmrb_torchrl.envs.minigrid.captions import wordings
 
     return wordings(tuple(statement))[wording]
 
@@ -247,7 +247,7 @@ class MissionScorer:
     For envs whose mission changes every episode (most BabyAI levels, GoToObject, Fetch,
     PutNear, KeyCorridor, ...), one prompt set cannot follow the task. The env writes each
     step's mission (:class:`~vlmrb_torchrl.envs.MiniGridEnv` with ``write_mission=True``: the
-    ``"mission"`` entry, :func:`~vlmrb_torchrl.envs.minigrid_missions.encode_mission`), clips
+    ``"mission"`` entry, :func:`~vlmrb_torchrl.envs.minigrid.missions.encode_mission`), clips
     carry it, and this scorer groups a batch's clips by the mission of their first real step and
     scores each group with :func:`with_mission`'s checks for it: the same model, one frame
     embedding per frame whatever the number of missions (the checks share the base scorer's
@@ -271,7 +271,7 @@ class MissionScorer:
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from vlmrb_torchrl.envs.minigrid_missions import encode_mission
+        >>> from vlmrb_torchrl.envs.minigrid.missions import encode_mission
         >>> from vlmrb_torchrl.scorers import make_scorer
         >>> scorer = make_scorer("builtin:minigrid", mission_key="mission")
         >>> missions = torch.stack([torch.from_numpy(encode_mission(m)) for m in ("go to the red ball", "open the door")])
@@ -335,7 +335,7 @@ class MissionScorer:
         """Each clip scored with its mission's checks: float32 ``[B]`` in ``[0, 1]``."""
         import torch
 
-        from vlmrb_torchrl.envs.minigrid_missions import decode_mission
+        from vlmrb_torchrl.envs.minigrid.missions import decode_mission
         from vlmrb_torchrl.scorers.base import check_clips, validate_scores
 
         batch = check_clips(clips, self.in_keys, scorer=self)

@@ -2,12 +2,12 @@
 
 Frames are rendered by the package's :class:`~vlmrb_torchrl.envs.MiniGridEnv` (``render=True``,
 ``frame_size=64``: the renderer and frame size the DQN recipe's scorer sees). Episodes come
-from :class:`~vlmrb_torchrl.envs.minigrid_policies.DoorKeyPolicy` (ε-random, with random
-bursts), :class:`~vlmrb_torchrl.envs.minigrid_policies.MissionPolicy` (follows the episode's
-mission), :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` and uniform random
+from :class:`~vlmrb_torchrl.envs.minigrid.policies.DoorKeyPolicy` (ε-random, with random
+bursts), :class:`~vlmrb_torchrl.envs.minigrid.policies.MissionPolicy` (follows the episode's
+mission), :class:`~vlmrb_torchrl.envs.minigrid.policies.SubgoalPolicy` and uniform random
 agents; a fraction start from a perturbed state (an object in hand, a door unlocked but closed
 or open, the agent dropped next to the goal or facing an object, an object moved next to
-another) so rare states are common enough to learn. Each frame is stored with its :class:`~vlmrb_torchrl.envs.minigrid_policies.MiniGridState`
+another) so rare states are common enough to learn. Each frame is stored with its :class:`~vlmrb_torchrl.envs.minigrid.policies.MiniGridState`
 (the privileged information captions are made from: used at training time only).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vlmrb_torchrl.envs.minigrid_policies import (
+from vlmrb_torchrl.envs.minigrid.policies import (
     DoorKeyPolicy,
     MiniGridState,
     MissionPolicy,
@@ -328,7 +328,7 @@ def _worker_init() -> None:
 def _episode(index: int, seed: int, layouts: tuple[Layout, ...], frame_size: int, random_share: float,
              perturb_share: float, frame_view: str = "grid") -> tuple[int, list[np.ndarray], list[MiniGridState]]:
     """Plays episode ``index`` of ``seed``'s frames: its layout's index, its frames and their states."""
-    from vlmrb_torchrl.envs.minigrid import MiniGridEnv
+    from vlmrb_torchrl.envs.minigrid.env import MiniGridEnv
 
     rng = np.random.default_rng((seed, index))
     weights = np.array([lay.weight for lay in layouts], dtype=np.float64)

@@ -1,7 +1,7 @@
 """A scripted OGBench Scene agent and a reader of the scene's state, for data generation and rollouts.
 
 Two things live here, both reading the OGBench env behind a
-:class:`~vlmrb_torchrl.envs.ogbench.SceneEnv` (``env.unwrapped``):
+:class:`~vlmrb_torchrl.envs.ogbench.env.SceneEnv` (``env.unwrapped``):
 
 - :class:`ScenePolicy` plays Scene one *subtask* at a time (press a button, move the drawer or the
   window, carry the cube somewhere), each executed by OGBench's own scripted Markov oracles (the
@@ -62,7 +62,7 @@ class SceneState:
         drawer_locked (bool): button 0 is in its locking state (the drawer's handle drawn red).
         window_locked (bool): button 1 is in its locking state.
         subgoals (tuple of bool): the five subgoals of the task
-            (:data:`~vlmrb_torchrl.envs.ogbench.SCENE_SUBGOALS`), as the oracle sees them.
+            (:data:`~vlmrb_torchrl.envs.ogbench.env.SCENE_SUBGOALS`), as the oracle sees them.
     """
 
     cube_on_target: bool
@@ -82,10 +82,10 @@ def _drawer_inside(raw) -> np.ndarray:
 
 
 def scene_state(env: Any) -> SceneState:
-    """The :class:`SceneState` of a :class:`~vlmrb_torchrl.envs.ogbench.SceneEnv`, now.
+    """The :class:`SceneState` of a :class:`~vlmrb_torchrl.envs.ogbench.env.SceneEnv`, now.
 
     Examples:
-        >>> from vlmrb_torchrl.envs.ogbench import SceneEnv  # doctest: +SKIP
+        >>> from vlmrb_torchrl.envs.ogbench.env import SceneEnv  # doctest: +SKIP
         >>> env = SceneEnv(1, seed=0); _ = env.reset()  # doctest: +SKIP
         >>> scene_state(env).drawer, scene_state(env).drawer_locked  # doctest: +SKIP
         ('closed', False)
@@ -121,7 +121,7 @@ class ScenePolicy:
     the episode's Gaussian action noise (``noise``) and random bursts.
 
     Args:
-        env: the :class:`~vlmrb_torchrl.envs.ogbench.SceneEnv` it acts in.
+        env: the :class:`~vlmrb_torchrl.envs.ogbench.env.SceneEnv` it acts in.
 
     Keyword Args:
         seed (int, optional): seeds every random choice. Defaults to ``0``.
@@ -134,7 +134,7 @@ class ScenePolicy:
             from. Defaults to ``(0.3, 0.6, 0.9)``.
 
     Examples:
-        >>> from vlmrb_torchrl.envs.ogbench import SceneEnv  # doctest: +SKIP
+        >>> from vlmrb_torchrl.envs.ogbench.env import SceneEnv  # doctest: +SKIP
         >>> env = SceneEnv(1, seed=0, max_episode_steps=300)  # doctest: +SKIP
         >>> policy = ScenePolicy(env, seed=0, random_share=0.0, goal_shares=(1.0,), noise=(0.0,))  # doctest: +SKIP
         >>> bool(env.rollout(300, policy)["next", "success"].any())  # doctest: +SKIP

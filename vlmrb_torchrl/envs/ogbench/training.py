@@ -1,7 +1,7 @@
 """Captioned OGBench Scene frames: statements about the cube, the drawer, the window and their locks.
 
 Statements come in groups of mutually exclusive ones, each decided by the simulator's state
-(:class:`~vlmrb_torchrl.envs.ogbench_policies.SceneState`): the cube on its target or off it; in
+(:class:`~vlmrb_torchrl.envs.ogbench.policies.SceneState`): the cube on its target or off it; in
 the drawer, on the table or in the air; held by the gripper or not; the drawer open, half open
 or closed (OGBench's 4 cm tolerance around its goal positions), the same for the window; the
 drawer locked or unlocked (button 0: its handle and button drawn red or white), the same for the
@@ -10,10 +10,10 @@ in a frame's set is false there (the contrastive loss's negatives are exact). Th
 subgoals, what ``oracle:ogbench`` watches, are among them: ``builtin:scene`` scores a clip by
 whether one of them becomes true in it (:data:`~vlmrb_torchrl.scorers.builtin.SCENE_PROMPT_SETS`).
 
-Frames are rendered by :class:`~vlmrb_torchrl.envs.ogbench.SceneEnv` exactly as the SAC recipe
+Frames are rendered by :class:`~vlmrb_torchrl.envs.ogbench.env.SceneEnv` exactly as the SAC recipe
 renders them for its scorer (``camera="front_pixels"``, ``frame_size=64``, the arm transparent,
 shadows and reflections off), in episodes of all five tasks played by
-:class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy` (subtasks toward the task's goal or at
+:class:`~vlmrb_torchrl.envs.ogbench.policies.ScenePolicy` (subtasks toward the task's goal or at
 random, run by OGBench's scripted oracles, with noise and random bursts) and of random arm motion.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from vlmrb_torchrl.envs.ogbench_policies import SceneState, scene_state
-from vlmrb_torchrl.scorer_training.data import FrameSet
+from vlmrb_torchrl.envs.ogbench.policies import SceneState, scene_state
+from vlmrb_torchrl.envs.minigrid.training import FrameSet
 
 __all__ = ["SCENE_STATEMENTS", "SCENE_QUESTIONS", "SCENE_EPISODE_KINDS", "true_statements", "wordings",
            "all_statements", "vocabulary", "generate_scene_frames"]
@@ -76,7 +76,7 @@ def true_statements(state: SceneState) -> frozenset[Statement]:
     """The seven statements true in ``state`` (one of each group of :data:`SCENE_QUESTIONS`).
 
     Examples:
-        >>> from vlmrb_torchrl.envs.ogbench_policies import SceneState
+        >>> from vlmrb_torchrl.envs.ogbench.policies import SceneState
         >>> state = SceneState(cube_on_target=True, cube_place="table", cube_held=False, drawer="open",
         ...                    window="closed", drawer_locked=False, window_locked=True, subgoals=(True,) * 5)
         >>> sorted(true_statements(state))[:3]
@@ -157,8 +157,8 @@ _ENVS: dict[tuple, Any] = {}
 def _roll(episode: _Episode, camera: str, frame_size: int, max_steps: int, frame_every: int,
           random_share: float) -> tuple[int, np.ndarray, list[SceneState], str]:
     """Plays ``episode``: its index, its frames ``[k, S, S, 3]``, their states and the policy's mode."""
-    from vlmrb_torchrl.envs.ogbench import SceneEnv
-    from vlmrb_torchrl.envs.ogbench_policies import ScenePolicy
+    from vlmrb_torchrl.envs.ogbench.env import SceneEnv
+    from vlmrb_torchrl.envs.ogbench.policies import ScenePolicy
 
     key = (episode.task, camera, frame_size, max_steps, frame_every)
     env = _ENVS.get(key)
@@ -212,7 +212,7 @@ def generate_scene_frames(
     frames at 20 Hz barely differ, so more episodes for the same rendering cost. The episodes'
     lengths, env seeds (``>= 2**20``; the scorer-quality benchmark's held-out episodes use seeds
     from 1000) and policy seeds are drawn from ``seed`` before any is played, and each episode
-    gets its own :class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy`: a seed gives the same
+    gets its own :class:`~vlmrb_torchrl.envs.ogbench.policies.ScenePolicy`: a seed gives the same
     frames, whatever ``workers`` is.
 
     Args:

@@ -201,7 +201,7 @@ class ClipRenderSteps:
         horizon (int, optional): the episode time limit. Defaults to ``None``.
 
     Examples:
-        >>> from vlmrb_torchrl.clips import ClipSpec
+        >>> from vlmrb_torchrl.scoring.clips import ClipSpec
         >>> need = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2))
         >>> [k for k in range(20) if need(k)]  # frames 0 and 8 (the outcome) of each clip
         [0, 8, 16]

@@ -1,7 +1,7 @@
 """Captioned robosuite Lift frames: statements about the gripper and the cube, and the frames themselves.
 
 Statements come in four pairs of opposites, each decided by the simulator's state
-(:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftState`): the gripper is open or closed, near
+(:class:`~vlmrb_torchrl.envs.robosuite.policies.LiftState`): the gripper is open or closed, near
 the cube or far from it, grasps the cube or does not, and the cube is lifted off the table or
 rests on it. Exactly one of each pair is true in a frame, so every statement not in a frame's set
 is false there (the contrastive loss's negatives are exact). "Grasps" is robosuite's
@@ -12,7 +12,7 @@ Frames are rendered by :class:`~vlmrb_torchrl.envs.RobosuiteEnv` exactly as the 
 them for its scorer (one camera of its ``camera="front_close+eye_in_hand"``: ``front_close``, a camera 45 cm
 in front of the cube where a lift is plain, or ``robot0_eye_in_hand``, the gripper's own; ``frame_size=64``;
 ``fast_render=True``: no shadows, reflections or multisampling), in episodes of the scripted
-:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy` (approach, grasp, lift, hold, put down
+:class:`~vlmrb_torchrl.envs.robosuite.policies.LiftPolicy` (approach, grasp, lift, hold, put down
 or drop, with noise, random bursts, grasps aimed beside the cube and grasps aimed at its edge) and of
 random arm motion.
 A fast frame costs ~10-15 ms on a CPU (Mesa's software rasteriser), on top of a ~25 ms step.
@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from vlmrb_torchrl.envs.robosuite_policies import LiftState, lift_state
-from vlmrb_torchrl.scorer_training.data import FrameSet
+from vlmrb_torchrl.envs.robosuite.policies import LiftState, lift_state
+from vlmrb_torchrl.envs.minigrid.training import FrameSet
 
 __all__ = ["LIFT_STATEMENTS", "LIFT_QUESTIONS", "LIFT_EPISODE_KINDS", "true_statements", "wordings",
            "all_statements", "vocabulary", "generate_lift_frames"]
@@ -68,7 +68,7 @@ def true_statements(state: LiftState) -> frozenset[Statement]:
     """The four statements true in ``state`` (one of each pair).
 
     Examples:
-        >>> from vlmrb_torchrl.envs.robosuite_policies import LiftState
+        >>> from vlmrb_torchrl.envs.robosuite.policies import LiftState
         >>> sorted(true_statements(LiftState(gripper_open=False, near=True, grasped=True, lifted=False)))
         [('grasped',), ('gripper', 'closed'), ('near',), ('on_table',)]
     """
@@ -164,8 +164,8 @@ def generate_lift_frames(
         >>> len(data), data.frames[0].shape  # doctest: +SKIP
         (20, (64, 64, 3))
     """
-    from vlmrb_torchrl.envs.robosuite import RobosuiteEnv
-    from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
+    from vlmrb_torchrl.envs.robosuite.env import RobosuiteEnv
+    from vlmrb_torchrl.envs.robosuite.policies import LiftPolicy
 
     if not isinstance(log_every, int) or log_every < 1:
         raise ValueError(f"generate_lift_frames: log_every must be an int >= 1, got log_every={log_every!r}.")

@@ -1,0 +1,1 @@
+"""The atari family (its record comes with the family registry)."""

@@ -1,0 +1,1 @@
+"""The minigrid family (its record comes with the family registry)."""

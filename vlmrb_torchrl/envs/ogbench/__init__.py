@@ -1,0 +1,1 @@
+"""The ogbench family (its record comes with the family registry)."""

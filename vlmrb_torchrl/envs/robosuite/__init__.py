@@ -1,0 +1,1 @@
+"""The robosuite family (its record comes with the family registry)."""
