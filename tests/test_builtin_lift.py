@@ -15,14 +15,8 @@ from tensordict import TensorDict  # noqa: E402
 
 from vlmrb_torchrl.envs.robosuite.policies import LiftState  # noqa: E402
 from vlmrb_torchrl.envs.robosuite import training as lift  # noqa: E402
-from vlmrb_torchrl.envs.minigrid.training import FrameSet  # noqa: E402
-from vlmrb_torchrl.scorer_training.domains import (  # noqa: E402
-    LIFT_EDGE_SHARE,
-    LIFT_MISS_SHARE,
-    get_domain,
-    load_frames,
-    save_frames,
-)
+from vlmrb_torchrl.envs.robosuite.domain import LIFT_EDGE_SHARE, LIFT_MISS_SHARE  # noqa: E402
+from vlmrb_torchrl.scorer_training.domains import FrameSet, get_domain, load_frames, save_frames  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -158,7 +152,7 @@ def test_shipped_lift_model_files_and_card():
 
 def test_shipped_lift_hand_model_files_and_card():
     """builtin:lift's second model: the gripper camera's, rebuilt by `vlmrb build-scorer lift_hand`."""
-    from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
+    from vlmrb_torchrl.envs.robosuite import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
     from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_VIEWS, PanelView
     from vlmrb_torchrl.scorers.builtin import builtin_panel_model_dirs
 
@@ -232,7 +226,7 @@ def test_builtin_lift_scores_a_rendered_grasp_high_and_the_approach_low():
     score above the decision threshold, clips of the arm far from the cube below it; the prompt set is the
     default."""
     pytest.importorskip("transformers")
-    from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
+    from vlmrb_torchrl.envs.robosuite import LIFT_SCORER_CAMERA
 
     scorer = make_scorer("builtin:lift")
     assert [c.positive for c in scorer.prompt_set] == [c.positive for c in LIFT_PROMPT_SET]

@@ -14,7 +14,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("minigrid")
 
 from vlmrb_torchrl.envs import FRAME_VIEWS, BatchedMiniGridEnv, MiniGridEnv  # noqa: E402
-from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig, apply_overrides, scorer_frame_view  # noqa: E402
+from vlmrb_torchrl.envs.minigrid import scorer_frame_view  # noqa: E402
+from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig, apply_overrides  # noqa: E402
 from vlmrb_torchrl.scorer_training import BuildConfig, build_scorer, weights_sha256  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
 from vlmrb_torchrl.scorers.builtin import builtin_model_dir  # noqa: E402

@@ -14,7 +14,8 @@ pytest.importorskip("minigrid")
 
 from vlmrb_torchrl.envs import DOORKEY_ACTIONS, MiniGridEnv  # noqa: E402
 from vlmrb_torchrl.envs.minigrid.policies import DoorKeyPolicy, SubgoalPolicy, minigrid_state  # noqa: E402
-from vlmrb_torchrl.scorer_training import BuildConfig, build_minigrid_scorer, build_scorer, weights_sha256  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.domain import build_minigrid_scorer  # noqa: E402
+from vlmrb_torchrl.scorer_training import BuildConfig, build_scorer, weights_sha256  # noqa: E402
 from vlmrb_torchrl.envs.minigrid.captions import true_statements  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
 from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET, builtin_model_dir  # noqa: E402
@@ -154,7 +155,7 @@ def test_flips_map_pixels_and_statements():
     import numpy as np
 
     from vlmrb_torchrl.envs.minigrid.captions import all_statements
-    from vlmrb_torchrl.scorer_training.domains import minigrid_domain
+    from vlmrb_torchrl.envs.minigrid.domain import minigrid_domain
     from vlmrb_torchrl.scorer_training.train import _Flips
 
     domain = minigrid_domain()
@@ -191,7 +192,7 @@ def test_opposite_texts_pair_a_true_statement_with_an_opposite():
 
     from vlmrb_torchrl.envs.minigrid.captions import opposites
     from vlmrb_torchrl.envs.minigrid.training import Layout, generate_frames
-    from vlmrb_torchrl.scorer_training.domains import minigrid_domain
+    from vlmrb_torchrl.envs.minigrid.domain import minigrid_domain
     from vlmrb_torchrl.scorer_training.train import _OppositeTexts, _Statements
 
     domain = minigrid_domain()
@@ -438,7 +439,7 @@ def _one_lift_frame():
 
     from vlmrb_torchrl.envs.robosuite.policies import LiftState
     from vlmrb_torchrl.envs.robosuite import training as lift
-    from vlmrb_torchrl.envs.minigrid.training import FrameSet
+    from vlmrb_torchrl.scorer_training.domains import FrameSet
 
     state = LiftState(gripper_open=True, near=False, grasped=False, lifted=False)
     return FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
@@ -467,7 +468,8 @@ def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
     """``lift_domain(miss_share=...)``: the episodes' share of grasps aimed beside the cube, passed to the frame
     generator, recorded in ``training.json`` and in the frame cache's name (the default keeps the shipped name)."""
     from vlmrb_torchrl.envs.robosuite import training as lift
-    from vlmrb_torchrl.scorer_training.domains import get_domain, lift_domain
+    from vlmrb_torchrl.envs.robosuite.domain import lift_domain
+    from vlmrb_torchrl.scorer_training.domains import get_domain
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
@@ -485,7 +487,8 @@ def test_lift_domain_edge_share_reaches_the_frames_and_the_record(monkeypatch):
     """``lift_domain(edge_share=...)``: the share of scripted episodes aiming at the cube's edge, passed to the
     frame generator and recorded; ``0`` gives the frames (and the cache name) of the builds before edge aims."""
     from vlmrb_torchrl.envs.robosuite import training as lift
-    from vlmrb_torchrl.scorer_training.domains import LIFT_EDGE_SHARE, get_domain, lift_domain
+    from vlmrb_torchrl.envs.robosuite.domain import LIFT_EDGE_SHARE, lift_domain
+    from vlmrb_torchrl.scorer_training.domains import get_domain
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
@@ -563,9 +566,10 @@ def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
     import dataclasses
 
     from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_VIEWS
-    from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS
+    from vlmrb_torchrl.envs.robosuite import LIFT_PANEL_CAMERAS
     from vlmrb_torchrl.envs.robosuite import training as lift
-    from vlmrb_torchrl.scorer_training.domains import get_domain, lift_domain
+    from vlmrb_torchrl.envs.robosuite.domain import lift_domain
+    from vlmrb_torchrl.scorer_training.domains import get_domain
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")

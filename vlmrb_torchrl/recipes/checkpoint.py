@@ -484,14 +484,15 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
     The saved config is the checkpoint's own ``config.json`` (covered by its manifest, so a hand-edited
     run ``config.json`` — which the command line reads back on resume — shows up as a difference); a
     checkpoint of an older version has none, and its run's ``config.json`` is used. Keys the saved
-    config does not have (added since) are not compared.
+    config does not have (added since) are not compared; keys renamed since are compared under their new
+    names (:data:`~vlmrb_torchrl.recipes.config.RENAMED_KEYS`).
     """
-    from vlmrb_torchrl.recipes.config import ConfigError
+    from vlmrb_torchrl.recipes.config import ConfigError, upgrade_keys
 
     run_config = checkpoint.parent.parent / "config.json"
     saved_path = checkpoint / "config.json" if (checkpoint / "config.json").exists() else run_config
     try:
-        saved = json.loads(saved_path.read_text())
+        saved = upgrade_keys(json.loads(saved_path.read_text()), quiet=True)  # a run of an older version: its key names
     except (OSError, ValueError) as err:
         warnings.warn(f"{saved_path} cannot be read ({err}): the config cannot be checked against the run "
                       f"{checkpoint} belongs to.", RunWarning, stacklevel=2)
@@ -503,7 +504,7 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
         edited = ""
         if saved_path != run_config and run_config.exists():
             try:
-                run_saved = json.loads(run_config.read_text())
+                run_saved = upgrade_keys(json.loads(run_config.read_text()), quiet=True)
             except (OSError, ValueError):
                 run_saved = {}
             if any(run_saved.get(k) != saved[k] for k in saved if k not in RESUME_MAY_CHANGE and k in run_saved):

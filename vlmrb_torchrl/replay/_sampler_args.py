@@ -12,7 +12,23 @@ import torch
 
 from vlmrb_torchrl.replay._slot_state import UnscoredMode
 
-__all__ = ["PrioritySetting", "Setting", "as_index_like", "as_values", "check_ceiling", "check_nonneg", "check_range", "check_threshold", "check_unit", "check_unscored", "check_warmup", "check_weights_defined", "flatten_index", "int_array", "scalar", "to_numpy"]
+__all__ = ["DEFAULT_WARMUP", "PrioritySetting", "Setting", "as_index_like", "as_values", "check_arguments", "check_ceiling",
+           "check_nonneg", "check_range", "check_threshold", "check_unit", "check_unscored", "check_warmup",
+           "check_weights_defined", "default_warmup", "flatten_index", "int_array", "scalar", "to_numpy"]
+
+#: The warm-up of a sampler whose run length is unknown: 100,000 sample calls (the paper's).
+DEFAULT_WARMUP = 100_000
+
+
+def default_warmup(sample_calls: int | None = None) -> int:
+    """The sampler's warm-up when none is given: half of the run's sample calls when the caller knows them
+    (the recipes: their gradient updates), else :data:`DEFAULT_WARMUP`. The only warm-up default.
+
+    Examples:
+        >>> default_warmup(), default_warmup(7_000), default_warmup(1)
+        (100000, 3500, 1)
+    """
+    return DEFAULT_WARMUP if sample_calls is None else max(1, sample_calls // 2)
 
 
 # ---------------------------------------------------------------------- argument conversion
@@ -191,6 +207,41 @@ def check_weights_defined(eps: float, beta: float, lam: float) -> None:
             "normaliser (N q_min) ** -beta is infinite and every weight would be 0 or NaN. "
             "Use eps > 0 (e.g. 0.01), beta=0, or lambda_max (and lambda_) < 1."
         )
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {name}={value!r}.")
+    return value
+
+
+#: Each keyword argument of the sampler that has a range, and its check.
+ARGUMENT_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "lambda_max": check_unit, "warmup": check_warmup, "unscored_priority": check_unscored,
+    "threshold": check_threshold, "eps": check_nonneg, "td_boost": check_bool, "alpha": check_nonneg,
+    "beta": check_nonneg, "max_oversampling": check_ceiling, "spread": check_spread,
+}
+
+
+def check_arguments(**kwargs: Any) -> dict[str, Any]:
+    """Checks sampler keyword arguments as the constructor does (each one's range, then that the importance
+    weights are defined) and returns them normalised; raises the constructor's ``ValueError`` / ``TypeError``.
+
+    Examples:
+        >>> check_arguments(eps=0.0, beta=0.4, lambda_max=0.5)["beta"]
+        0.4
+        >>> check_arguments(spread=1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: spread must be None (no episode credit) or a per-step decay in (0, 1] ...
+    """
+    unknown = sorted(set(kwargs) - set(ARGUMENT_CHECKS))
+    if unknown:
+        raise TypeError(f"unknown sampler arguments {unknown}; checked ones: {sorted(ARGUMENT_CHECKS)}.")
+    checked = {name: ARGUMENT_CHECKS[name](name, value) for name, value in kwargs.items()}
+    if {"eps", "beta", "lambda_max"} <= set(checked):
+        check_weights_defined(checked["eps"], checked["beta"], checked["lambda_max"])
+    return checked
 
 
 # ---------------------------------------------------------------------- public settings

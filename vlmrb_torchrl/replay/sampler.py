@@ -21,10 +21,10 @@ from torchrl.data.replay_buffers import PrioritizedSampler
 from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
-from vlmrb_torchrl.replay._sampler_args import (PrioritySetting, Setting, as_index_like, as_values, check_ceiling,
-                                         check_nonneg, check_range, check_spread, check_threshold, check_unit,
-                                         check_unscored, check_warmup, check_weights_defined, flatten_index, int_array,
-                                         to_numpy)
+from vlmrb_torchrl.replay._sampler_args import (PrioritySetting, Setting, as_index_like, as_values, check_arguments,
+                                                check_ceiling, check_nonneg, check_range, check_spread, check_threshold,
+                                                check_unit, check_unscored, check_warmup, check_weights_defined,
+                                                default_warmup, flatten_index, int_array, to_numpy)
 from vlmrb_torchrl.replay._slot_state import SPREAD_ARRAYS, PriorityConfig, SlotState, UnscoredMode
 from vlmrb_torchrl.replay._sumtree import TreeBackend, resolve_backend
 
@@ -118,7 +118,9 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             :math:`\lambda_t` rises linearly from 0 to ``lambda_max``; 0 starts at
             ``lambda_max``. Assigning :attr:`lambda_` (e.g. from a TorchRL
             :class:`~torchrl.data.replay_buffers.scheduler.LinearScheduler`)
-            replaces this built-in schedule. Defaults to 100_000.
+            replaces this built-in schedule. ``None``: the one warm-up default,
+            ``default_warmup()``, 100_000 (the recipes, which know their run's
+            length, pass half of its sample calls). Defaults to ``None``.
         unscored_priority (str or float, optional): priority of unscored slots:
             ``"mean"``, ``"max"`` or a float >= 0 (floored at ``eps``); readable
             and assignable afterwards as :attr:`unscored_priority_mode`.
@@ -168,7 +170,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         max_capacity: int,
         *,
         lambda_max: float = 0.5,
-        warmup: int = 100_000,
+        warmup: int | None = None,
         unscored_priority: UnscoredMode = "mean",
         threshold: float | None = 0.5,
         eps: float = 0.01,
@@ -185,7 +187,7 @@ class VLMPrioritizedSampler(PrioritizedSampler):
             raise ValueError(f"max_capacity must be an int >= 1, got max_capacity={max_capacity!r}.")
         self._max_capacity = max_capacity
         self.lambda_max = lambda_max
-        self.warmup = warmup
+        self.warmup = default_warmup() if warmup is None else warmup
         unscored = check_unscored("unscored_priority", unscored_priority)
         threshold = check_threshold("threshold", threshold)
         eps = check_nonneg("eps", eps)
@@ -208,6 +210,21 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self._trailing: tuple[int, ...] | None = None  # storage.shape[1:] of an ndim > 1 storage
         self._reset_counters()
         self._validate_setting("beta", self._beta)
+
+    @staticmethod
+    def check_arguments(**kwargs: Any) -> dict[str, Any]:
+        """Checks keyword arguments of the constructor (``lambda_max``, ``warmup``, ``unscored_priority``,
+        ``threshold``, ``eps``, ``td_boost``, ``alpha``, ``beta``, ``max_oversampling``, ``spread``) as it does,
+        without building a sampler: what a config calls to validate its values before a run. Returns them
+        normalised; raises the constructor's ``ValueError`` or ``TypeError``.
+
+        Examples:
+            >>> VLMPrioritizedSampler.check_arguments(eps=0.0, beta=0.4, lambda_max=1.0)
+            Traceback (most recent call last):
+            ...
+            ValueError: eps=0 with beta=0.4 > 0 and lambda reaching 1 leaves the importance weights undefined: ...
+        """
+        return check_arguments(**kwargs)
 
     def _reset_counters(self) -> None:
         self._sample_calls = 0

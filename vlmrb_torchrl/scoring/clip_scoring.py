@@ -113,10 +113,8 @@ def make_clip_scoring(
         scorer = make_scorer(scorer)
     clip_spec = clip_spec if clip_spec is not None else ClipSpec()
     needs_frames = reads_frames(scorer, frame_key)
-    transform = VLMScoreTransform(
-        scorer, clip_len=clip_spec.clip_len, in_keys=[frame_key] if needs_frames else [],
-        frames=clip_spec.frames, frame_size=frame_size, grid=grid, final_frame=clip_spec.final_frame,
-    )
+    transform = VLMScoreTransform(scorer, clip_spec=clip_spec, in_keys=[frame_key] if needs_frames else [],
+                                  frame_size=frame_size, grid=grid)
     user_extras = stream_kwargs.pop("extra_keys", ())
     if isinstance(user_extras, str):
         user_extras = [user_extras]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -179,31 +180,34 @@ class VLMScoreTransform(Transform):
             (see :class:`vlmrb_torchrl.scorers.Scorer`).
 
     Keyword Args:
-        clip_len (int): records per clip, ``T``.
+        clip_spec (ClipSpec, optional): the clip geometry (``clip_len``, ``frames``, ``final_frame``;
+            the :class:`~vlmrb_torchrl.ClipStream` that cuts the clips holds the same spec). Give it, or
+            ``clip_len`` (and ``frames``, ``final_frame``), not both.
+        clip_len (int, optional): records per clip, ``T``.
         in_keys (sequence of NestedKey): frame keys. Defaults to ``("pixels",)``.
         out_keys (sequence of NestedKey): where the score goes. Defaults to ``("vlm_score",)``.
         frames (int, optional): frames sent to the scorer per clip; ``None`` = all.
         frame_size (int or (int, int), optional): resize frames to this size; ``None`` keeps them.
         grid (bool): tile the frames into one image per clip. Defaults to ``False``.
-        final_frame (bool): show each clip's outcome frame (see above). Defaults to ``True``.
+        final_frame (bool, optional): show each clip's outcome frame (see above). Defaults to ``True``.
 
     Attributes:
-        clip_spec (ClipSpec): ``ClipSpec(clip_len, frames=frames, final_frame=...)``, the clip
-            geometry the transform expects; its
-            ``final_frame`` is ``False`` when the transform reads no frames.
+        clip_spec (ClipSpec): the clip geometry the transform expects (``clip_spec``, or
+            ``ClipSpec(clip_len, frames=frames, final_frame=...)``); its ``final_frame`` is ``False``
+            when the transform reads no frames.
         scorer: the scorer (not a submodule).
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from vlmrb_torchrl import VLMScoreTransform
+        >>> from vlmrb_torchrl import ClipSpec, VLMScoreTransform
         >>> class Brightness:  # a stand-in scorer: mean pixel value of the last real frame
         ...     in_keys = ["pixels"]
         ...     prompt = ""
         ...     provenance = {"backend": "example"}
         ...     def score(self, clips):
         ...         return clips["pixels"][:, -1].float().mean((-1, -2, -3)) / 255
-        >>> t = VLMScoreTransform(Brightness(), clip_len=4, frames=2)
+        >>> t = VLMScoreTransform(Brightness(), clip_spec=ClipSpec(clip_len=4, frames=2))
         >>> px = torch.arange(8, dtype=torch.uint8).mul(30).view(8, 1, 1, 1).expand(8, 2, 2, 3)
         >>> out = t(TensorDict(pixels=px.clone(), batch_size=[8]))  # two flat clips of 4
         >>> out.shape, [round(x, 3) for x in out["vlm_score"].tolist()]
@@ -229,22 +233,34 @@ class VLMScoreTransform(Transform):
         self,
         scorer,
         *,
-        clip_len: int,
+        clip_spec: ClipSpec | None = None,
+        clip_len: int | None = None,
         in_keys: Sequence[NestedKey] = ("pixels",),
         out_keys: Sequence[NestedKey] = ("vlm_score",),
         frames: int | None = None,
         frame_size: int | tuple[int, int] | None = None,
         grid: bool = False,
-        final_frame: bool = True,
+        final_frame: bool | None = None,
     ) -> None:
         if not callable(getattr(scorer, "score", None)):
             raise TypeError(
                 f"scorer must have a score(clips) method (see vlmrb_torchrl.scorers.Scorer); "
                 f"got {type(scorer).__name__}."
             )
-        if not isinstance(final_frame, bool):
-            raise TypeError(f"final_frame must be a bool, got final_frame={final_frame!r}.")
-        clip_spec = ClipSpec(clip_len=clip_len, frames=frames, final_frame=final_frame and len(in_keys) > 0)
+        if clip_spec is None:
+            if clip_len is None:
+                raise TypeError("VLMScoreTransform needs clip_spec= (a ClipSpec) or clip_len=.")
+            final_frame = True if final_frame is None else final_frame
+            if not isinstance(final_frame, bool):
+                raise TypeError(f"final_frame must be a bool, got final_frame={final_frame!r}.")
+            clip_spec = ClipSpec(clip_len=clip_len, frames=frames, final_frame=final_frame)
+        elif not isinstance(clip_spec, ClipSpec):
+            raise TypeError(f"clip_spec must be a ClipSpec, got {type(clip_spec).__name__}.")
+        elif clip_len is not None or frames is not None or final_frame is not None:
+            raise ValueError(f"VLMScoreTransform: give clip_spec={clip_spec} or clip_len=, frames=, final_frame=, "
+                             "not both (they are the ClipSpec's fields).")
+        if clip_spec.final_frame and len(in_keys) == 0:  # no frames read: no outcome frame either
+            clip_spec = dataclasses.replace(clip_spec, final_frame=False)
         if isinstance(frame_size, int) and not isinstance(frame_size, bool):
             frame_size = (frame_size, frame_size)
         if frame_size is not None and (

@@ -22,6 +22,8 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl._utils import seed_generator
 from torchrl.envs import EnvBase
 
+from vlmrb_torchrl.envs._base import done_spec, flag_spec, step_output
+
 __all__ = [
     "ATARI_PROMPTS",
     "GENERIC_ATARI_PROMPT",
@@ -170,7 +172,7 @@ def _check_args(owner: str, *, frame_size, frame_skip, noop_max, frame_stack, ma
 def _set_specs(env: EnvBase, *, batch_shape: tuple[int, ...], n_actions: int) -> None:
     """The specs of :class:`AtariEnv` (``batch_shape=()``) and :class:`BatchedAtariEnv` (``(num_envs,)``)."""
     device = env.device
-    flag = Categorical(n=2, shape=(*batch_shape, 1), dtype=torch.bool, device=device)
+    flag = flag_spec(batch_shape, device)
     obs = {
         "observation": Bounded(0, 255, shape=(*batch_shape, env.frame_stack, OBS_SIZE, OBS_SIZE), dtype=torch.uint8,
                                device=device),
@@ -184,8 +186,7 @@ def _set_specs(env: EnvBase, *, batch_shape: tuple[int, ...], n_actions: int) ->
     env.observation_spec = Composite(obs, shape=batch_shape, device=device)
     env.action_spec = Categorical(n=n_actions, shape=batch_shape, dtype=torch.int64, device=device)
     env.reward_spec = Unbounded(shape=(*batch_shape, 1), dtype=torch.float32, device=device)
-    env.done_spec = Composite(done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=batch_shape,
-                              device=device)
+    env.done_spec = done_spec(batch_shape, device)
 
 
 class AtariEnv(EnvBase):
@@ -413,21 +414,12 @@ class AtariEnv(EnvBase):
         return frame, pixels
 
     def _output(self, reward: float | None, raw: float, game_done: bool, terminated: bool, truncated: bool):
-        out = {
-            "observation": torch.from_numpy(self._stack.copy()),
-            "raw_reward": torch.tensor([raw], dtype=torch.float32),
-            "progress_event": torch.tensor([raw > 0]),
-            "game_done": torch.tensor([game_done]),
-            "terminated": torch.tensor([terminated]),
-            "truncated": torch.tensor([truncated]),
-            "done": torch.tensor([terminated or truncated]),
-        }
-        if reward is not None:
-            out["reward"] = torch.tensor([reward], dtype=torch.float32)
+        out = {"observation": torch.from_numpy(self._stack.copy()), "raw_reward": torch.tensor([raw], dtype=torch.float32),
+               "progress_event": torch.tensor([raw > 0])}
         if self._pixels is not None:
             out["pixels"] = torch.from_numpy(self._pixels)
-        td = TensorDict(out, batch_size=torch.Size([]))
-        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
+        return step_output(out, _FLAG_KEYS, [game_done, terminated, truncated, terminated or truncated], reward,
+                           self.device)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         if self._continue_game and self._pending_seed is None:
@@ -531,6 +523,8 @@ class BatchedAtariEnv(EnvBase):
     """
 
     _has_frame_skip = True  # ale-py skips frames itself
+    #: ale-py steps the copies in its own threads: a recipe's ``parallel=True`` keeps this class.
+    steps_in_parallel = True
 
     #: ``env_kwargs`` the vector env accepts (everything else is the id's or this env's own arguments).
     VECTOR_ENV_KWARGS = ("repeat_action_probability", "full_action_space")

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from vlmrb_torchrl.envs.atari.policies import ATARI_POLICY_GAMES, BALL_POSITIONS
-from vlmrb_torchrl.envs.minigrid.training import FrameSet
+from vlmrb_torchrl.scorer_training.domains import FrameSet
 
 __all__ = ["AtariFrameState", "ATARI_STATEMENTS", "ATARI_QUESTIONS", "ATARI_EPISODE_KINDS", "EVENTS",
            "true_statements", "wordings", "all_statements", "vocabulary", "generate_atari_frames", "frame_events"]

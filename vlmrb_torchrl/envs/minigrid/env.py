@@ -22,6 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from vlmrb_torchrl.envs._base import step_output
 from vlmrb_torchrl.envs.minigrid.missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
@@ -791,13 +792,8 @@ class MiniGridEnv(EnvBase):
 
     def _output(self, arrays: dict[str, np.ndarray], flags: list[bool], reward: float | None) -> TensorDictBase:
         # flags: the MINIGRID_EVENT_KEYS values, then terminated, truncated, done
-        flags_t = torch.tensor(flags, dtype=torch.bool).unsqueeze(-1)
-        out = {key: torch.from_numpy(value) for key, value in arrays.items()}
-        out.update(zip(_FLAG_KEYS, flags_t.unbind(0)))
-        if reward is not None:
-            out["reward"] = torch.tensor([reward], dtype=torch.float32)
-        td = TensorDict(out, batch_size=torch.Size([]))
-        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
+        return step_output({key: torch.from_numpy(value) for key, value in arrays.items()}, _FLAG_KEYS, flags, reward,
+                           self.device)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         return self._output(self._reset_arrays(), [False] * len(_FLAG_KEYS), None)

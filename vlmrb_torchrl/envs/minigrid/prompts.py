@@ -57,13 +57,26 @@ import warnings
 from vlmrb_torchrl.envs.minigrid.missions import CARRYABLE, Mission, Subgoal, Thing, parse_mission
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
-__all__ = ["GENERIC_CHECKS", "MISSION_MODELS", "MissionScorer", "mission_prompt_set", "minigrid_task_checks",
-           "with_mission"]
+__all__ = ["GENERIC_CHECKS", "MINIGRID_GOAL_PROMPT_SET", "MINIGRID_PROMPT_SET", "MISSION_MODELS", "MissionScorer",
+           "mission_prompt_set", "minigrid_task_checks", "with_mission"]
 
 #: The built-in MiniGrid models (``builtin:<name>``) whose checks derive from the mission (``task=``,
 #: ``mission_key=``; the DQN recipe and the scorer-quality benchmark tell them the env's): ``minigrid`` reads
 #: frames of the whole grid, ``minigrid_agent`` of the agent-centred view (``MiniGridEnv(frame_view="agent")``).
 MISSION_MODELS = ("minigrid", "minigrid_agent")
+
+#: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
+#: canonical ones of the training captions (``vlmrb_torchrl.envs.minigrid.captions``).
+MINIGRID_PROMPT_SET: tuple[PromptCheck, ...] = (
+    PromptCheck("the agent holds the key", ("the key is on the floor",), "progress"),
+    PromptCheck("the door is unlocked", ("the door is locked",), "progress"),
+    PromptCheck("the agent is on the goal", ("the agent is next to the goal", "the agent is far from the goal"), "max"),
+)
+
+#: ``builtin:minigrid_goal``: the same model asked only the VLM-RB paper's question, "a clear instance of
+#: goal satisfaction": the goal check of :data:`MINIGRID_PROMPT_SET` alone, the labels of
+#: ``oracle:minigrid_goal`` (key pickups and door openings score 0).
+MINIGRID_GOAL_PROMPT_SET: tuple[PromptCheck, ...] = (MINIGRID_PROMPT_SET[2],)
 
 
 def _say(*statement: str, wording: int = 0) -> str:

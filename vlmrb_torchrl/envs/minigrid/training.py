@@ -26,9 +26,9 @@ from vlmrb_torchrl.envs.minigrid.policies import (
     SubgoalPolicy,
     minigrid_state,
 )
+from vlmrb_torchrl.scorer_training.domains import FrameSet
 
-__all__ = ["Layout", "TRAIN_LAYOUTS", "HELD_OUT_LAYOUTS", "BENCHMARK_TRAIN_ENVS", "LARGE_GRID_ENVS", "FrameSet",
-           "generate_frames"]
+__all__ = ["Layout", "TRAIN_LAYOUTS", "HELD_OUT_LAYOUTS", "BENCHMARK_TRAIN_ENVS", "LARGE_GRID_ENVS", "generate_frames"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,28 +125,6 @@ HELD_OUT_LAYOUTS: tuple[str, ...] = (
 LARGE_GRID_ENVS: tuple[str, ...] = ("MiniGrid-LockedRoom-v0", "MiniGrid-MultiRoom-N2-S4-v0")
 
 _EPSILONS = (0.0, 0.1, 0.2, 0.3, 0.5)
-
-
-@dataclasses.dataclass
-class FrameSet:
-    """Frames and their states.
-
-    Attributes:
-        frames (list of np.ndarray): uint8 ``[H, W, 3]`` frames as the env renders them.
-        states (list of MiniGridState): the state shown by each frame.
-        layout (np.ndarray): int64 ``[N]``, index of the frame's layout in ``layouts``.
-        episode (np.ndarray): int64 ``[N]``, a global episode number.
-        layouts (list of str): env ids.
-    """
-
-    frames: list[np.ndarray]
-    states: list[MiniGridState]
-    layout: np.ndarray
-    episode: np.ndarray
-    layouts: list[str]
-
-    def __len__(self) -> int:
-        return len(self.frames)
 
 
 def _perturb(menv, rng: np.random.Generator) -> None:

@@ -49,19 +49,19 @@ import dataclasses
 import functools
 import importlib.util
 import os
-import re
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
-from torchrl.data import Bounded, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
+from tensordict import TensorDictBase
+from torchrl.data import Bounded, Unbounded
 
-__all__ = ["SceneEnv", "make_ogbench_env", "scene_task", "SCENE_TASKS", "SCENE_SUBGOALS", "OGBENCH_EVENT_KEYS",
-           "OGBENCH_PREFIX"]
+from vlmrb_torchrl.envs._base import FramedTaskEnv
+from vlmrb_torchrl.envs.ogbench import scene_task
+
+__all__ = ["SceneEnv", "make_ogbench_env", "scene_task", "SCENE_TASKS", "SCENE_SUBGOALS", "OGBENCH_EVENT_KEYS"]
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -71,9 +71,6 @@ MISSING_OGBENCH = (
     "OGBench environments need ogbench, which is not installed: pip install 'vlmrb-torchrl[ogbench]' "
     "(ogbench>=1.2 with mujoco>=3.3,<3.4)"
 )
-
-#: The recipes' env ids: ``ogbench/scene-task1`` ... ``ogbench/scene-task5``.
-OGBENCH_PREFIX = "ogbench/"
 
 #: Scene's single tasks by number: OGBench's task names.
 SCENE_TASKS: dict[int, str] = {1: "open", 2: "unlock_and_lock", 3: "rearrange_medium", 4: "put_in_drawer",
@@ -88,7 +85,6 @@ SCENE_SUBGOALS = ("cube", "button_0", "button_1", "drawer", "window")
 #: data): ``"<subgoal>_achieved"`` when that subgoal becomes satisfied on the step, ``"success"``
 #: while the task is solved, ``"progress_event"`` their OR (what ``oracle:ogbench`` reads).
 OGBENCH_EVENT_KEYS = (*(f"{name}_achieved" for name in SCENE_SUBGOALS), "success", "progress_event")
-_FLAG_KEYS = (*OGBENCH_EVENT_KEYS, "terminated", "truncated", "done")
 
 #: The looks of OGBench's pixel-based Scene (``visual-scene-*``): the gripper's dark parts purple,
 #: the arm drawn transparent (alpha per material).
@@ -109,24 +105,6 @@ def _import_ogbench():
         warnings.simplefilter("ignore")
         import ogbench  # noqa: F401  (registers the scene-* ids)
     return gymnasium
-
-
-def scene_task(env_id: str) -> int:
-    """The Scene task number of a recipe env id (``ogbench/scene-task3``, ``scene-task3`` or OGBench's
-    ``scene-singletask-task3-v0``).
-
-    Examples:
-        >>> scene_task("ogbench/scene-task3"), scene_task("scene-singletask-task5-v0")
-        (3, 5)
-        >>> scene_task("ogbench/cube-task1")
-        Traceback (most recent call last):
-        ...
-        ValueError: unknown OGBench env 'ogbench/cube-task1': use ogbench/scene-task1 ... ogbench/scene-task5.
-    """
-    match = re.fullmatch(r"(?:ogbench/)?scene(?:-singletask)?-task([1-5])(?:-v0)?", env_id)
-    if match is None:
-        raise ValueError(f"unknown OGBench env {env_id!r}: use ogbench/scene-task1 ... ogbench/scene-task5.")
-    return int(match.group(1))
 
 
 @contextlib.contextmanager
@@ -201,7 +179,7 @@ def _cheap_scene(scene) -> None:
     scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
 
 
-class SceneEnv(EnvBase):
+class SceneEnv(FramedTaskEnv):
     """TorchRL environment for an OGBench Scene single task (``scene-singletask-task{N}-v0``).
 
     Args:
@@ -267,28 +245,16 @@ class SceneEnv(EnvBase):
         gymnasium = _import_ogbench()
         if task not in SCENE_TASKS:
             raise ValueError(f"SceneEnv: unknown task={task!r}; Scene's tasks are 1-5 ({SCENE_TASKS}).")
-        if not isinstance(frame_size, int) or frame_size < 1:
-            raise ValueError(f"SceneEnv.frame_size must be an int >= 1, got frame_size={frame_size!r}.")
-        if max_episode_steps is None:
-            max_episode_steps = 750
-        if not isinstance(max_episode_steps, int) or max_episode_steps < 1:
-            raise ValueError(
-                f"SceneEnv.max_episode_steps must be an int >= 1, got max_episode_steps={max_episode_steps!r}.")
         if reward not in _REWARDS:
             raise ValueError(f"SceneEnv.reward must be one of {_REWARDS}, got reward={reward!r}.")
         if camera not in ("front_pixels", "front"):
             raise ValueError(f"SceneEnv: unknown camera={camera!r}; Scene's cameras are 'front_pixels' and 'front'.")
-        super().__init__(device=device, batch_size=torch.Size([]))
+        super().__init__(render=render, render_steps=render_steps, camera=camera, frame_size=frame_size,
+                         max_episode_steps=max_episode_steps, default_max_steps=750,
+                         terminate_on_success=terminate_on_success, device=device)
         self.task = task
-        self.from_pixels = bool(render)
-        self.render_steps = render_steps
-        self.camera = camera
-        self.frame_size = frame_size
         self.transparent_arm = transparent_arm
-        self.max_episode_steps = max_episode_steps
         self.reward = reward
-        self.terminate_on_success = terminate_on_success
-        self.render_count = 0
         # OGBench's own id (its registered settings: single task, no block permutation, "pre" success
         # timing), built as the subclass that seeds its reset's random actions; the time limit is ours, on
         # the unwrapped env
@@ -296,31 +262,23 @@ class SceneEnv(EnvBase):
                                    entry_point=_seeded_scene_class())
         with _quiet():
             self._env = gymnasium.make(spec, width=frame_size, height=frame_size).unwrapped
-        self._step_in_episode = 0
         self._satisfied = np.zeros(len(SCENE_SUBGOALS), dtype=bool)
         with _quiet():
             self._env.reset(seed=seed)  # builds the MuJoCo model
         self._pending_seed = seed  # the first episode is seeded the same way
         self._configure_rendering()
-        self._make_specs()
+        self._specs()
         if self.from_pixels:
             _offscreen_gl()
 
     # ------------------------------------------------------------------ specs
-    def _make_specs(self) -> None:
-        flag = Categorical(n=2, shape=(1,), dtype=torch.bool, device=self.device)
-        obs = {"observation": Unbounded(shape=(40,), dtype=torch.float32, device=self.device),
-               "subgoals": Bounded(0, len(SCENE_SUBGOALS), shape=(1,), dtype=torch.int64, device=self.device)}
-        if self.from_pixels:
-            obs["pixels"] = Bounded(0, 255, shape=(self.frame_size, self.frame_size, 3), dtype=torch.uint8,
-                                    device=self.device)
-        for key in OGBENCH_EVENT_KEYS:
-            obs[key] = flag.clone()
-        self.observation_spec = Composite(obs, shape=(), device=self.device)
-        self.action_spec = Bounded(-1.0, 1.0, shape=(5,), dtype=torch.float32, device=self.device)
-        self.reward_spec = Unbounded(shape=(1,), dtype=torch.float32, device=self.device)
-        self.done_spec = Composite(done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=(),
-                                   device=self.device)
+    #: The flags :meth:`_output` writes: the events, then terminated, truncated, done.
+    FLAG_KEYS = (*OGBENCH_EVENT_KEYS, "terminated", "truncated", "done")
+
+    def _specs(self) -> None:
+        self._make_specs({"observation": Unbounded(shape=(40,), dtype=torch.float32, device=self.device),
+                          "subgoals": Bounded(0, len(SCENE_SUBGOALS), shape=(1,), dtype=torch.int64, device=self.device)},
+                         Bounded(-1.0, 1.0, shape=(5,), dtype=torch.float32, device=self.device))
 
     def _configure_rendering(self) -> None:
         model = self._env._model
@@ -355,21 +313,9 @@ class SceneEnv(EnvBase):
         self.render_count += 1
         return torch.from_numpy(np.ascontiguousarray(img))
 
-    def _output(self, obs: np.ndarray, flags: list[bool], reward: float | None, *,
-                ends_episode: bool = False) -> TensorDictBase:
-        out = {"observation": torch.as_tensor(obs, dtype=torch.float32),
-               "subgoals": torch.tensor([int(self._satisfied.sum())], dtype=torch.int64)}
-        if self.from_pixels:
-            if ends_episode or self.render_steps is None or self.render_steps(self._step_in_episode):
-                out["pixels"] = self.render_frame()
-            else:
-                out["pixels"] = torch.zeros(self.frame_size, self.frame_size, 3, dtype=torch.uint8)
-        flags_t = torch.tensor(flags, dtype=torch.bool).unsqueeze(-1)
-        out.update(zip(_FLAG_KEYS, flags_t.unbind(0)))
-        if reward is not None:
-            out["reward"] = torch.tensor([reward], dtype=torch.float32)
-        td = TensorDict(out, batch_size=torch.Size([]))
-        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
+    def _entries(self, obs: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"observation": torch.as_tensor(obs, dtype=torch.float32),
+                "subgoals": torch.tensor([int(self._satisfied.sum())], dtype=torch.int64)}
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         seed, self._pending_seed = self._pending_seed, None
@@ -377,7 +323,7 @@ class SceneEnv(EnvBase):
             obs, _ = self._env.reset(seed=seed)
         self._step_in_episode = 0
         self._satisfied = self.satisfied()
-        return self._output(obs, [False] * len(_FLAG_KEYS), None)
+        return self._output(self._entries(obs), [False] * len(self.FLAG_KEYS), None)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = tensordict.get("action").detach().cpu().numpy().astype(np.float64)
@@ -391,9 +337,9 @@ class SceneEnv(EnvBase):
         terminated = bool(terminated) and self.terminate_on_success
         truncated = self._step_in_episode >= self.max_episode_steps
         flags = [*achieved, success, any(achieved) or success, terminated, truncated, terminated or truncated]
-        return self._output(obs, flags, float(reward), ends_episode=terminated or truncated)
+        return self._output(self._entries(obs), flags, float(reward), ends_episode=terminated or truncated)
 
-    def close(self, *, raise_if_closed: bool = True) -> None:
+    def _close_simulator(self) -> None:
         env = self.__dict__.get("_env")
         if env is not None:
             renderer = getattr(env, "_renderer", None)
@@ -401,7 +347,6 @@ class SceneEnv(EnvBase):
                 renderer.close()
                 env._renderer = None
             env.close()
-        super().close(raise_if_closed=raise_if_closed)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(task={self.task} ({SCENE_TASKS[self.task]}), render={self.from_pixels}, "

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vlmrb_torchrl.envs.ogbench.policies import SceneState, scene_state
-from vlmrb_torchrl.envs.minigrid.training import FrameSet
+from vlmrb_torchrl.scorer_training.domains import FrameSet
 
 __all__ = ["SCENE_STATEMENTS", "SCENE_QUESTIONS", "SCENE_EPISODE_KINDS", "true_statements", "wordings",
            "all_statements", "vocabulary", "generate_scene_frames"]

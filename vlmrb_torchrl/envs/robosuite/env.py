@@ -20,12 +20,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
-from torchrl.data import Bounded, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
+from tensordict import TensorDictBase
+from torchrl.data import Bounded, Unbounded
 
-__all__ = ["RobosuiteEnv", "make_robosuite_env", "ClipRenderSteps", "ROBOSUITE_EVENT_KEYS", "CameraView",
-           "SplitView", "PanelView", "ROBOSUITE_VIEWS"]
+from vlmrb_torchrl.envs._base import FramedTaskEnv
+
+__all__ = ["RobosuiteEnv", "make_robosuite_env", "ROBOSUITE_EVENT_KEYS", "CameraView", "SplitView", "PanelView",
+           "ROBOSUITE_VIEWS"]
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -39,7 +40,6 @@ MISSING_ROBOSUITE = (
 #: Boolean per-step event entries written by :class:`RobosuiteEnv` (``("next", key)`` in
 #: collector data). ``"progress_event"`` is the OR of the others.
 ROBOSUITE_EVENT_KEYS = ("grasping", "lifted", "success", "progress_event")
-_FLAG_KEYS = (*ROBOSUITE_EVENT_KEYS, "terminated", "truncated", "done")
 
 #: The object whose grasp / lift the events track, by task (attribute of the robosuite env).
 #: Door: the handle is grasped, nothing is lifted. Other tasks: only ``success`` fires.
@@ -178,50 +178,7 @@ def _import_robosuite():
     return robosuite
 
 
-class ClipRenderSteps:
-    """Which steps of an episode need a frame: those some clip sends to the scorer.
-
-    Clips start at ``0, stride, 2 * stride, ...`` of every trajectory and send the frames at
-    ``clip_spec.frame_indices()`` relative to their start. Step ``k`` (``k = 0`` is the reset
-    observation) is needed iff ``k = c + p`` for a clip start ``c`` and a frame position ``p``.
-    With the outcome frame on (``ClipSpec.final_frame``, the default) the positions run to
-    ``clip_len``: a clip's last frame is the observation after its last step. The last step of
-    the time limit (``horizon - 1``) is always rendered: tail clips pad with the trajectory's
-    last frame; and :class:`RobosuiteEnv` always renders the observation that ends an episode
-    (the last clip's outcome), whatever ``render_steps`` says.
-
-    With ``stride=1`` every step is some clip's frame (no savings); with ``stride=clip_len``
-    and ``frames=F`` only ``F`` of every ``clip_len`` steps are rendered.
-
-    Args:
-        clip_spec: a :class:`~vlmrb_torchrl.ClipSpec` (or anything with ``clip_len``,
-            ``stride`` and ``frame_indices()``).
-
-    Keyword Args:
-        horizon (int, optional): the episode time limit. Defaults to ``None``.
-
-    Examples:
-        >>> from vlmrb_torchrl.scoring.clips import ClipSpec
-        >>> need = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2))
-        >>> [k for k in range(20) if need(k)]  # frames 0 and 8 (the outcome) of each clip
-        [0, 8, 16]
-        >>> need = ClipRenderSteps(ClipSpec(clip_len=8, stride=8, frames=2, final_frame=False))
-        >>> [k for k in range(20) if need(k)]
-        [0, 7, 8, 15, 16]
-    """
-
-    def __init__(self, clip_spec, *, horizon: int | None = None) -> None:
-        self.stride = int(clip_spec.stride)
-        self.positions = sorted({int(p) for p in clip_spec.frame_indices().tolist()})
-        self.horizon = horizon
-
-    def __call__(self, step: int) -> bool:
-        if self.horizon is not None and step == self.horizon - 1:
-            return True
-        return any(p <= step and (step - p) % self.stride == 0 for p in self.positions)
-
-
-class RobosuiteEnv(EnvBase):
+class RobosuiteEnv(FramedTaskEnv):
     """TorchRL environment for a robosuite task (Panda arm, default OSC controller).
 
     Args:
@@ -302,26 +259,14 @@ class RobosuiteEnv(EnvBase):
         env_kwargs: dict | None = None,
     ) -> None:
         suite = _import_robosuite()
-        if not isinstance(frame_size, int) or frame_size < 1:
-            raise ValueError(f"RobosuiteEnv.frame_size must be an int >= 1, got frame_size={frame_size!r}.")
-        if max_episode_steps is None:
-            max_episode_steps = 500
-        if not isinstance(max_episode_steps, int) or max_episode_steps < 1:
-            raise ValueError(
-                f"RobosuiteEnv.max_episode_steps must be an int >= 1, got max_episode_steps={max_episode_steps!r}."
-            )
-        super().__init__(device=device, batch_size=torch.Size([]))
+        super().__init__(render=render, render_steps=render_steps, camera=camera, frame_size=frame_size,
+                         max_episode_steps=max_episode_steps, default_max_steps=500,
+                         terminate_on_success=terminate_on_success, device=device)
+        max_episode_steps = self.max_episode_steps
         self.task = task
-        self.from_pixels = bool(render)
-        self.render_steps = render_steps
-        self.camera = camera
-        self.frame_size = frame_size
         self.fast_render = bool(fast_render)
         self._render_context = None  # robosuite's offscreen context, once set up for this env's frames
-        self.max_episode_steps = max_episode_steps
-        self.terminate_on_success = terminate_on_success
         self.lift_height = lift_height
-        self.render_count = 0
         kwargs = dict(
             robots=robots, has_renderer=False, has_offscreen_renderer=self.from_pixels, use_camera_obs=False,
             use_object_obs=True, reward_shaping=reward_shaping, reward_scale=1.0, control_freq=control_freq,
@@ -350,30 +295,22 @@ class RobosuiteEnv(EnvBase):
             self._env.close()
             raise ValueError(f"RobosuiteEnv: camera={camera!r} draws {missing}, which {task}'s model does not have "
                              f"(its cameras: {cameras}).")
-        self.frame_shape = (view.frame_shape(frame_size) if isinstance(view, PanelView)
-                            else (frame_size, frame_size, 3))
-        self._step_in_episode = 0
+        if isinstance(view, PanelView):
+            self.frame_shape = view.frame_shape(frame_size)
         self._object_z0: float | None = None
         obs = self._env.reset()
         self._state_keys = [k for k in obs if k.endswith("-state")]
-        self._make_specs(self._obs(obs).shape[0])
+        self._specs(self._obs(obs).shape[0])
 
     # ------------------------------------------------------------------ specs
-    def _make_specs(self, obs_dim: int) -> None:
-        flag = Categorical(n=2, shape=(1,), dtype=torch.bool, device=self.device)
-        obs = {"observation": Unbounded(shape=(obs_dim,), dtype=torch.float32, device=self.device)}
-        if self.from_pixels:
-            obs["pixels"] = Bounded(0, 255, shape=self.frame_shape, dtype=torch.uint8,
-                                    device=self.device)
-        for key in ROBOSUITE_EVENT_KEYS:
-            obs[key] = flag.clone()
-        self.observation_spec = Composite(obs, shape=(), device=self.device)
+    #: The flags :meth:`_output` writes: the events, then terminated, truncated, done.
+    FLAG_KEYS = (*ROBOSUITE_EVENT_KEYS, "terminated", "truncated", "done")
+
+    def _specs(self, obs_dim: int) -> None:
         low, high = self._env.action_spec
-        self.action_spec = Bounded(torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32),
-                                   shape=(len(low),), dtype=torch.float32, device=self.device)
-        self.reward_spec = Unbounded(shape=(1,), dtype=torch.float32, device=self.device)
-        self.done_spec = Composite(done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=(),
-                                   device=self.device)
+        self._make_specs({"observation": Unbounded(shape=(obs_dim,), dtype=torch.float32, device=self.device)},
+                         Bounded(torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32),
+                                 shape=(len(low),), dtype=torch.float32, device=self.device))
 
     @property
     def unwrapped(self):
@@ -465,25 +402,11 @@ class RobosuiteEnv(EnvBase):
                 strips.append(context.read_pixels(width, self.frame_size))
         return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=1)
 
-    def _output(self, obs: dict, flags: list[bool], reward: float | None, *, ends_episode: bool = False) -> TensorDictBase:
-        out = {"observation": torch.from_numpy(self._obs(obs))}
-        if self.from_pixels:
-            if ends_episode or self.render_steps is None or self.render_steps(self._step_in_episode):
-                out["pixels"] = self.render_frame()
-            else:
-                out["pixels"] = torch.zeros(self.frame_shape, dtype=torch.uint8)
-        flags_t = torch.tensor(flags, dtype=torch.bool).unsqueeze(-1)
-        out.update(zip(_FLAG_KEYS, flags_t.unbind(0)))
-        if reward is not None:
-            out["reward"] = torch.tensor([reward], dtype=torch.float32)
-        td = TensorDict(out, batch_size=torch.Size([]))
-        return td if self.device is None or self.device.type == "cpu" else td.to(self.device)
-
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         obs = self._env.reset()
         self._step_in_episode = 0
         self._object_z0 = self._object_z()
-        return self._output(obs, [False] * len(_FLAG_KEYS), None)
+        return self._output({"observation": torch.from_numpy(self._obs(obs))}, [False] * len(self.FLAG_KEYS), None)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = tensordict.get("action").detach().cpu().numpy().astype(np.float64)
@@ -494,13 +417,13 @@ class RobosuiteEnv(EnvBase):
         truncated = self._step_in_episode >= self.max_episode_steps
         progress = grasping or lifted or success
         flags = [grasping, lifted, success, progress, terminated, truncated, terminated or truncated]
-        return self._output(obs, flags, float(reward), ends_episode=terminated or truncated)
+        return self._output({"observation": torch.from_numpy(self._obs(obs))}, flags, float(reward),
+                            ends_episode=terminated or truncated)
 
-    def close(self, *, raise_if_closed: bool = True) -> None:
+    def _close_simulator(self) -> None:
         env = self.__dict__.get("_env")
         if env is not None:
             env.close()
-        super().close(raise_if_closed=raise_if_closed)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(task={self.task!r}, render={self.from_pixels}, camera={self.camera!r})"

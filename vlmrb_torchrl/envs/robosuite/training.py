@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from vlmrb_torchrl.envs.robosuite.policies import LiftState, lift_state
-from vlmrb_torchrl.envs.minigrid.training import FrameSet
+from vlmrb_torchrl.scorer_training.domains import FrameSet
 
 __all__ = ["LIFT_STATEMENTS", "LIFT_QUESTIONS", "LIFT_EPISODE_KINDS", "true_statements", "wordings",
            "all_statements", "vocabulary", "generate_lift_frames"]
