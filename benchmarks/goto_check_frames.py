@@ -5,7 +5,7 @@ Plays ``MissionPolicy`` episodes of MiniGrid / BabyAI envs whose mission is a si
 (X or not), and scores the frame with ``builtin:minigrid_agent`` against each candidate check: P(the
 positive statement) in a softmax over the check's statements. Prints precision, recall and F1 at 0.5,
 AUROC and the best F1 over thresholds, one row per wording. This is how the go-to check of
-:func:`~vlmrb_torchrl.envs.minigrid.prompts.mission_prompt_set` was picked (docs/builtin_scorer.md:
+:func:`~vlmrb_torchrl.envs.minigrid.prompts.mission_prompt_set` was picked (studies/builtin_scorer_builds.md:
 "Go-to checks against what else the agent can face"), on training envs only.
 
 Usage:

@@ -101,7 +101,7 @@ Prints a Markdown table (one row for all progress events, one per event type) an
 ``--scores clips.npz`` (one env and policy) it also writes every clip's score, its oracle labels
 (``label_<flag>``), episode index and policy, and the threshold used: enough to recompute every
 number of the table, or to pick a decision threshold on tuning episodes with
-:func:`best_threshold` and read the held-out F1 at it (``docs/builtin_scorer.md`` does so for
+:func:`best_threshold` and read the held-out F1 at it (``studies/builtin_scorer_builds.md`` does so for
 ``builtin:lift``). With ``--by-check`` (a scorer with a prompt set: ``builtin:*``) it also counts every
 clip above the threshold under the check that gave it its score (:class:`DecidingChecks`): which
 statement the false positives come from.

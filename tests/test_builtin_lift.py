@@ -191,7 +191,7 @@ def test_builtin_lift_carries_its_tuned_decision_threshold_for_its_own_checks_on
 
 
 def test_builtin_lift_counts_a_grasp_or_lift_only_when_it_lasts_3_frames(monkeypatch):
-    """Both checks hold 3 frames (tuned on seeds 3000-3029, docs/builtin_scorer.md): a grasp or a lift read
+    """Both checks hold 3 frames (tuned on seeds 3000-3029: LIFT_HOLD, studies/builtin_scorer_builds.md): a grasp or a lift read
     for 1-2 frames inside a clip is dropped, one read for 3 frames counts; ``hold=1`` is the plain ``max``."""
     pytest.importorskip("transformers")
     assert LIFT_HOLD == 3 and [c.hold for c in LIFT_PROMPT_SET] == [3, 3]

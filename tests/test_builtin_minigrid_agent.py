@@ -118,7 +118,7 @@ def test_shipped_agent_model_sees_a_pickup(seed):
     """BabyAI-PickupDist (never trained on, a single room: ``doors=False`` as the recipe passes), the mission's
     checks on the agent-centred view: the clip that ends on picking up a key scores high, the same clip without
     its last frame (the key still on the floor) lower, a clip of the first frame repeated (nothing happens) near
-    0. (Balls and boxes read lower, 0.28-0.50 at seeds 2, 7, 11, 13, 14: docs/builtin_scorer.md.)"""
+    0. (Balls and boxes read lower, 0.28-0.50 at seeds 2, 7, 11, 13, 14: studies/builtin_scorer_builds.md.)"""
     mission, frames = _mission_frames("BabyAI-PickupDist-v0", seed)
     assert "key" in mission
     scorer = make_scorer("builtin:minigrid_agent", task=mission, doors=False)
@@ -133,7 +133,7 @@ def test_shipped_agent_model_sees_a_pickup(seed):
                                          ("BabyAI-GoToObj-v0", 3), ("BabyAI-GoToObj-v0", 7)])
 def test_shipped_agent_model_sees_a_go_to(env_id, seed):
     """A "go to X" mission's check on the agent-centred view: the clip that ends facing X scores above 0.5
-    (against "does not face X" it scored 0.03-0.3 on most such clips: docs/builtin_scorer.md), the first
+    (against "does not face X" it scored 0.03-0.3 on most such clips: studies/builtin_scorer_builds.md), the first
     frame repeated near 0."""
     mission, frames = _mission_frames(env_id, seed, actions=7)
     assert mission.startswith("go to")

@@ -11,8 +11,9 @@ works as usual): importing the package itself loads neither torch nor TorchRL, s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vlmrb_torchrl._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -43,14 +44,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vlmrb_torchrl.scoring.worker import AsyncScorer
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -154,7 +154,7 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
         description="Train a small CLIP on frames of an environment captioned from the simulator's state, on one "
                     "CPU thread (or a GPU: --device), and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
-                    "(minigrid: the family recipe, not yet shipped: see docs/builtin_scorer.md; ~2 minutes with "
+                    "(minigrid: the family recipe, not yet shipped: see its model card; ~2 minutes with "
                     "--workers 15 --device cuda on 16 cores and an H200, 3-5 s a step on a shared CPU core; lift: ~25 "
                     "minutes of robosuite rendering + ~50 of training on a free core (lift_hand, builtin:lift's gripper-camera model: "
                     "~9 + ~35); atari: "

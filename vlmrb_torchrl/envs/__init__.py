@@ -15,8 +15,9 @@ is built: importing this package needs neither gymnasium nor minigrid (``pip ins
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vlmrb_torchrl._lazy import lazy_exports
 
 _MINIGRID, _ATARI = "vlmrb_torchrl.envs.minigrid.env", "vlmrb_torchrl.envs.atari.env"
 _ROBOSUITE, _OGBENCH = "vlmrb_torchrl.envs.robosuite.env", "vlmrb_torchrl.envs.ogbench.env"
@@ -55,14 +56,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
                                                   RobosuiteEnv, SplitView, make_robosuite_env)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-__all__ = ["ClipRenderSteps", "FramedTaskEnv", "check_int", "done_spec", "flag_spec", "step_output"]
+__all__ = ["ClipRenderSteps", "FramedTaskEnv", "check_int", "done_spec", "flag_spec", "random_arm_action",
+           "step_output"]
 
 
 def flag_spec(batch_shape: Sequence[int] = (), device: Any = None) -> Categorical:
@@ -199,3 +201,34 @@ class FramedTaskEnv(EnvBase):
     def close(self, *, raise_if_closed: bool = True) -> None:
         self._close_simulator()
         super().close(raise_if_closed=raise_if_closed)
+
+
+def random_arm_action(plan: dict[str, Any], rng: np.random.Generator, *, size: int, burst_prob: float,
+                      scale: np.ndarray | None = None) -> np.ndarray | None:
+    """What the scripted arm policies (robosuite Lift, OGBench Scene) share: a burst of 3-15 uniform random
+    actions (started with probability ``burst_prob`` per step in scripted episodes), or, in a random-motion
+    episode (``plan["mode"] == "random"``), a smoothed random walk of the arm (an Ornstein-Uhlenbeck process
+    in ``plan["ou"]``, times ``scale``) with the gripper (the last action) toggled now and then; ``None``
+    when the script acts. ``plan`` holds ``mode``, ``burst``, ``ou`` and ``gripper``, updated in place.
+
+    Examples:
+        >>> plan = {"mode": "random", "burst": 0, "ou": np.zeros(3), "gripper": -1.0}
+        >>> action = random_arm_action(plan, np.random.default_rng(0), size=3, burst_prob=0.0)
+        >>> action.shape, action[-1] == plan["gripper"]  # the gripper: toggled now and then
+        ((3,), True)
+        >>> random_arm_action({**plan, "mode": "scripted"}, np.random.default_rng(0), size=3, burst_prob=0.0) is None
+        True
+    """
+    if plan["burst"] > 0 or (plan["mode"] != "random" and rng.random() < burst_prob):
+        plan["burst"] = plan["burst"] - 1 if plan["burst"] > 0 else int(rng.integers(3, 16))
+        return rng.uniform(-1.0, 1.0, size)
+    if plan["mode"] != "random":
+        return None
+    plan["ou"] += 0.15 * (-plan["ou"]) + 0.35 * rng.normal(size=size)
+    if rng.random() < 0.04:
+        plan["gripper"] = -plan["gripper"]
+    action = np.clip(plan["ou"], -1.0, 1.0)
+    if scale is not None:
+        action = action * scale
+    action[-1] = plan["gripper"]
+    return action

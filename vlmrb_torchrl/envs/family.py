@@ -85,6 +85,13 @@ class EnvFamily:
         owned_keys (mapping): recipe config keys only this family reads -> the values a run on another
             family's env must keep.
         has_missions (bool): its episodes carry a mission text a scorer can be told.
+
+    Examples:
+        >>> minigrid = family_of("MiniGrid-DoorKey-8x8-v0")
+        >>> minigrid.name, minigrid.recipe, minigrid.specs()[:2]
+        ('minigrid', 'dqn', ['builtin:minigrid', 'builtin:minigrid_goal'])
+        >>> minigrid.default_scorer("BabyAI-GoToLocal-v0")  # scorer=auto: what the missions ask for
+        'builtin:minigrid_agent'
     """
 
     name: ClassVar[str] = ""
@@ -274,7 +281,16 @@ def register_family(family: EnvFamily, *, overwrite: bool = False) -> EnvFamily:
 
 
 def unregister_family(name: str) -> None:
-    """Removes the family ``name`` from the registry (see :func:`register_family`)."""
+    """Removes the family ``name`` from the registry (see :func:`register_family`).
+
+    Examples:
+        >>> class Maze(EnvFamily):
+        ...     name, title, id_prefixes = "maze", "Maze", ("Maze-",)
+        >>> _ = register_family(Maze())
+        >>> unregister_family("maze")
+        >>> family_of("Maze-v0") is None
+        True
+    """
     _load_shipped()
     with _LOCK:
         _REGISTERED.pop(name, None)

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["BuildConfig", "Domain", "DOMAINS", "FrameSet", "Statement", "get_domain", "save_frames", "load_frames"]
+__all__ = ["BuildConfig", "Domain", "DOMAINS", "FrameSet", "Statement", "get_domain", "library_versions", "save_frames",
+           "load_frames", "table_vocabulary", "table_wordings"]
 
 #: A statement a frame's state makes true or false: a tuple of words (``("holds", "red", "key")``).
 Statement = tuple[str, ...]
@@ -180,6 +181,48 @@ class Domain:
     frames_tag: str = ""
     symmetries: tuple[tuple[str, Callable[[Statement], Statement]], ...] = ()
     opposites: Callable[[Statement], tuple[Statement, ...]] | None = None
+
+
+def library_versions(*names: str) -> dict[str, str]:
+    """The versions a build records in ``training.json``: torch, transformers, the simulator's libraries
+    ``names`` (their ``__version__``, else their installed distribution's), then Python.
+
+    Examples:
+        >>> list(library_versions("numpy"))
+        ['torch', 'transformers', 'numpy', 'python']
+    """
+    import importlib.metadata
+    import platform
+
+    out = {}
+    for name in ("torch", "transformers", *names):
+        version = getattr(importlib.import_module(name), "__version__", None)
+        out[name] = version if isinstance(version, str) else importlib.metadata.version(name)
+    out["python"] = platform.python_version()
+    return out
+
+
+def table_wordings(table: Mapping[Statement, tuple[str, ...]], statement: Statement, domain: str) -> tuple[str, ...]:
+    """The sentences of ``table`` that say ``statement`` (the first is the canonical one, used in prompts);
+    a ``ValueError`` naming the ``domain`` for a statement it does not have."""
+    try:
+        return table[statement]
+    except KeyError:
+        raise ValueError(f"unknown {domain} statement {statement!r}") from None
+
+
+def table_vocabulary(table: Mapping[Statement, tuple[str, ...]], extra: Iterable[str] = ()) -> list[str]:
+    """The words of every wording of ``table`` (plus ``extra`` sentences, and "and", which joins a caption's
+    statements), sorted: a tokenizer's vocabulary.
+
+    Examples:
+        >>> table_vocabulary({("held",): ("the cube is held",)}, ["A lid"])
+        ['a', 'and', 'cube', 'held', 'is', 'lid', 'the']
+    """
+    words = {w for texts in table.values() for text in texts for w in text.split()}
+    words |= {w for text in extra for w in text.lower().split()}
+    words.add("and")
+    return sorted(words)
 
 
 def _state_classes() -> dict[str, str]:

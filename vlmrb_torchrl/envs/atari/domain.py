@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import platform
+import functools
 from typing import Any
 
 from vlmrb_torchrl.envs.atari import training as atari
-from vlmrb_torchrl.scorer_training.domains import BuildConfig, Domain, FrameSet
+from vlmrb_torchrl.scorer_training.domains import BuildConfig, Domain, FrameSet, library_versions
 
 __all__ = ['atari_domain']
-
-
-def _atari_versions() -> dict[str, str]:
-    import ale_py
-    import torch
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "ale_py": ale_py.__version__,
-            "python": platform.python_version()}
 
 
 def _atari_intro(report: dict) -> str:
@@ -80,7 +71,7 @@ def atari_domain() -> Domain:
         default_config=BuildConfig(frames=12_000, steps=1500, batch_size=64, lr=2e-3, size="atari", val_share=0.15,
                                    eval_every=100, held_out_frames=0, aux_weight=1.0),
         describe=describe,
-        versions=_atari_versions,
+        versions=functools.partial(library_versions, "ale_py"),
         card_title="a small CLIP for Pong and Breakout frames",
         card_intro=_atari_intro,
         card_data=_atari_data,

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from vlmrb_torchrl.envs.atari.policies import ATARI_POLICY_GAMES, BALL_POSITIONS
-from vlmrb_torchrl.scorer_training.domains import FrameSet
+from vlmrb_torchrl.scorer_training.domains import FrameSet, table_vocabulary, table_wordings
 
 __all__ = ["AtariFrameState", "ATARI_STATEMENTS", "ATARI_QUESTIONS", "ATARI_EPISODE_KINDS", "EVENTS",
            "true_statements", "wordings", "all_statements", "vocabulary", "generate_atari_frames", "frame_events"]
@@ -136,18 +136,12 @@ def wordings(statement: Statement) -> tuple[str, ...]:
         >>> wordings(("breakout", "event", "brick"))[0]
         'the ball breaks a brick'
     """
-    try:
-        return _WORDINGS[statement]
-    except KeyError:
-        raise ValueError(f"unknown Atari statement {statement!r}") from None
+    return table_wordings(_WORDINGS, statement, "Atari")
 
 
 def vocabulary(extra: Iterable[str] = ()) -> list[str]:
     """The words of every wording (plus ``extra`` sentences), sorted: the tokenizer's vocabulary."""
-    words = {w for texts in _WORDINGS.values() for text in texts for w in text.split()}
-    words |= {w for text in extra for w in text.lower().split()}
-    words.add("and")
-    return sorted(words)
+    return table_vocabulary(_WORDINGS, extra)
 
 
 def frame_events(game: str, rewards: np.ndarray, lives_lost: np.ndarray) -> list[str]:

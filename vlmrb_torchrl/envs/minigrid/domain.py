@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import platform
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vlmrb_torchrl.envs.minigrid import captions
 from vlmrb_torchrl.envs.minigrid.training import HELD_OUT_LAYOUTS, TRAIN_LAYOUTS, Layout, generate_frames
-from vlmrb_torchrl.scorer_training.domains import BuildConfig, Domain, FrameSet, Statement
+from vlmrb_torchrl.scorer_training.domains import BuildConfig, Domain, FrameSet, library_versions, Statement
 
 __all__ = ['MINIGRID_QUESTIONS', 'build_minigrid_scorer', 'minigrid_agent_domain', 'minigrid_domain']
 
@@ -29,15 +28,6 @@ MINIGRID_QUESTIONS: dict[str, tuple[Statement, ...]] = {
     "held_colour": tuple(("holds", c, k) for c in ("red", "green", "blue", "purple", "yellow", "grey")
                          for k in ("key", "ball", "box")),
 }
-
-
-def _minigrid_versions() -> dict[str, str]:
-    import minigrid
-    import torch
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "minigrid": minigrid.__version__,
-            "python": platform.python_version()}
 
 
 def _minigrid_intro(report: dict) -> str:
@@ -97,7 +87,7 @@ def minigrid_domain(layouts: tuple[Layout, ...] = TRAIN_LAYOUTS, frame_view: str
         describe=lambda data: {"layouts": [dataclasses.asdict(lay) for lay in layouts],
                                "held_out_layouts": list(HELD_OUT_LAYOUTS),
                                **({"frames_rendered": {"frame_view": "agent", "frame_size": 64}} if agent else {})},
-        versions=_minigrid_versions,
+        versions=functools.partial(library_versions, "minigrid"),
         card_title="a small CLIP for MiniGrid's agent-centred view" if agent else "a small CLIP for MiniGrid frames",
         card_intro=_minigrid_intro,
         card_data=_minigrid_data,

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import platform
+import functools
 from typing import Any
 
 from vlmrb_torchrl.envs.ogbench import training as scene
-from vlmrb_torchrl.scorer_training.domains import BuildConfig, Domain, FrameSet
+from vlmrb_torchrl.scorer_training.domains import BuildConfig, Domain, FrameSet, library_versions
 
 __all__ = ['SCENE_RANDOM_SHARE', 'scene_domain']
-
-
-def _scene_versions() -> dict[str, str]:
-    import importlib.metadata
-
-    import mujoco
-    import torch
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "ogbench": importlib.metadata.version("ogbench"), "mujoco": mujoco.__version__,
-            "python": platform.python_version()}
 
 
 def _scene_intro(report: dict) -> str:
@@ -91,7 +79,7 @@ def scene_domain(*, random_share: float = SCENE_RANDOM_SHARE) -> Domain:
         balanced=lambda s: True,
         default_config=BuildConfig(frames=30_000, steps=4000, held_out_frames=0),
         describe=describe,
-        versions=_scene_versions,
+        versions=functools.partial(library_versions, "ogbench", "mujoco"),
         card_title="a small CLIP for OGBench Scene frames",
         card_intro=_scene_intro,
         card_data=_scene_data,

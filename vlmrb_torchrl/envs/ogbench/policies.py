@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from vlmrb_torchrl.envs._base import random_arm_action
+
 __all__ = ["ScenePolicy", "SceneState", "scene_state", "DRAWER_OPEN", "WINDOW_OPEN", "GOAL_TOLERANCE"]
 
 #: The drawer's open and the window's open slide positions (m): OGBench's goals; closed is 0 for both.
@@ -257,15 +259,8 @@ class ScenePolicy:
     def act(self) -> np.ndarray:
         """The next action (float64 ``[5]`` in ``[-1, 1]``) for the env's current state."""
         plan, rng = self._plan, self.rng
-        if plan["burst"] > 0 or (plan["mode"] != "random" and rng.random() < self.burst_prob):
-            plan["burst"] = plan["burst"] - 1 if plan["burst"] > 0 else int(rng.integers(3, 16))
-            return rng.uniform(-1.0, 1.0, 5)
-        if plan["mode"] == "random":
-            plan["ou"] += 0.15 * (-plan["ou"]) + 0.35 * rng.normal(size=5)
-            if rng.random() < 0.04:
-                plan["gripper"] = -plan["gripper"]
-            action = np.clip(plan["ou"], -1.0, 1.0)
-            action[4] = plan["gripper"]
+        action = random_arm_action(plan, rng, size=5, burst_prob=self.burst_prob)
+        if action is not None:
             return action
         subtask = plan["subtask"]
         if subtask is None or self._oracles[subtask[0]].done or plan["timer"] >= _SUBTASK_STEPS[subtask[0]]:

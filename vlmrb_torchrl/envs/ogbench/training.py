@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vlmrb_torchrl.envs.ogbench.policies import SceneState, scene_state
-from vlmrb_torchrl.scorer_training.domains import FrameSet
+from vlmrb_torchrl.scorer_training.domains import FrameSet, table_vocabulary, table_wordings
 
 __all__ = ["SCENE_STATEMENTS", "SCENE_QUESTIONS", "SCENE_EPISODE_KINDS", "true_statements", "wordings",
            "all_statements", "vocabulary", "generate_scene_frames"]
@@ -100,10 +100,7 @@ def wordings(statement: Statement) -> tuple[str, ...]:
         >>> wordings(("drawer", "half"))[0]
         'the drawer is half open'
     """
-    try:
-        return _WORDINGS[statement]
-    except KeyError:
-        raise ValueError(f"unknown Scene statement {statement!r}") from None
+    return table_wordings(_WORDINGS, statement, "Scene")
 
 
 def all_statements() -> list[Statement]:
@@ -118,10 +115,7 @@ def vocabulary(extra: Iterable[str] = ()) -> list[str]:
         >>> {"drawer", "window", "locked", "cube", "target"} <= set(vocabulary())
         True
     """
-    words = {w for texts in _WORDINGS.values() for text in texts for w in text.split()}
-    words |= {w for text in extra for w in text.lower().split()}
-    words.add("and")
-    return sorted(words)
+    return table_vocabulary(_WORDINGS, extra)
 
 
 @dataclasses.dataclass(frozen=True)

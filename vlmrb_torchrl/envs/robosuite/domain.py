@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import dataclasses
-import platform
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vlmrb_torchrl.envs.robosuite import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
 from vlmrb_torchrl.envs.robosuite import training as lift
-from vlmrb_torchrl.scorer_training.domains import BuildConfig, Domain, FrameSet
+from vlmrb_torchrl.scorer_training.domains import BuildConfig, Domain, FrameSet, library_versions
 
 __all__ = ['LIFT_EDGE_SHARE', 'LIFT_MISS_SHARE', 'build_lift_scorer', 'lift_domain', 'lift_hand_domain']
-
-
-def _lift_versions() -> dict[str, str]:
-    import mujoco
-    import robosuite
-    import torch
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "robosuite": robosuite.__version__,
-            "mujoco": mujoco.__version__, "python": platform.python_version()}
 
 
 def _lift_intro(report: dict) -> str:
@@ -135,7 +125,7 @@ def lift_domain(*, miss_share: float = LIFT_MISS_SHARE, edge_share: float = LIFT
         # steps: the best of four builds by the command on those episodes, 0.882 (studies/builtin_scorer_builds.md)
         default_config=BuildConfig(frames=60_000, steps=4000, batch_size=128, held_out_frames=0, size="fine"),
         describe=describe,
-        versions=_lift_versions,
+        versions=functools.partial(library_versions, "robosuite", "mujoco"),
         card_title="a small CLIP for robosuite Lift frames",
         card_intro=_lift_intro,
         card_data=_lift_data,

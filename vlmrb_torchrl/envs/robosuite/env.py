@@ -147,13 +147,13 @@ _SIDE_CLOSE = dataclasses.replace(_FRONT_CLOSE, azimuth=270.0)
 #: moves it ~10 px against the fixed table edge; in ``agentview`` the fingers hide the cube and a
 #: lift moves it a few pixels. ``"front_close_narrow"``: the same camera with a 30° field of view (the
 #: cube and the fingers 1.5x larger, a lift of 12 cm still in the frame); ``builtin:lift`` builds on it
-#: (8-px and 4-px patches) were not better (docs/builtin_scorer.md), it stays for rebuilds that compare
+#: (8-px and 4-px patches) were not better (studies/builtin_scorer_builds.md), it stays for rebuilds that compare
 #: cameras. ``"side_close"``: ``front_close`` turned 90° about the cube, on the table's side (``+y``),
 #: looking across the arm's reach.
 #: ``"front_side_close"``: a :class:`SplitView`, the middle strips of ``front_close`` (left) and
 #: ``side_close`` (right), each at its own camera's scale: a grasp aimed beside the cube along one camera's
 #: line of sight shows in the other's strip; a ``builtin:lift`` built on it had fewer false positives and more
-#: misses, not better (docs/builtin_scorer.md), it stays for rebuilds that compare cameras.
+#: misses, not better (studies/builtin_scorer_builds.md), it stays for rebuilds that compare cameras.
 #: ``"front_close+eye_in_hand"``: a :class:`PanelView`, ``front_close`` (left) and the gripper's own camera
 #: ``robot0_eye_in_hand`` (right), each a full square: what ``builtin:lift`` reads (a model per panel; the hand
 #: camera sees whether the cube sits between the finger pads, the front one sees the cube rise). A frame is

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from vlmrb_torchrl.envs._base import random_arm_action
+
 __all__ = ["LiftPolicy", "LiftState", "lift_state", "GRIPPER_OPEN_WIDTH", "NEAR_DISTANCE"]
 
 #: The gripper counts as open when its two fingers are this far apart (m): fully open is ~0.078, a
@@ -88,6 +90,9 @@ def lift_state(env: Any) -> LiftState:
     grasping, lifted, success = env.events()
     return LiftState(gripper_open=width >= GRIPPER_OPEN_WIDTH, near=bool(np.linalg.norm(eef - cube) < NEAR_DISTANCE),
                      grasped=grasping, lifted=lifted or success)
+
+#: The random-motion episodes' scale of each action: the rotations (3-5) a fifth, translation and gripper whole.
+_RANDOM_SCALE = np.array([1.0, 1.0, 1.0, 0.2, 0.2, 0.2, 1.0])
 
 
 class LiftPolicy:
@@ -180,16 +185,9 @@ class LiftPolicy:
         eef, cube, width = _scene(self.env)
         if plan["z0"] is None:
             plan["z0"] = float(cube[2])
-        if plan["burst"] > 0 or (plan["mode"] != "random" and rng.random() < self.burst_prob):
-            plan["burst"] = plan["burst"] - 1 if plan["burst"] > 0 else int(rng.integers(3, 16))
-            return rng.uniform(-1.0, 1.0, 7)
-        if plan["mode"] == "random":
-            plan["ou"] += 0.15 * (-plan["ou"]) + 0.35 * rng.normal(size=7)
-            if rng.random() < 0.04:
-                plan["gripper"] = -plan["gripper"]
-            action = np.clip(plan["ou"], -1.0, 1.0)
-            action[3:6] *= 0.2  # mostly translation: large rotations turn the gripper away from the table
-            action[6] = plan["gripper"]
+        # mostly translation: large rotations turn the gripper away from the table
+        action = random_arm_action(plan, rng, size=7, burst_prob=self.burst_prob, scale=_RANDOM_SCALE)
+        if action is not None:
             return action
         target, gripper = self._scripted_target(eef, cube, width)
         action = np.zeros(7)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from vlmrb_torchrl.envs.robosuite.policies import LiftState, lift_state
-from vlmrb_torchrl.scorer_training.domains import FrameSet
+from vlmrb_torchrl.scorer_training.domains import FrameSet, table_vocabulary, table_wordings
 
 __all__ = ["LIFT_STATEMENTS", "LIFT_QUESTIONS", "LIFT_EPISODE_KINDS", "true_statements", "wordings",
            "all_statements", "vocabulary", "generate_lift_frames"]
@@ -87,10 +87,7 @@ def wordings(statement: Statement) -> tuple[str, ...]:
         >>> wordings(("grasped",))[0]
         'the robot grasps the cube'
     """
-    try:
-        return _WORDINGS[statement]
-    except KeyError:
-        raise ValueError(f"unknown Lift statement {statement!r}") from None
+    return table_wordings(_WORDINGS, statement, "Lift")
 
 
 def all_statements() -> list[Statement]:
@@ -105,10 +102,7 @@ def vocabulary(extra: Iterable[str] = ()) -> list[str]:
         >>> {"gripper", "grasps", "cube", "lifted", "table"} <= set(vocabulary())
         True
     """
-    words = {w for texts in _WORDINGS.values() for text in texts for w in text.split()}
-    words |= {w for text in extra for w in text.lower().split()}
-    words.add("and")
-    return sorted(words)
+    return table_vocabulary(_WORDINGS, extra)
 
 
 def generate_lift_frames(
