@@ -157,7 +157,7 @@ def test_dqn_auto_scorer_and_frame_view_follow_the_mission():
         apply_overrides(DQNConfig(), ["scorer=builtin:minigrid_agent", "frame_view=grid"]).validate()
     with pytest.raises(ConfigError, match="frame_view='agent' is invalid: expected grid with scorer=builtin:minigrid"):
         apply_overrides(DQNConfig(), ["frame_view=agent"]).validate()
-    with pytest.raises(ConfigError, match="agent is for MiniGrid ids"):
+    with pytest.raises(ConfigError, match="expected 'auto' or 'grid' \\(the others are for MiniGrid or BabyAI ids\\)"):
         apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "frame_view=agent"]).validate()
 
 
@@ -170,7 +170,7 @@ def test_scorer_quality_reads_the_scorers_frames():
     spec = importlib.util.spec_from_file_location("scorer_quality_frames", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    view = {s: module._frame_view(argparse.Namespace(frame_view="auto", scorer=s))
+    view = {s: module._frame_view(argparse.Namespace(frame_view="auto", scorer=s, env="MiniGrid-DoorKey-5x5-v0"))
             for s in ("builtin:minigrid_agent", "builtin:minigrid", "oracle:minigrid")}
     assert view == {"builtin:minigrid_agent": "agent", "builtin:minigrid": "grid", "oracle:minigrid": "grid"}
-    assert module._frame_view(argparse.Namespace(frame_view="agent", scorer="oracle:minigrid")) == "agent"
+    assert module._frame_view(argparse.Namespace(frame_view="agent", scorer="oracle:minigrid", env="MiniGrid-DoorKey-5x5-v0")) == "agent"

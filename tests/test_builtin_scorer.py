@@ -421,9 +421,9 @@ def test_dqn_default_scorer_is_builtin():
     assert SACConfig().validate().scorer == "builtin:lift"
     for env in ("ALE/Pong-v5", "ALE/Breakout-v5"):
         assert apply_overrides(DQNConfig(), [f"env={env}"]).validate().scorer == "builtin:atari"
-    with pytest.raises(ConfigError, match="scorer='builtin:minigrid' is invalid: expected a scorer for this env"):
+    with pytest.raises(ConfigError, match="scorer='builtin:minigrid' is invalid: expected a scorer for Atari envs \\(builtin:atari, oracle:atari"):
         apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "scorer=builtin:minigrid"]).validate()
-    with pytest.raises(ConfigError, match="scorer='oracle:atari' is invalid: expected a scorer for this env"):
+    with pytest.raises(ConfigError, match="scorer='oracle:atari' is invalid: expected a scorer for MiniGrid or BabyAI envs"):
         apply_overrides(DQNConfig(), ["scorer=oracle:atari"]).validate()  # MiniGrid
     with pytest.raises(ConfigError, match="scorer='auto' is invalid: .*ALE/Tennis-v5 has no built-in one"):
         apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5"]).validate()

@@ -226,10 +226,10 @@ class TestSceneRecipe:
         assert explicit.scorer == "builtin:scene-task2"
 
     @pytest.mark.parametrize("overrides, match", [
-        (["env=ogbench/scene-task6"], "env='ogbench/scene-task6' is invalid: expected robosuite/<Task>"),
+        (["env=ogbench/scene-task6"], "env='ogbench/scene-task6' is invalid: expected ogbench/scene-task1 ... ogbench/scene-task5"),
         (["env=ogbench/scene-task3", "scorer=builtin:scene-task2"], "expected the scorer of this env's task"),
         (["env=ogbench/scene-task3", "camera=front"], "camera='front' is invalid: expected front_pixels"),
-        (["env=ogbench/scene-task3", "scorer=builtin:lift"], "builtin:lift knows Lift's scene only"),
+        (["env=ogbench/scene-task3", "scorer=builtin:lift"], "expected a scorer for OGBench Scene envs \\(builtin:scene, oracle:ogbench"),
     ])
     def test_bad_values(self, overrides, match):
         with pytest.raises(ConfigError, match=match):

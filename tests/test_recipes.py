@@ -583,3 +583,24 @@ def test_replay_sample_equals_torchrl_buffer_sample(replay):
         for r in replays:
             r.close()
     assert type(replays[0]).sample is Replay.sample and Replay.sample.__code__.co_names.count("sample_tensordict")
+
+
+@pytest.mark.slow
+def test_a_run_directory_with_the_old_key_names_resumes(tmp_path, capsys):
+    """A run whose ``config.json`` names keys by their old names (``vlm_eps``, ``default_priority``, ...: a run of
+    an older version) resumes: its keys are read as the new ones, silently, and the run goes on."""
+    out = tmp_path / "run"
+    common = ["env=MiniGrid-DoorKey-5x5-v0", "replay=vlm", "scorer=oracle:minigrid", "total_frames=1024", "num_envs=2",
+              "frames_per_batch=128", "learning_starts=256", "checkpoint_every=512", "eval_every=512",
+              "eval_episodes=2", "eval_envs=1", "gallery_clips=0", "progress=false", "tensorboard=false"]
+    assert cli_main(["train", "dqn", *common, "stop_at=512", f"output_dir={out}"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    for new, old in (("eps", "vlm_eps"), ("warmup", "vlm_warmup"), ("beta", "vlm_beta"), ("spread", "vlm_spread"),
+                     ("unscored_priority", "default_priority")):
+        config[old] = config.pop(new)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    capsys.readouterr()
+    assert cli_main(["train", "dqn", f"resume={out}"]) == 0
+    assert "is now called" not in capsys.readouterr().err
+    with open(out / "metrics.csv", newline="") as f:
+        assert int(list(csv.DictReader(f))[-1]["env_steps"]) == 1024

@@ -13,7 +13,8 @@ import torch  # noqa: E402
 pytest.importorskip("robosuite")
 
 from vlmrb_torchrl.scoring.clips import ClipSpec  # noqa: E402
-from vlmrb_torchrl.envs.robosuite.env import ClipRenderSteps, RobosuiteEnv, make_robosuite_env  # noqa: E402
+from vlmrb_torchrl.envs import ClipRenderSteps  # noqa: E402
+from vlmrb_torchrl.envs.robosuite.env import RobosuiteEnv, make_robosuite_env  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
 
 

@@ -167,8 +167,9 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output directory")
     defaults = {name: DOMAINS[name]().default_config for name in sorted(DOMAINS)}  # each model's shipped recipe
 
-    def per_model(field: str) -> str:
-        return ", ".join(f"{name} {getattr(cfg, field)}" for name, cfg in defaults.items())
+    def per_model(field: str) -> str:  # (statement_texts None: every wording, 0 on the command line)
+        return ", ".join(f"{name} {0 if getattr(cfg, field) is None else getattr(cfg, field)}"
+                         for name, cfg in defaults.items())
 
     parser.add_argument("--frames", type=int, default=None, help=f"frames generated ({per_model('frames')})")
     parser.add_argument("--steps", type=int, default=None, help=f"training steps ({per_model('steps')})")
@@ -184,7 +185,7 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=None, help="peak AdamW learning rate (default 2e-3)")
     parser.add_argument("--statement-texts", type=int, default=None,
                         help=f"statement wordings embedded per step besides the captions ({per_model('statement_texts')}; "
-                             "None: all of them; 0 = all of them)")
+                             "0 = all of them)")
     parser.add_argument("--aux-weight", type=float, default=None,
                         help=f"weight of the image tower's auxiliary classification loss ({per_model('aux_weight')})")
     parser.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"],

@@ -24,13 +24,10 @@ import random
 import shutil
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from vlmrb_torchrl.recipes.run import Run
 
 __all__ = [
     "MANIFEST", "CheckpointError", "RunWarning", "check_checkpoint", "checkpointed_modules", "save_checkpoint",
@@ -408,10 +405,17 @@ def resume_counters(cfg: Any, checkpoint: Path | None, *, modules: dict[str, Any
     return counters
 
 
+class RunDir(Protocol):
+    """What a checkpoint needs of its run: the run directory (:class:`~vlmrb_torchrl.recipes.run.Run` is one; a
+    protocol, so that this module does not import the run's, which imports it)."""
+
+    dir: Path
+
+
 _UNSCORED_COUNTERS = ("scorer_drain_timeouts", "scorer_unscored_at_checkpoint", "scorer_unscored_lost")
 
 
-def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: dict[str, Any],
+def checkpoint_now(run: RunDir, replay: Any, *, modules: dict[str, Any], counters: dict[str, Any],
                    cfg: Any = None) -> Path:
     """Saves ``checkpoints/step_<env_steps>`` (with ``cfg``, the run's config) after
     ``replay.before_checkpoint()`` (in VLM modes: every score of the data before it is in, waiting at
@@ -444,7 +448,7 @@ def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: 
     return path
 
 
-def maybe_checkpoint(run: Run, replay: Any, *, cfg: Any, counters: dict[str, Any], stop_at: int,
+def maybe_checkpoint(run: RunDir, replay: Any, *, cfg: Any, counters: dict[str, Any], stop_at: int,
                      modules: dict[str, Any]) -> Path | None:
     """Checkpoints when one is due (every ``checkpoint_every`` frames) or the run stops here
     (``stop_at``); returns the checkpoint's path, ``None`` when none was due.

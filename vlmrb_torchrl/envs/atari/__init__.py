@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vlmrb_torchrl.envs.family import EnvFamily
+from vlmrb_torchrl.envs.family import EnvFamily, load
 
 __all__ = ["ATARI_BUILTIN_GAMES", "FAMILY", "AtariFamily", "atari_game"]
 
@@ -62,8 +62,8 @@ class AtariFamily(EnvFamily):
                     "eval_max_episode_steps": 500, "checkpoint_every": 6_400, "gallery_steps": 1_000}
 
     def env_fn(self, env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> functools.partial:
-        # training envs end episodes on a lost life and clip rewards; evaluation envs play whole games
-        return super().env_fn(env_id, render=render, train=train, **kwargs)
+        """Training envs end episodes on a lost life and clip rewards; evaluation envs play whole games."""
+        return functools.partial(load(self.env_factory), env_id, train=train, render=render, **kwargs)
 
     def scripted_policy(self, env: Any, name: str = "scripted", *, seed: int = 0, epsilon: float = 0.0,
                         burst_prob: float = 0.0) -> Any:
