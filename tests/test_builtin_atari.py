@@ -108,7 +108,7 @@ def test_builtin_atari_scores_clips_where_the_agent_scores_higher():
     """Breakout frames rendered as the DQN recipe renders them (held-out seed): 8-step clips (9
     frames, the outcome frame included) with a positive reward score higher on average than clips
     without one, and the clips above 0.5 are mostly positive (the model's precision is high, its
-    recall low: the model card, vlmrb_torchrl/scorers/models/atari/MODEL_CARD.md)."""
+    recall low: docs/builtin_scorer.md#measured, measured in studies/builtin_scorer_builds.md)."""
     pytest.importorskip("transformers")
     scorer = make_scorer("builtin:atari")
     assert [c.positive for c in scorer.prompt_set] == [c.positive for c in ATARI_PROMPT_SET]

@@ -114,7 +114,7 @@ BUILTIN_PANEL_MODELS: dict[str, tuple[str, ...]] = {"lift": ("lift", "lift_hand"
 #: (every task's prompt set): picked on the clips of the five tasks' tuning episodes pooled (4 per task from
 #: seed 2**20; 0.95 was also each task's best), held-out F1 (4 episodes per task from seed 1000) at 0.5 -> 0.95:
 #: task 1 0.883 -> 0.883, 2 0.800 -> 0.992, 3 0.984 -> 0.984, 4 0.991 -> 0.991, 5 0.596 -> 0.800. See
-#: the models' cards.
+#: ``studies/builtin_scorer_builds.md``.
 BUILTIN_DECISION_THRESHOLDS: dict[str, float] = {"lift": 0.01, "scene": 0.95}
 
 

@@ -31,7 +31,7 @@ SCENE_GOALS: dict[int, dict[str, Any]] = {
 #: 1-5 went from 0.985/0.845/0.872/0.742/0.456 to 0.985/0.988/0.987/0.979/0.549 at the same recall
 #: but task 5's; 3 or more dropped real cube events that last 2 frames (task 3's recall 1.0 -> 0.875).
 #: The drawer, window and lock checks keep ``hold=1``: their readings do not flicker, and a window
-#: swinging shut for one frame is a real event the oracle labels. See ``builtin:scene``'s model card.
+#: swinging shut for one frame is a real event the oracle labels. See ``studies/builtin_scorer_builds.md``.
 SCENE_CUBE_HOLD = 2
 
 

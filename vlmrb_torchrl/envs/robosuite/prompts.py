@@ -18,7 +18,7 @@ __all__ = ["LIFT_HOLD", "LIFT_PROMPT_SET", "lift_prompt_set"]
 #: (precision 0.424 -> 0.610, recall 0.913 -> 0.762). The 30,000-frame model: tuning F1
 #: 0.808/0.882/0.898/0.904, held-out 0.786 at hold 3. The first 4-px-patch model: best F1 on 90 tuning
 #: episodes 0.884 at hold 2 and at hold 3; the 60,000-frame one shipped since: 0.875 at hold 2, 0.882 at hold 3.
-#: So 3 stays. See ``builtin:lift``'s model card.
+#: So 3 stays. See ``studies/builtin_scorer_builds.md``.
 LIFT_HOLD = 3
 
 
