@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -70,6 +71,80 @@ def test_cli_build_scorer(tmp_path, capsys):
     assert rc == 0
     assert "vlmrb build-scorer minigrid --out" in (tmp_path / "MODEL_CARD.md").read_text()
     assert main(["build-scorer", "minigrid", "--out", str(tmp_path), "--steps", "0"]) == 2
+    # the build left its marker, whose id its training.json holds: the next build may write over it
+    from vlmrb_torchrl.scorer_training.train import BUILD_MARKER, check_build_dir
+
+    marked = json.loads((tmp_path / BUILD_MARKER).read_text())["build_id"]
+    assert json.loads((tmp_path / "training.json").read_text())["build_id"] == marked
+    check_build_dir(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["a project", "the current directory"])
+def test_build_scorer_refuses_a_directory_it_did_not_write(tmp_path, capsys, monkeypatch, where):
+    # issue 64: `vlmrb build-scorer --out DIR` replaced config.json, MODEL_CARD.md and tokenizer.json already there
+    from vlmrb_torchrl.cli import main
+    from vlmrb_torchrl.scorer_training.train import BUILD_MARKER, check_build_dir
+
+    mine = {"config.json": '{"mine": 1}', "MODEL_CARD.md": "# my card", "tokenizer.json": "{}", "notes.txt": "x"}
+    for name, text in mine.items():
+        (tmp_path / name).write_text(text)
+    out = str(tmp_path)
+    if where == "the current directory":
+        monkeypatch.chdir(tmp_path)
+        out = "."
+    assert main(["build-scorer", "minigrid", "--out", out, "--frames", "100", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {out}: the directory holds files no build wrote" in err
+    assert "pass --overwrite" in err
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == mine  # nothing written, nothing generated
+    for marker in ("", "{}", '{"build_id": "0123456789abcdef0123456789abcdef"}'):  # planted, or not this build's
+        (tmp_path / BUILD_MARKER).write_text(marker)
+        with pytest.raises(FileExistsError, match="holds files no build wrote"):
+            check_build_dir(tmp_path)
+    check_build_dir(tmp_path, overwrite=True)  # --overwrite: the user says so
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FileExistsError, match="a file, not a directory"):
+        check_build_dir(tmp_path / "file")
+
+
+def test_a_damaged_frame_cache_is_named_with_delete_it_to_rebuild(tmp_path, capsys):
+    # issue 64: a crafted or damaged build-scorer cache gave a raw traceback that did not say "delete the cache"
+    from vlmrb_torchrl.cli import main
+    from vlmrb_torchrl.envs.minigrid.policies import MiniGridState
+    from vlmrb_torchrl.scorer_training.domains import FrameSet
+    from vlmrb_torchrl.scorer_training.domains import FrameCacheError, load_frames, save_frames
+
+    state = MiniGridState(None, (), (), ("grey", "wall", ""), False, 3, "left", ())
+    good = tmp_path / "good.npz"
+    save_frames(FrameSet([np.zeros((2, 2, 3), np.uint8)] * 2, [state] * 2, np.zeros(2, np.int64), np.zeros(2, np.int64),
+                         ["DoorKey"]), good)
+    assert len(load_frames(good, frames=2)) == 2
+    raw = good.read_bytes()
+    cases = {"truncated.npz": raw[: len(raw) // 2], "text.npz": b"not a zip"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+    arrays = dict(np.load(good))
+    crafted = {
+        "shapes.npz": {**arrays, "shapes": np.asarray([[2, 2, 3], [-1, 2, 3]])},
+        "pixels.npz": {**arrays, "pixels": arrays["pixels"][:-1]},
+        "states.npz": {**arrays, "states_json": np.frombuffer(b'[["MiniGridState", [1]]]', np.uint8)},
+        "deep.npz": {**arrays, "states_json": np.frombuffer(b"[" * 100_000 + b"]" * 100_000, np.uint8)},
+        "layout.npz": {**arrays, "layout": np.asarray([0, 7])},
+    }
+    for name, values in crafted.items():
+        np.savez(tmp_path / name, **values)
+    for name in [*cases, *crafted]:
+        with pytest.raises(FrameCacheError, match=f"frame cache {tmp_path / name} is .*; delete it to rebuild"):
+            load_frames(tmp_path / name)
+    with pytest.raises(FrameCacheError, match="2 frames where its name says 100"):
+        load_frames(good, frames=100)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "minigrid-100-seed0-v4.npz").write_bytes(raw[:100])  # the file a 100-frame build of seed 0 reads
+    assert main(["build-scorer", "minigrid", "--out", str(tmp_path / "out"), "--frames", "100", "--steps", "1",
+                 "--cache", str(cache)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "minigrid-100-seed0-v4.npz is unreadable" in err and "delete it to rebuild" in err
 
 
 def test_build_device_and_workers_options(tmp_path, capsys):

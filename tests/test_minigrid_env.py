@@ -664,9 +664,88 @@ class TestGridCodeCache:
 def test_doorkey_12x12_is_registered():
     env = make_minigrid_env("MiniGrid-DoorKey-12x12-v0", seed=0, render=True)
     td = env.reset()
-    assert env.unwrapped.max_steps == 10 * 12 * 12 and td["pixels"].shape == (60, 60, 3)
+    assert env.unwrapped.max_steps == 10 * 12 * 12 and td["pixels"].shape == (64, 64, 3)
     assert "MiniGrid-DoorKey-12x12-v0" in gymnasium.registry
     assert minigrid_module.register_extra_envs() == []  # idempotent
+
+
+# grid frames: where the grid sits -------------------------------------------------------------
+def _frames_of_random_play(env, steps: int = 6):
+    """The env's frame at reset and after ``steps`` random actions (turns, moves, pickups, toggles), each
+    with the raw env it shows."""
+    rng = np.random.default_rng(0)
+    td = env.reset()
+    yield td["pixels"].numpy()
+    for _ in range(steps):
+        out = env.step(step_input(td, int(rng.choice([LEFT, FORWARD, FORWARD, PICKUP, TOGGLE]))))
+        if out["next", "done"]:
+            return
+        yield out["next", "pixels"].numpy()
+        td = out["next"]
+
+
+@pytest.mark.parametrize(
+    "size, frame",
+    [
+        ((5, 5), (12, 60, 60, 0, 0)),  # DoorKey-5x5
+        ((6, 6), (10, 60, 60, 0, 0)),
+        ((8, 8), (8, 64, 64, 0, 0)),
+        ((9, 9), (7, 63, 63, 0, 0)),  # LavaCrossingS9N1
+        ((10, 10), (6, 60, 60, 0, 0)),
+        ((11, 11), (4, 64, 64, 8, 8)),  # 44 px, on the 4-px lattice: 8 px above, 12 below
+        ((12, 12), (4, 64, 64, 8, 8)),  # DoorKey-12x12: 48 px, 8 px each side
+        ((13, 13), (4, 52, 52, 0, 0)),
+        ((16, 16), (4, 64, 64, 0, 0)),
+        ((25, 25), (4, 100, 100, 0, 0)),  # MultiRoom-N2-S4
+        ((11, 6), (5, 30, 55, 0, 0)),  # UnlockPickup: 5-px cells, but not square
+        ((12, 6), (5, 30, 60, 0, 0)),  # RedBlueDoors-6x6
+        ((7, 3), (9, 27, 63, 0, 0)),  # KeyCorridorS3R1
+    ],
+)
+def test_grid_frame_layout_per_grid(size, frame):
+    assert tuple(minigrid_module.grid_frame_layout(*size)) == frame
+
+
+def test_doorkey_12x12_frames_are_4px_tiles_in_a_64px_frame():
+    env = make_minigrid_env("MiniGrid-DoorKey-12x12-v0", seed=1)
+    assert env.tile_size == 4 and env.observation_spec["pixels"].shape == (64, 64, 3)
+    menv = env.unwrapped
+    frames = 0
+    for frame in _frames_of_random_play(env, steps=20):
+        assert frame.shape == (64, 64, 3)
+        np.testing.assert_array_equal(frame[8:56, 8:56], menv.get_frame(highlight=False, tile_size=4))
+        inner = np.zeros(frame.shape[:2], dtype=bool)
+        inner[8:56, 8:56] = True
+        assert not frame[~inner].any()  # a black margin
+        frames += 1
+    assert frames == 21
+
+
+def _shipped_grid_model_envs() -> list[str]:
+    """Every env a recorded number of the shipped grid model was measured on (docs/builtin_scorer.md): its
+    training and held-out layouts (its training.json), the family benchmark's sets, the next build's layouts."""
+    import json
+    from pathlib import Path
+
+    from vlmrb_torchrl.envs.minigrid.training import (
+        BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS, TRAIN_LAYOUTS)
+
+    report = json.loads((Path(minigrid_module.__file__).parents[1] / "scorers/models/minigrid/training.json").read_text())
+    ids = [lay["env_id"] for lay in report["layouts"]] + list(report["held_out_layouts"])
+    ids += [*BENCHMARK_TRAIN_ENVS, *HELD_OUT_LAYOUTS, *LARGE_GRID_ENVS, *(lay.env_id for lay in TRAIN_LAYOUTS)]
+    return sorted(set(ids) - {"MiniGrid-DoorKey-12x12-v0"})  # the one grid redrawn on purpose (above)
+
+
+@pytest.mark.parametrize("env_id", _shipped_grid_model_envs())
+def test_grid_frames_unchanged_where_the_shipped_model_was_measured(env_id):
+    # the rule before 4-px tiles on a 64-px frame for 11x11/12x12, written out: the shipped scorers'
+    # recorded numbers hold only while these frames stay what they were, pixel for pixel
+    env = make_minigrid_env(env_id, seed=0)
+    menv = env.unwrapped
+    tile = max(4, 64 // max(menv.width, menv.height))
+    assert env.observation_spec["pixels"].shape == (menv.height * tile, menv.width * tile, 3)
+    for frame in _frames_of_random_play(env):
+        np.testing.assert_array_equal(frame, menv.get_frame(highlight=False, tile_size=tile))
 
 
 class TestBatchedMiniGridEnv:

@@ -604,3 +604,28 @@ def test_a_run_directory_with_the_old_key_names_resumes(tmp_path, capsys):
     assert "is now called" not in capsys.readouterr().err
     with open(out / "metrics.csv", newline="") as f:
         assert int(list(csv.DictReader(f))[-1]["env_steps"]) == 1024
+
+
+@pytest.mark.slow  # trains (a few hundred frames) through the CLI
+def test_a_function_that_reads_an_undeclared_entry_stops_the_run_with_one_line(tmp_path, monkeypatch, capsys):
+    """issue 63: a python: function sees only its in_keys (default: the frames); reading ("next", "reward")
+    without declaring it ends the command with one line naming the entry and the fix, not a traceback; declared
+    as JSON lists, the same function runs."""
+    from vlmrb_torchrl.cli import main as cli_main
+
+    (tmp_path / "reward_fn.py").write_text(
+        "def rewarded(clips):\n"
+        "    reward = clips['next', 'reward'].reshape(clips.shape).clamp(min=0)\n"
+        "    return ((reward * clips['mask']) > 0).any(dim=1).float()\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "dqn", "scorer=python:reward_fn:rewarded", "total_frames=512", "num_envs=2",
+            "frames_per_batch=64", "learning_starts=128", "eval_every=512", "eval_episodes=2",
+            "checkpoint_every=512", "buffer_size=2000", "clip_len=4", "batch_size=16", "hidden=32",
+            "progress=false", "tensorboard=false", "gallery_clips=0", "async_scoring=false"]
+    assert cli_main([*args, f"output_dir={tmp_path / 'bad'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("vlmrb train dqn: scorer='python:reward_fn:rewarded': CallableScorer(rewarded) read an "
+                              "entry its clips do not carry")
+    assert not any(line.startswith("Traceback") for line in err)
+    declared = '{"in_keys": [["next", "reward"], "mask"]}'
+    assert cli_main([*args, f"scorer_kwargs={declared}", f"output_dir={tmp_path / 'good'}"]) == 0

@@ -147,14 +147,49 @@ class TestRunDirectory:
         old = tmp_path / "checkpoints" / "step_100"
         old.mkdir(parents=True)
         (old / "DONE").write_text("{}")
-        for name in ("metrics.csv", "config.json", "summary.json", "notes.txt"):
+        for name in ("metrics.csv", "summary.json", "notes.txt"):
             (tmp_path / name).write_text("old")
         (tmp_path / "tensorboard").mkdir()
-        (tmp_path / ".vlmrb-run").write_text("{}")  # a run wrote them
+        old_id = "0123456789abcdef0123456789abcdef"
+        (tmp_path / ".vlmrb-run").write_text(json.dumps({"run_id": old_id}))  # a run wrote them: its id ...
+        (tmp_path / "config.json").write_text(json.dumps({"seed": 0, "run_id": old_id}))  # ... in its config
         prepare_run_dir(DQNConfig(output_dir=str(tmp_path), overwrite=True), recipe="dqn")
         assert sorted(p.name for p in tmp_path.iterdir()) == [".vlmrb-run", ".vlmrb-run.lock", "checkpoints",
                                                               "notes.txt"]
         assert not any((tmp_path / "checkpoints").iterdir())  # no old checkpoint survives
+        from vlmrb_torchrl.recipes.run_dir import run_id
+
+        assert run_id(tmp_path) not in (None, old_id)  # the new run's own id
+
+    @pytest.mark.parametrize("marker", ["", "{}", '{"run_id": "fedcba9876543210fedcba9876543210"}'])
+    def test_a_planted_or_copied_marker_deletes_nothing(self, tmp_path, marker):
+        # issue 64: an empty planted .vlmrb-run counted as a marker, and overwrite=true deleted a user's file inside
+        # checkpoints/
+        (tmp_path / "checkpoints").mkdir()
+        (tmp_path / "checkpoints" / "mine.txt").write_text("mine")
+        (tmp_path / "config.json").write_text(json.dumps({"run_id": "0123456789abcdef0123456789abcdef"}))
+        (tmp_path / ".vlmrb-run").write_text(marker)
+        before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+        why = "holds no run id" if "run_id" not in marker else "is not the one in config.json"
+        with pytest.raises(ConfigError, match=f"overwrite=true deletes only a run's own files, and its .vlmrb-run "
+                                              f"marker.* {why}.*nothing was deleted"):
+            prepare_run_dir(DQNConfig(output_dir=str(tmp_path), overwrite=True), recipe="dqn")
+        assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+    def test_the_run_id_is_in_the_marker_and_the_runs_config(self, tmp_path):
+        from vlmrb_torchrl.recipes.run_dir import run_id
+
+        cfg = DQNConfig(output_dir=str(tmp_path / "run"), tensorboard=False, progress=False)
+        prepare_run_dir(cfg, recipe="dqn")
+        with Run(cfg, recipe="dqn", total=10):
+            pass
+        marked = run_id(cfg.output_dir)
+        assert len(marked) == 32 and json.loads((tmp_path / "run" / "config.json").read_text())["run_id"] == marked
+        # a start that stopped before config.json leaves empty run directories only: overwrite takes them
+        (tmp_path / "run" / "config.json").unlink()
+        (tmp_path / "run" / "metrics.csv").unlink()
+        prepare_run_dir(apply_overrides(cfg, {"overwrite": True}), recipe="dqn")
+        assert run_id(cfg.output_dir) != marked
 
     @pytest.mark.parametrize("where", ["a project", "the current directory"])
     def test_overwrite_deletes_nothing_in_a_directory_no_run_wrote(self, tmp_path, monkeypatch, where):
@@ -185,7 +220,10 @@ class TestRunDirectory:
         assert (out / MARKER).is_file() and f"pid {os.getpid()}" in (out / LOCK).read_text()
         release_run_dir(out)
         _checkpoint(tmp_path, 64)[1].close()  # the run wrote a checkpoint (into tmp_path / "run")
-        (out / "config.json").write_text(json.dumps(dataclasses.asdict(DQNConfig(output_dir=str(out)))))
+        from vlmrb_torchrl.recipes.run_dir import run_id
+
+        (out / "config.json").write_text(json.dumps({**dataclasses.asdict(DQNConfig(output_dir=str(out))),
+                                                     "run_id": run_id(out)}))  # what the run's Run writes
         # another process's run (flock on its own open file: what a second process holds)
         with open(out / LOCK, "a+") as other:
             fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -196,6 +234,25 @@ class TestRunDirectory:
             assert (out / "checkpoints" / "step_64").exists()  # nothing deleted
         assert prepare_run_dir(DQNConfig(resume=str(out)), recipe="dqn").name == "step_64"  # the lock went with it
         release_run_dir(out)
+
+    def test_the_lock_follows_the_directory_not_the_path_or_the_file(self, tmp_path):
+        import fcntl
+
+        from vlmrb_torchrl.recipes.run_dir import LOCK, release_run_dir
+
+        out = tmp_path / "run"
+        out.mkdir()
+        (out / LOCK).write_text("pid 999999, since yesterday\n")  # left by a run that died: no flock held
+        prepare_run_dir(DQNConfig(output_dir=str(out)), recipe="dqn")
+        assert f"pid {os.getpid()}" in (out / LOCK).read_text()
+        release_run_dir(out)
+        alias = tmp_path / "alias"
+        alias.symlink_to(out)
+        with open(out / LOCK, "a+") as other:  # another process runs in the directory
+            fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            other.seek(0), other.truncate(), other.write("pid 4242, since today\n"), other.flush()
+            with pytest.raises(ConfigError, match="is in use by another vlmrb run \\(pid 4242"):
+                prepare_run_dir(DQNConfig(output_dir=str(alias), overwrite=True), recipe="dqn")
 
     def test_resume_continues_its_own_directory_and_refuses_overwrite_there(self, tmp_path):
         path, *_ = _checkpoint(tmp_path, 64)
@@ -210,6 +267,23 @@ class TestRunDirectory:
         (other / "metrics.csv").write_text("x")
         with pytest.raises(ConfigError, match="is not empty"):
             prepare_run_dir(DQNConfig(resume=str(run_dir), output_dir=str(other)), recipe="dqn")
+
+    def test_a_disk_without_room_for_a_checkpoint_fails_at_start(self, tmp_path, monkeypatch, capsys):
+        # issue 64: a full disk at start was found only at the first checkpoint, after the training was done
+        import collections
+
+        from vlmrb_torchrl.recipes import run_dir
+
+        usage = collections.namedtuple("usage", "total used free")
+        seen = []
+        monkeypatch.setattr(run_dir.shutil, "disk_usage", lambda path: seen.append(path) or usage(10**9, 10**9, 10**6))
+        out = tmp_path / "runs" / "full"
+        args = [f"{k}={v}" for k, v in TINY.items()] + ["replay=uniform", f"output_dir={out}"]
+        assert cli_main(["train", "dqn", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"output_dir={str(out)!r}: 1 MB free on its disk, and the next checkpoint " \
+            "needs about 0 MB (512 transitions of " in err and "lower buffer_size or checkpoint_every" in err
+        assert seen == [tmp_path] and not out.exists()  # asked of the nearest directory that exists; nothing written
 
     def test_an_unwritable_checkpoints_dir_fails_at_start(self, tmp_path):
         (tmp_path / "file").write_text("a file where a directory should be")
@@ -499,6 +573,50 @@ class TestResumeConfig:
         cfg = build_config("dqn", _train_parser("dqn").parse_intermixed_args([f"resume={run_dir}", "stop_at=128"]))
         assert cfg.stop_at == 128  # the next chunk's, when given
 
+    @pytest.mark.parametrize("saved, key", [
+        # issue 64: a foreign run's config.json (and its checkpoint's copy, manifest recomputed) ran this on resume=
+        ({"scorer": "python:torch.distributed.run:main()",
+          "scorer_kwargs": {"args": ["--nproc_per_node=1", "--no-python", "touch", "WITNESS"]}}, "scorer"),
+        ({"scorer": "distill:python:test_run_safety:FailingScorer"}, "scorer"),
+        ({"scorer": "hf:/models/x", "scorer_kwargs": {"trust_remote_code": True}}, "scorer_kwargs"),
+        ({"scorer_backend": "ray", "ray_address": "ray://10.0.0.9:10001"}, "ray_address"),
+    ])
+    def test_code_read_back_from_a_run_directory_is_refused_unless_given_or_trusted(self, tmp_path, capsys, saved,
+                                                                                      key):
+        witness = tmp_path / "PWNED"
+        saved = json.loads(json.dumps(saved).replace("WITNESS", str(witness)))
+        run_dir = self._run_dir(tmp_path, **saved)
+        assert cli_main(["train", "dqn", f"resume={run_dir}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"its config.json sets {key}=" in err
+        assert f"Give {key}= again on the command line if it is yours, or pass trust_checkpoint=true" in err
+        assert not witness.exists()
+
+        def build(*extra):
+            return build_config("dqn", _train_parser("dqn").parse_intermixed_args([f"resume={run_dir}", *extra]))
+
+        value = saved[key] if isinstance(saved[key], str) else json.dumps(saved[key])
+        assert getattr(build(f"{key}={value}"), key) == saved[key]  # the user names it again: theirs
+        assert getattr(build("trust_checkpoint=true"), key) == saved[key]
+        config_file = tmp_path / "mine.yaml"
+        config_file.write_text(json.dumps({key: saved[key]}))  # given again in a config file counts too
+        assert getattr(build("--config", str(config_file)), key) == saved[key]
+        assert not witness.exists()
+
+    def test_a_run_of_another_recipe_is_named(self, tmp_path, capsys):
+        # issue 64: `train dqn resume=<a SAC run>` said "unknown key 'env_backend'"
+        import dataclasses
+
+        from vlmrb_torchrl.recipes.config import SACConfig
+
+        run_dir = tmp_path / "sac_run"
+        run_dir.mkdir()
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(SACConfig())))
+        assert cli_main(["train", "dqn", f"resume={run_dir}"]) == 2
+        err = capsys.readouterr().err
+        assert f"resume={str(run_dir)!r} is a run of `vlmrb train sac`" in err and "unknown key" not in err
+        assert f"resume it with `vlmrb train sac resume={run_dir}`" in err and err.count("\n") == 1
+
     def test_a_missing_resume_path_is_reported_as_given(self, tmp_path, capsys):
         missing = str(tmp_path / "runs" / "does_not_exist")
         assert cli_main(["train", "dqn", f"resume={missing}"]) == 2
@@ -554,10 +672,82 @@ class TestConfigChecks:
         (["lr=inf"], "lr=inf is invalid: expected a finite number"),
         (["scorer_drain_timeout=inf"], "scorer_drain_timeout=inf is invalid: expected a finite number"),
         (["gamma=nan"], "gamma=nan is invalid: expected a finite number"),
+        # issue 64: clip_len=100000 passed validation and died mid-run allocating 34 GB (one scorer call's frames)
+        (["clip_len=10000000", "buffer_size=10000000", "replay=vlm", "scorer=builtin:minigrid"],
+         "clip_len=10000000 is invalid: expected at most \\d+ here: a scorer call packs 32 clips of clip_len \\+ 1 "
+         "frames of 12288 bytes, 3932.2 GB, more than half the .* GB of memory available; set clip_frames"),
+        (["clip_len=10000000", "clip_frames=10000000", "buffer_size=10000000", "replay=vlm"],
+         "clip_frames=10000000 is invalid: expected at most"),
     ])
     def test_bad_values(self, overrides, match):
         with pytest.raises(ConfigError, match=match):
             apply_overrides(DQNConfig(), overrides).validate()
+
+    def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(self, tmp_path, capsys):
+        # issue 64: a non-UTF-8 output_dir crashed TensorBoard with a 31-line UnicodeEncodeError after the run
+        # directory existed (bytes that are not UTF-8 reach sys.argv as lone surrogates)
+        out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/run-\xff")
+        assert cli_main(["train", "dqn", f"output_dir={out}", "total_frames=256"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "output_dir: " in err and "is not valid UTF-8 (byte 0xff at position" in err
+        assert list(tmp_path.iterdir()) == []
+        assert cli_main(["build-scorer", "minigrid", "--out", out]) == 2
+        assert "--out " in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+    def test_a_bad_mujoco_gl_is_one_line(self, monkeypatch, capsys):
+        # issue 64: MUJOCO_GL=bogus gave MuJoCo's raw traceback (TorchRL imports MuJoCo when it is installed)
+        monkeypatch.setenv("MUJOCO_GL", "bogus")
+        for command in (["train", "sac"], ["train", "dqn"], ["build-scorer", "lift", "--out", "x"]):
+            assert cli_main(command) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "MUJOCO_GL='bogus' is not a MuJoCo rendering backend" in err
+            assert "set it to glx, egl, osmesa, glfw, or unset it" in err
+        monkeypatch.setenv("MUJOCO_GL", "EGL")
+        assert cli_main(["train", "dqn", "seed=-1"]) == 2 and "MUJOCO_GL" not in capsys.readouterr().err
+
+    def test_ctrl_c_during_start_up_is_one_line(self, monkeypatch, capsys, tmp_path):
+        # issue 64: Ctrl-C during start-up (before the run) gave a raw traceback
+        import vlmrb_torchrl.cli as cli
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(cli, "build_config", interrupted)
+        assert cli_main(["train", "dqn", f"output_dir={tmp_path / 'run'}"]) == 130
+        assert capsys.readouterr().err == "vlmrb train dqn: interrupted during start-up: nothing was written.\n"
+        assert not (tmp_path / "run").exists()
+
+    def test_json_nested_too_deep_is_one_line(self, tmp_path, capsys):
+        # issue 64: deeply nested JSON gave a bare RecursionError
+        deep = "[" * 100_000 + "]" * 100_000
+        assert cli_main(["train", "dqn", f"scorer_kwargs={deep}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is invalid: expected a JSON object such as" in err and "nested too deep" in err
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (run_dir / "config.json").write_text(deep)
+        assert cli_main(["train", "dqn", f"resume={run_dir}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot read" in err and "RecursionError" in err
+        checkpoint, replay, _ = _checkpoint(tmp_path, 64)
+        replay.close()
+        (checkpoint / MANIFEST).write_text(deep)
+        assert check_checkpoint(checkpoint)[0] is False and "MANIFEST.json is unreadable (RecursionError" in \
+            check_checkpoint(checkpoint)[1]
+
+    def test_long_clips_pass_where_they_fit(self):
+        big = ["clip_len=10000000", "buffer_size=10000000", "replay=vlm"]
+        assert apply_overrides(DQNConfig(), [*big, "clip_frames=8"]).validate().clip_len == 10_000_000  # 9 frames
+        assert apply_overrides(DQNConfig(), [*big, "scorer=oracle:minigrid"]).validate().clip_len == 10_000_000
+        assert apply_overrides(DQNConfig(), [*big[:2], "replay=uniform"]).validate().clip_len == 10_000_000
+
+    def test_a_replay_larger_than_memory_fails_at_start(self, tmp_path, capsys):
+        out = tmp_path / "run"
+        args = [f"{k}={v}" for k, v in TINY.items()] + ["replay=uniform", f"output_dir={out}", "buffer_size=1e13"]
+        assert cli_main(["train", "dqn", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "buffer_size=10000000000000 is invalid: expected at most " in err
+        assert " GB of memory is available" in err and not out.exists()
 
     def test_a_short_clip_check_only_in_vlm_modes(self):
         cfg = apply_overrides(DQNConfig(), ["buffer_size=64", "batch_size=16", "frames_per_batch=64", "clip_len=100",

@@ -17,6 +17,7 @@ pytest.importorskip("robosuite")
 from vlmrb_torchrl.cli import main as cli_main  # noqa: E402
 from vlmrb_torchrl.recipes.config import ConfigError, SACConfig, apply_overrides  # noqa: E402
 from vlmrb_torchrl.recipes.sac import main as sac_main  # noqa: E402
+from vlmrb_torchrl.scorers import scorer_factory  # noqa: E402
 
 TINY = dict(total_frames=200, num_envs=2, frames_per_batch=50, learning_starts=100, max_episode_steps=50,
             batch_size=32, hidden=32, buffer_size=1_000, eval_every=200, eval_episodes=1, checkpoint_every=200,
@@ -151,7 +152,11 @@ def test_cli_vlm_frames_and_resume(tmp_path, capsys):
         "replay=vlm", "scorer=python:tests.test_sac_recipe:mean_pixel_scorer", "clip_stride=4", "clip_frames=2",
         f"output_dir={tmp_path / 'cli'}", "tensorboard=false", "stop_at=100", "checkpoint_every=100"]
     assert cli_main(["train", "sac", *args]) == 0
-    assert cli_main(["train", "sac", f"resume={tmp_path / 'cli'}", "stop_at=None", "progress=false"]) == 0
+    # the saved python: spec is code a run directory names: given again (or trust_checkpoint=true), it is resumed
+    assert cli_main(["train", "sac", f"resume={tmp_path / 'cli'}", "stop_at=None", "progress=false"]) == 2
+    assert "trust_checkpoint=true" in capsys.readouterr().err
+    assert cli_main(["train", "sac", f"resume={tmp_path / 'cli'}", "stop_at=None", "progress=false",
+                     "scorer=python:tests.test_sac_recipe:mean_pixel_scorer"]) == 0
     assert int(read_metrics(tmp_path / "cli")[-1]["env_steps"]) == 200
 
 
@@ -164,6 +169,7 @@ class _MeanPixelScorer:
         return (clips["pixels"].float().mean((-1, -2, -3, -4)) / 255.0).clamp(0, 1)
 
 
+@scorer_factory
 def mean_pixel_scorer(**kwargs):
     return _MeanPixelScorer()
 

@@ -9,7 +9,6 @@ import json
 import math
 import os
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -220,11 +219,8 @@ def brightness(clips):
 
 
 @needs_minigrid
-def test_pixel_scorer_renders_frames_and_is_imperfect(monkeypatch):
-    module = types.ModuleType("sq_test_scorers")
-    module.brightness = brightness
-    monkeypatch.setitem(sys.modules, "sq_test_scorers", module)
-    results = sq.main(["--scorer", "python:sq_test_scorers:brightness", "--env", DOORKEY5, *SHORT,
+def test_pixel_scorer_renders_frames_and_is_imperfect():
+    results = sq.main(["--scorer", f"python:{brightness.__module__}:brightness", "--env", DOORKEY5, *SHORT,
                        "--threshold", "0.2", "--frames", "4"])
     assert results["config"]["rendered"] is True
     assert results["metrics"][sq.PROGRESS]["f1"] < 1.0

@@ -533,6 +533,67 @@ def test_close_with_timeout_after_a_normal_drain_scores_everything():
     assert worker.stats()["scored"] == worker.stats()["submitted"] and not sampler.scores(index).isnan().any()
 
 
+def _child_pid(worker) -> int:
+    """The pid of a process backend's child (concurrent.futures keeps its pool's processes by pid)."""
+    deadline = time.monotonic() + 60
+    while not (getattr(worker._executor, "_processes", None) or {}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return next(iter(worker._executor._processes))
+
+
+def _score_round(rb, sampler, stream, worker, seed):
+    data = make_batches(2, 10, seed=seed).reshape(-1)
+    index = rb.extend(data)
+    worker.submit(stream.push(data, index, sampler.generations(index)))
+    worker.submit(stream.flush())
+    return index
+
+
+@pytest.mark.slow  # spawns child processes
+def test_a_dead_child_is_restarted_within_the_error_budget():
+    # issue 64: a dead process-backend scorer child was never restarted, even with on_scorer_error=skip
+    import os
+    import signal
+
+    rb, sampler, stream, worker, _ = build(backend="process", on_error="skip", max_consecutive_errors=3)
+    with worker:
+        first = _score_round(rb, sampler, stream, worker, seed=1)
+        assert worker.drain(timeout=120) and not sampler.scores(first).isnan().any()
+        dead = _child_pid(worker)
+        os.kill(dead, signal.SIGKILL)
+        with pytest.warns(RuntimeWarning, match="scorer's child process died .*a new child was started"):
+            lost = _score_round(rb, sampler, stream, worker, seed=2)
+            assert worker.drain(timeout=120)
+        assert sampler.scores(lost).isnan().all()  # that call's clips stay unscored, counted as errors
+        third = _score_round(rb, sampler, stream, worker, seed=3)
+        assert worker.drain(timeout=120) and not sampler.scores(third).isnan().any()  # the new child scores
+        assert _child_pid(worker) != dead
+        stats = worker.stats()
+        assert stats["child_restarts"] == 1 and stats["errors"] >= 1 and stats["consecutive_errors"] == 0
+    assert multiprocessing.active_children() == []
+    # on_error="raise": the run stops, saying how to have it restarted
+    rb, sampler, stream, worker, _ = build(backend="process")
+    with pytest.raises(RuntimeError, match="worker failed") as info:
+        with worker:
+            _score_round(rb, sampler, stream, worker, seed=1)
+            worker.drain(timeout=120)
+            os.kill(_child_pid(worker), signal.SIGKILL)
+            _score_round(rb, sampler, stream, worker, seed=2)
+            worker.drain(timeout=120)
+    assert "on_error='skip' (on_scorer_error=skip) would start a new one" in str(info.value.__cause__)
+    assert worker.stats()["child_restarts"] == 0 and multiprocessing.active_children() == []
+
+
+def test_a_dead_childs_pool_is_replaced_once_and_never_after_close():
+    # the restart's bookkeeping (no child is spawned: a pool starts its process at its first call)
+    rb, sampler, stream, worker, _ = build(backend="process", on_error="skip")
+    dead = worker._executor
+    assert worker._restart_child(dead) and worker._executor is not dead
+    assert not worker._restart_child(dead)  # another call already replaced it
+    worker.close()
+    assert not worker._restart_child(worker._executor) and worker.stats()["child_restarts"] == 1
+
+
 def _hang(clips):  # module level: pickled to the process backend's child
     time.sleep(600)
     return torch.zeros(clips.shape[0])

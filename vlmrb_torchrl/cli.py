@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -15,8 +16,10 @@ from vlmrb_torchrl.recipes.config import (
     DQNConfig,
     SACConfig,
     apply_overrides,
+    code_loading_values,
     config_help,
     load_config_file,
+    not_utf8,
     quick_preset,
     upgrade_keys,
 )
@@ -83,17 +86,55 @@ def _saved_config(resume: str) -> dict:
     for run_dir in (path, path.parent.parent):  # <run>/ or <run>/checkpoints/step_<N>/
         if (run_dir / "config.json").exists():
             try:
-                return json.loads((run_dir / "config.json").read_text())
-            except (OSError, ValueError) as err:
-                raise ConfigError(f"resume={resume!r}: cannot read {run_dir / 'config.json'} ({err}).") from None
+                saved = json.loads((run_dir / "config.json").read_text())
+            except (OSError, ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
+                raise ConfigError(f"resume={resume!r}: cannot read {run_dir / 'config.json'} "
+                                  f"({type(err).__name__}: {str(err)[:200]}).") from None
+            if not isinstance(saved, dict):
+                raise ConfigError(f"resume={resume!r}: {run_dir / 'config.json'} is not a run's config (a JSON "
+                                  f"object of key: value pairs), got {type(saved).__name__}.")
+            return saved
     raise ConfigError(f"resume={resume!r}: not a run directory or a checkpoint of one (no config.json in "
                       f"{path} or {path.parent.parent}).")
 
 
 #: Keys of a saved config.json that describe where and how that run was started, not the run itself.
 #: ``stop_at`` ends one chunk of a run: read back, it would stop the resumed run where the last chunk stopped.
-#: ``scorer_checks`` is what the run's scorer checked (a record the run adds), not a config key.
-_NOT_RESUMED = ("resume", "output_dir", "overwrite", "trust_checkpoint", "stop_at", "scorer_checks")
+#: ``scorer_checks`` is what the run's scorer checked and ``run_id`` which run wrote the directory (records the run
+#: adds), not config keys.
+_NOT_RESUMED = ("resume", "output_dir", "overwrite", "trust_checkpoint", "stop_at", "scorer_checks", "run_id")
+
+
+def _check_saved_recipe(name: str, saved: dict, resume: str) -> None:
+    """Refuses a saved config another recipe wrote (``vlmrb train dqn resume=<a SAC run>``), naming that recipe."""
+    keys = {k for k in saved if k not in _NOT_RESUMED}
+    fields = {n: {f.name for f in dataclasses.fields(cls)} for n, cls in RECIPES.items()}
+    unknown = sorted(keys - fields[name])
+    if not unknown:
+        return
+    owner = next((n for n, known in fields.items() if n != name and keys <= known), None)
+    if owner is not None:
+        raise ConfigError(f"resume={resume!r} is a run of `vlmrb train {owner}` (its config has "
+                          f"{', '.join(unknown[:4])}, which {name} has not): resume it with "
+                          f"`vlmrb train {owner} resume={resume}`.")
+    raise ConfigError(f"resume={resume!r}: its config.json has keys no recipe of this version knows "
+                      f"({', '.join(unknown[:6])}): a run of another vlmrb version, or an edited file.")
+
+
+def _check_saved_code(cfg, saved: dict, resume: str, given: set[str]) -> None:
+    """Refuses a value read back from the run directory ``resume`` that loads code (a ``python:`` spec, ...:
+    :func:`~vlmrb_torchrl.recipes.config.code_loading_values`), unless the user gave that key again
+    (``given``: the command line's and the config file's keys) or passed ``trust_checkpoint=true``: a run
+    directory someone else wrote must not choose code for this process to run."""
+    if cfg.trust_checkpoint:
+        return
+    for key, why in code_loading_values({k: v for k, v in saved.items() if k not in _NOT_RESUMED}).items():
+        if key not in given:
+            value = json.dumps(saved[key]) if isinstance(saved[key], dict) else saved[key]
+            raise ConfigError(f"resume={resume!r}: its config.json sets {key}={str(value)[:200]!r}, which {why}; a "
+                              f"value read back from a run directory does not get to run code. Give {key}= again "
+                              f"on the command line if it is yours, or pass trust_checkpoint=true if you trust "
+                              f"where {resume} came from.")
 
 
 def _finished_line(summary: dict) -> str:
@@ -123,6 +164,9 @@ def build_config(name: str, args: argparse.Namespace):
     overrides = list(args.overrides)
     resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), None)
     saved = _saved_config(resume) if resume else None
+    if saved is not None:
+        _check_saved_recipe(name, saved, resume)
+    given = {o.split("=", 1)[0].strip() for o in overrides if "=" in o}  # keys the user gives (and the file's)
 
     def build(preset: dict | None):
         cfg = cls()
@@ -133,7 +177,9 @@ def build_config(name: str, args: argparse.Namespace):
             cfg = apply_overrides(cfg, preset)
         if args.config:
             try:
-                cfg = apply_overrides(cfg, load_config_file(args.config))
+                from_file = load_config_file(args.config)
+                given.update(from_file)
+                cfg = apply_overrides(cfg, from_file)
             except ConfigError as err:
                 msg = str(err)
                 raise ConfigError(msg if msg.startswith("--config") else f"--config {args.config}: {msg}") from None
@@ -142,6 +188,8 @@ def build_config(name: str, args: argparse.Namespace):
     cfg = build(None)
     if args.quick:
         cfg = build(quick_preset(name, cfg.env))
+    if saved is not None:
+        _check_saved_code(cfg, saved, resume, given)
     return cfg.validate()
 
 
@@ -206,6 +254,9 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache", default=None,
                         help="keep the generated training frames in this directory and reuse them for the next build "
                              "with the same --frames and --seed (not part of the recipe: the frames are the same)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into --out even when it holds files no earlier build wrote (files of the same "
+                             "names are replaced); without it such a directory is refused")
     return parser
 
 
@@ -253,9 +304,22 @@ def build_scorer_main(argv: list[str]) -> int:
         except ValueError as err:
             print(f"vlmrb build-scorer: --device: {err}", file=sys.stderr)
             return 2
-    recorded = [a for i, a in enumerate(argv) if a != "--cache" and (i == 0 or argv[i - 1] != "--cache")]
+    recorded = [a for i, a in enumerate(argv) if a not in ("--cache", "--overwrite")
+                and (i == 0 or argv[i - 1] != "--cache")]
     command = "vlmrb build-scorer " + " ".join(a for a in recorded if not a.startswith("--cache="))  # not the recipe
-    build_scorer(domain, args.out, cfg, command=command, cache=args.cache, workers=workers)
+    from vlmrb_torchrl.scorer_training.domains import FrameCacheError
+
+    for name in ("out", "cache"):
+        bad = not_utf8(getattr(args, name))
+        if bad:
+            print(f"vlmrb build-scorer: --{name} {bad}", file=sys.stderr)
+            return 2
+    try:
+        build_scorer(domain, args.out, cfg, command=command, cache=args.cache, workers=workers,
+                     overwrite=args.overwrite)
+    except (FileExistsError, FrameCacheError) as err:  # --out not ours to write, a damaged --cache file
+        print(f"vlmrb build-scorer: {err}", file=sys.stderr)
+        return 2
     from vlmrb_torchrl.scorers.builtin import BUILTIN_PANEL_MODELS
 
     replaces = next((f"panel {dirs.index(args.name)} of builtin:{name}" for name, dirs in BUILTIN_PANEL_MODELS.items()
@@ -265,11 +329,49 @@ def build_scorer_main(argv: list[str]) -> int:
     return 0
 
 
+#: The values MuJoCo accepts for ``MUJOCO_GL`` on each system (``mujoco/gl_context.py``), read when MuJoCo is
+#: imported — and TorchRL imports it whenever it is installed, so a bad value stops any run with MuJoCo's traceback.
+_MUJOCO_GL_VALUES = {"Linux": ("glx", "egl", "osmesa"), "Windows": ("wgl",), "Darwin": ("cgl",)}
+
+
+def _mujoco_gl_problem(value: str | None) -> str:
+    """``""`` when ``value`` (``MUJOCO_GL``'s) is unset or one MuJoCo takes, else the one line saying what to set.
+
+    Examples:
+        >>> _mujoco_gl_problem(None), _mujoco_gl_problem("EGL"), _mujoco_gl_problem("glfw")
+        ('', '', '')
+    """
+    import platform
+
+    if value is None:
+        return ""
+    own = _MUJOCO_GL_VALUES.get(platform.system(), ())
+    valid = ("disable", "disabled", "off", "false", "0", "enable", "enabled", "on", "true", "1", "glfw", "", *own)
+    if value.lower().strip() in valid:
+        return ""
+    return (f"MUJOCO_GL={value!r} is not a MuJoCo rendering backend (MuJoCo reads it when it is imported, and TorchRL "
+            f"imports it): set it to {', '.join(own + ('glfw',))}, or unset it.")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a run started (a run's own Ctrl-C is answered in _main)
+        command = " ".join(["vlmrb", *argv[:2]]) if argv[:1] == ["train"] else " ".join(["vlmrb", *argv[:1]])
+        print(f"{command}: interrupted{' during start-up: nothing was written' if argv[:1] == ['train'] else ''}.",
+              file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     # Bit-exact resume: Intel MKL (torch's CPU BLAS) otherwise picks kernels by memory alignment,
     # and reloaded tensors sit at other addresses. Read at MKL's first call, so set it first.
     os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-    argv = sys.argv[1:] if argv is None else argv
+    problem = _mujoco_gl_problem(os.environ.get("MUJOCO_GL"))
+    if argv[:1] in (["train"], ["build-scorer"]) and problem:
+        print(f"vlmrb {' '.join(argv[:2]) if argv[0] == 'train' else argv[0]}: {problem}", file=sys.stderr)
+        return 2
     if not argv or argv[0] in ("-h", "--help"):
         print(_DESCRIPTION)
         return 0
@@ -303,6 +405,13 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, DivergedError) as err:
         print(f"vlmrb train {name}: {err}", file=sys.stderr)
         return 1
+    except RuntimeError as err:  # the scoring worker's failure: a scorer that reads what its clips lack is the config's
+        from vlmrb_torchrl.scorers import ScorerInputError
+
+        if not isinstance(err.__cause__, ScorerInputError):
+            raise
+        print(f"vlmrb train {name}: scorer={cfg.scorer!r}: {err.__cause__}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as err:  # the recipe already said what was saved
         signum = getattr(err, "signum", 2)  # recipes.run_dir.Stopped carries the signal (SIGTERM: 15)
         print(f"vlmrb train {name}: {'interrupted' if signum == 2 else 'stopped by signal ' + str(signum)}.",

@@ -30,7 +30,7 @@ from torchrl.envs import (
 
 from torchrl.modules import ConvNet, MLP, QValueActor
 from torchrl.record import VideoRecorder
-from vlmrb_torchrl.scorers import CallableScorer  # VLM-RB
+from vlmrb_torchrl.scorers import CallableScorer, scorer_factory  # VLM-RB
 
 
 # ====================================================================
@@ -151,6 +151,7 @@ def point_scored(clips):  # VLM-RB
     return ((reward > 0) & clips["mask"]).any(dim=1).float()
 
 
+@scorer_factory  # VLM-RB: a python: spec may call it (config_atari.yaml's vlm.scorer)
 def make_point_scorer():  # VLM-RB
     """The default scorer of config_atari.yaml: a stand-in for a VLM that runs anywhere. With a VLM's
     weights, set ``vlm.scorer=hf:<dir>`` and ``vlm.scorer_kwargs={frame_key: vlm_pixels}``."""

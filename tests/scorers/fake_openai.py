@@ -62,7 +62,8 @@ class FakeServer:
     def __init__(self, models=("tiny-vlm",)):
         self.models = list(models)
         self.requests: list[dict] = []
-        # per request, in order: int status, ("sleep", s), ("status", code, body), ("trickle", s), ("json", answer)
+        # per request, in order: int status, ("sleep", s), ("status", code, body), ("trickle", s), ("json", answer),
+        # ("raw", text), ("chunked", answer)
         self.script: list = []
         self.delay = 0.0
         self.in_flight = 0
@@ -122,6 +123,26 @@ class FakeServer:
                         return None
                     elif isinstance(step, tuple) and step[0] == "json":  # this answer, as is
                         return self._send(200, step[1])
+                    elif isinstance(step, tuple) and step[0] == "raw":  # these bytes (text), as the body
+                        payload = step[1].encode()
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        self.wfile.write(payload)
+                        return None
+                    elif isinstance(step, tuple) and step[0] == "chunked":  # this answer, without a length
+                        payload = json.dumps(step[1]).encode()
+                        self.send_response(200)
+                        self.send_header("Transfer-Encoding", "chunked")
+                        self.end_headers()
+                        for i in range(0, len(payload), 1 << 16):
+                            chunk = payload[i:i + (1 << 16)]
+                            try:
+                                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                            except OSError:  # the client hung up
+                                return None
+                        self.wfile.write(b"0\r\n\r\n")
+                        return None
                     elif isinstance(step, int):
                         headers = [("Retry-After", "0")] if step == 429 else []
                         return self._send(step, {"error": {"message": f"scripted {step}"}}, headers)

@@ -21,6 +21,8 @@ from vlmrb_torchrl.scorers import (
     prompt_hash,
     register_scorer,
     registered_scorer_forms,
+    scorer_factory,
+    spec_loads_code,
     validate_scores,
 )
 from vlmrb_torchrl.scorers import base as scorers_base
@@ -45,8 +47,28 @@ def clean_registry():
     scorers_base._REGISTRY.update(before)
 
 
+@scorer_factory
 def mean_pixel_factory(prompt: str = "factory"):
     return CallableScorer(mean_pixel_score, prompt=prompt, name="from_factory")
+
+
+def unmarked_factory(prompt: str = "factory"):
+    """A function without a clips argument and without the factory mark: called only when named with ()."""
+    CALLED.append(prompt)
+    return CallableScorer(mean_pixel_score, prompt=prompt, name="named_factory")
+
+
+CALLED: list = []
+
+
+class FitScorer:
+    """A class with an estimator's score(X, y) (scikit-learn's): not a Scorer class, never instantiated."""
+
+    def __init__(self, **kwargs):
+        CALLED.append(kwargs)
+
+    def score(self, X, y):
+        return 0.0
 
 
 class HalfScorer:
@@ -249,6 +271,29 @@ class TestCallableScorer(ScorerContract):
         assert not calls
         assert CallableScorer(mean_pixel_score, in_keys="pixels").in_keys == ["pixels"]
 
+    def test_json_lists_are_nested_keys(self):
+        """scorer_kwargs on the command line is JSON: a nested key arrives as a list (issue 63)."""
+        scorer = CallableScorer(mean_pixel_score, in_keys=[["next", "reward"], "mask"])
+        assert scorer.in_keys == [("next", "reward"), "mask"]
+
+    def test_reading_an_undeclared_entry_is_one_line_naming_it_and_the_fix(self, tiny_clips):
+        from vlmrb_torchrl.scorers import ScorerInputError
+
+        scorer = CallableScorer(lambda c: c["next", "reward"].sum((1, 2)), name="rewarded")  # in_keys: pixels
+        with pytest.raises(ScorerInputError) as info:
+            scorer.score(tiny_clips)
+        message = str(info.value)
+        assert "\n" not in message and message.startswith('rewarded read an entry its clips do not carry (')
+        assert "default ('pixels',)" in message and '"in_keys": [["next", "reward"], "mask"]' in message
+        assert isinstance(info.value, KeyError)  # what the contract promised before
+
+    def test_a_key_error_inside_the_function_for_other_reasons_is_reported_too(self, tiny_clips):
+        def lookup(clips):
+            return {"a": 1}["b"]
+
+        with pytest.raises(KeyError, match="lookup.*do not carry"):
+            CallableScorer(lookup).score(tiny_clips)
+
     @pytest.mark.parametrize(
         "output, error, match",
         [
@@ -414,19 +459,21 @@ class TestMakeScorer:
         assert scorer.score(clips).tolist() == [0.0, 0.0, 1.0]
 
     def test_python_function(self, tiny_clips):
-        scorer = make_scorer(f"python:{__name__}:mean_pixel_score", prompt="bright?")
+        scorer = make_scorer(f"python:{mean_pixel_score.__module__}:mean_pixel_score", prompt="bright?")
         assert isinstance(scorer, CallableScorer)
         assert scorer.prompt == "bright?"
         torch.testing.assert_close(scorer.score(tiny_clips), mean_pixel_score(tiny_clips))
 
     def test_python_factory_class_and_instance(self):
-        factory = make_scorer(f"python:{__name__}:mean_pixel_factory", prompt="from kwargs")
+        factory = make_scorer(f"python:{__name__}:mean_pixel_factory", prompt="from kwargs")  # @scorer_factory
         assert isinstance(factory, CallableScorer) and factory.name == "from_factory"
         assert factory.prompt == "from kwargs"
+        named = make_scorer(f"python:{__name__}:unmarked_factory()", prompt="named")  # named as a factory
+        assert named.name == "named_factory" and CALLED[-1] == "named"
         cls = make_scorer(f"python:{__name__}:HalfScorer", value=0.75)
         assert isinstance(cls, HalfScorer) and cls.value == 0.75
         assert make_scorer(f"python:{__name__}:HALF_SCORER") is HALF_SCORER
-        nested = make_scorer("python:vlmrb_torchrl.scorers:OracleScorer", events_key="success")
+        nested = make_scorer("python:vlmrb_torchrl.scorers:OracleScorer", events_key="success")  # a submodule's
         assert isinstance(nested, OracleScorer) and nested.events_key == "success"
 
     def test_python_dotted_attribute(self):
@@ -444,27 +491,42 @@ class TestMakeScorer:
             ("python:math:no_such_fn", ValueError, "module 'math' has no attribute 'no_such_fn'"),
             ("python:math", ValueError, r"is 'python:<module>:<callable>'"),
             ("python:math:pi", TypeError, "'pi' is a float, not a callable"),
-            ("python:vlmrb_torchrl.scorers:registered_scorer_forms", TypeError, "returned a list, not a Scorer"),
+            ("python:vlmrb_torchrl.scorers:registered_scorer_forms()", TypeError, "returned a list, not a Scorer"),
         ],
     )
     def test_python_errors(self, spec, error, match):
         with pytest.raises(error, match=match):
             make_scorer(spec)
 
-    @pytest.mark.parametrize("spec, kwargs", [
-        ("python:subprocess:Popen", {"shell": True}),  # a class from the standard library
-        ("python:subprocess:run", {"shell": True}),  # a "factory" (no required positional argument) from it
-        ("python:os:system", {}),
+    @pytest.mark.parametrize("spec, kwargs, match", [
+        # issue 35: a class from the standard library, and a "factory" (no required positional argument) from it
+        ("python:subprocess:Popen", {"shell": True}, "'Popen' is a class without score\\(clips\\), not a Scorer class"),
+        ("python:subprocess:run", {"shell": True}, "'run' takes no clips argument, so it would be called as a "
+                                                   "factory: name it as one \\(python:subprocess:run\\(\\)\\) or mark"),
+        ("python:os:system", {}, "'system' is a builtin_function_or_method: a python: spec names a Scorer class"),
+        # issue 64: any zero-argument callable of an installed package was called before the "not a Scorer" check
+        ("python:torch.distributed.run:main", {}, "'main' takes no clips argument"),
+        # ... and a spec could reach into a module the named one imports
+        ("python:vlmrb_torchrl.scorers.base:os.system", {}, "'os.system' goes through the module 'os'"),
+        ("python:vlmrb_torchrl.scorers.openai:json.loads", {}, "goes through the module 'json'"),
+        ("python:vlmrb_torchrl.scorers.base:prompt_hash", {},
+         "'prompt_hash' is defined in module 'vlmrb_torchrl.scorers._hashing', not in 'vlmrb_torchrl.scorers.base': "
+         "a python: spec loads only what it names; name it where it is defined "
+         "\\(python:vlmrb_torchrl.scorers._hashing:prompt_hash\\)"),
     ])
-    def test_python_specs_are_checked_before_anything_is_called(self, tmp_path, spec, kwargs):
+    def test_python_specs_are_checked_before_anything_is_called(self, tmp_path, spec, kwargs, match):
         witness = tmp_path / "ran"
-        kwargs = {"args": f"touch {witness}", **kwargs} if "subprocess" in spec else kwargs
-        with pytest.raises(TypeError, match="standard library, which holds no scorers.*nothing was called"):
+        if "subprocess" in spec:
+            kwargs = {"args": f"touch {witness}", **kwargs}
+        if "torch.distributed" in spec:  # the probe: torchrun --no-python touch <witness>
+            kwargs = {"args": ["--nproc_per_node=1", "--no-python", "touch", str(witness)]}
+        with pytest.raises(TypeError, match=match + ".*nothing was called"):
             make_scorer(spec, **kwargs)
         assert not witness.exists()
 
     def test_python_classes_need_score_and_factories_their_arguments(self):
         built = []
+        CALLED.clear()
 
         class NotAScorer:
             def __init__(self, **kwargs):
@@ -476,16 +538,34 @@ class TestMakeScorer:
 
         module = sys.modules[__name__]
         module.NotAScorer, module.strict_factory = NotAScorer, factory
+        NotAScorer.__module__ = factory.__module__ = __name__
         try:
             with pytest.raises(TypeError, match="'NotAScorer' is a class without score\\(clips\\).*nothing was called"):
                 make_scorer(f"python:{__name__}:NotAScorer", shell=True)
+            with pytest.raises(TypeError, match="'FitScorer' is a class whose score\\(\\) does not take one clips "
+                                                "argument, not a Scorer class \\(nothing was called\\)"):
+                make_scorer(f"python:{__name__}:FitScorer", shell=True)
             with pytest.raises(TypeError, match="factory strict_factory\\(\\) takes no keyword argument 'shell'; it "
                                                 "takes: prompt"):
-                make_scorer(f"python:{__name__}:strict_factory", shell=True)
-            assert built == []
-            assert isinstance(make_scorer(f"python:{__name__}:strict_factory", prompt="p"), HalfScorer)
+                make_scorer(f"python:{__name__}:strict_factory()", shell=True)
+            with pytest.raises(TypeError, match="'strict_factory' takes no clips argument"):
+                make_scorer(f"python:{__name__}:strict_factory", prompt="p")
+            with pytest.raises(TypeError, match="'mean_pixel_score' is named as a factory but has 1 required"):
+                make_scorer(f"python:{mean_pixel_score.__module__}:mean_pixel_score()")
+            with pytest.raises(TypeError, match="names a scorer instance; it takes no keyword arguments and is not "
+                                                "a factory: drop the \\(\\)"):
+                make_scorer(f"python:{__name__}:HALF_SCORER()")
+            assert built == [] and CALLED == []
+            assert isinstance(make_scorer(f"python:{__name__}:strict_factory()", prompt="p"), HalfScorer)
         finally:
             del module.NotAScorer, module.strict_factory
+            CALLED.clear()
+
+    def test_scorer_factory_marks_functions_only(self):
+        with pytest.raises(TypeError, match="scorer_factory marks a function that returns a Scorer, got type"):
+            scorer_factory(HalfScorer)
+        assert spec_loads_code("python:m:f") and spec_loads_code("distill:python:m:f()")
+        assert not spec_loads_code("builtin:minigrid") and not spec_loads_code(None)
 
     @pytest.mark.parametrize("returned, match", [
         (["yes", "no"], "must return numbers .*got text: \"\\['yes', 'no'\\]\""),
@@ -521,8 +601,9 @@ class TestMakeScorer:
     )
     def test_python_unknown_keyword(self, target, match):
         """An unknown keyword names itself and what the target takes, before the target is called."""
+        module = mean_pixel_score.__module__ if target == "mean_pixel_score" else __name__
         with pytest.raises(TypeError, match=match):
-            make_scorer(f"python:{__name__}:{target}", threshold=0.5)
+            make_scorer(f"python:{module}:{target}", threshold=0.5)
 
     def test_backend_unknown_keyword(self):
         with pytest.raises(TypeError, match=r"make_scorer\('oracle:minigrid'\): unknown keyword argument 'foo'"):

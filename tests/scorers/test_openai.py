@@ -185,11 +185,73 @@ class TestOpenAIScorer:
          r"malformed top_logprobs: logprob 'abc' of token 'Yes' is not a number"),
         ({"choices": [{"logprobs": {"content": [{"top_logprobs": [{"token": "Yes", "logprob": 0.7}]}]}}]},
          r"malformed top_logprobs: logprob 0.7 of token 'Yes' is not a log-probability"),
+        # issue 64: alternatives whose probabilities sum to more than 1 were accepted
+        ({"choices": [{"logprobs": {"content": [{"top_logprobs": [{"token": "Yes", "logprob": math.log(0.8)},
+                                                                  {"token": "No", "logprob": math.log(0.7)}]}]}}]},
+         r"malformed top_logprobs: the alternatives' probabilities sum to 1.5 > 1"),
+        ({"choices": [{"logprobs": {"content": [{"top_logprobs": [{"token": "Yes", "logprob": -0.1}]}]}}]},
+         None),  # a one-entry list below 1 is fine
+        ("[" * 50_000 + "]" * 50_000, r"returned invalid JSON"),  # nested too deep: one line, not a RecursionError
     ])
     def test_malformed_answers_are_named(self, server, answer, match):
-        server.script = [("json", answer)]
+        server.script = [("raw", answer) if isinstance(answer, str) else ("json", answer)]
+        if match is None:
+            assert OpenAIScorer(server.url, "tiny-vlm").score(make_clips(1, 1)).shape == (1,)
+            return
         with pytest.raises(OpenAIScorerError, match=match):
             OpenAIScorer(server.url, "tiny-vlm").score(make_clips(1, 1))
+
+    @pytest.mark.parametrize("target", ["other_server", "link_local"])
+    def test_a_redirect_is_not_followed_and_the_key_stays_home(self, server, monkeypatch, target):
+        # issue 64: a 302 to another host received "Authorization: Bearer $OPENAI_API_KEY", and a redirect to a
+        # link-local metadata address was followed
+        monkeypatch.setenv("VLMRB_TEST_API_KEY", SECRET)
+        other = FakeServer()
+        try:
+            location = (other.url + "/chat/completions" if target == "other_server"
+                        else "http://169.254.169.254/latest/meta-data/iam/security-credentials/")
+            server.script = [("status", 302, {}, [("Location", location)])]
+            scorer = OpenAIScorer(server.url, "tiny-vlm", api_key_env="VLMRB_TEST_API_KEY", backoff=0.0)
+            with pytest.raises(OpenAIScorerError) as info:
+                scorer.score(make_clips(1, 1))
+            msg = str(info.value)
+            assert f"was answered with HTTP 302, a redirect to {location}; OpenAIScorer follows no redirects" in msg
+            assert SECRET not in msg and "\n" not in msg
+            assert other.requests == [] and len(server.requests) == 1  # not followed, not retried
+            assert scorer.stats()["retries"] == 0
+        finally:
+            other.close()
+
+    def test_link_local_and_metadata_servers_are_refused(self, server, monkeypatch):
+        for url in ("http://169.254.169.254/v1", "http://[fe80::1]:8000/v1", "http://metadata.google.internal/v1",
+                    "http://[fd00:ec2::254]/v1"):
+            with pytest.raises(ValueError, match="is a link-local or cloud metadata address, where instance "
+                                                 "credentials live, not a scorer's server; pass allow_link_local"):
+                OpenAIScorer(url, "m")
+        assert OpenAIScorer("http://169.254.169.254/v1", "m", allow_link_local=True).base_url.startswith("http://169")
+        # a name is checked where it resolves, at each connection: here 127.0.0.1 stands in for a metadata address
+        from vlmrb_torchrl.scorers import openai as openai_module
+
+        monkeypatch.setattr(openai_module, "link_local_or_metadata", lambda host: host == "127.0.0.1")
+        scorer = OpenAIScorer(server.url.replace("127.0.0.1", "localhost"), "tiny-vlm", backoff=0.0)
+        with pytest.raises(OpenAIScorerError, match="localhost resolved to 127.0.0.1, a link-local or cloud metadata "
+                                                    "address, where instance credentials live; nothing was sent"):
+            scorer.score(make_clips(1, 1))
+        assert server.requests == []
+
+    def test_a_huge_answer_is_refused_unread(self, server):
+        # issue 64: a 200 MB answer was read whole (RSS +1.2 GB for one 2-clip call)
+        answer = {"choices": [{"message": {"content": "x" * 3_000_000}}]}
+        server.script = [("json", answer), ("chunked", answer)]
+        scorer = OpenAIScorer(server.url, "tiny-vlm", max_response_bytes=1_000_000, backoff=0.0)
+        with pytest.raises(OpenAIScorerError, match=r"POST .* answered with 3,000,0\d\d bytes, above "
+                                                    r"max_response_bytes=1,000,000 .*raise max_response_bytes"):
+            scorer.score(make_clips(1, 1))
+        with pytest.raises(OpenAIScorerError, match=r"answered with more than 1,000,000 bytes"):  # no length given
+            scorer.score(make_clips(1, 1))
+        assert scorer.stats()["retries"] == 0
+        with pytest.raises(ValueError, match="max_response_bytes must be an int >= 1024"):
+            OpenAIScorer(server.url, "tiny-vlm", max_response_bytes=10)
 
     def test_an_unlikely_yes_is_not_a_yes(self, server):
         answer = {"choices": [{"message": {"content": "Sure"}, "logprobs": {"content": [{"token": "Sure", "top_logprobs": [

@@ -97,9 +97,13 @@ def test_lazy_members_load_on_first_use_and_the_scorer_pickles(tiny_model_dir):
 
 def test_errors(tiny_model_dir):
     scorer, members = _panels(tiny_model_dir)
-    with pytest.raises(ValueError, match="splits into 2 panels"):
-        scorer.score(TensorDict(pixels=torch.zeros(1, 2, 12, 11, 3, dtype=torch.uint8),
-                                mask=torch.ones(1, 2, dtype=torch.bool), batch_size=[1, 2]))
+    # issue 64: a one-panel or three-panel frame was read as two panels (only width % n was checked)
+    for width, found in ((11, "0.916667"), (12, "1"), (36, "3"), (30, "2.5")):
+        with pytest.raises(ValueError, match=f"must be frames \\[B, T, H, W, C\\] of exactly 2 square panels side "
+                                             f"by side, W = 2 \\* H .*got shape \\(1, 2, 12, {width}, 3\\): a width "
+                                             f"of {found} panels of 12 px"):
+            scorer.score(TensorDict(pixels=torch.zeros(1, 2, 12, width, 3, dtype=torch.uint8),
+                                    mask=torch.ones(1, 2, dtype=torch.bool), batch_size=[1, 2]))
     with pytest.raises(KeyError, match="needs"):
         scorer.score(TensorDict(mask=torch.ones(1, 2, dtype=torch.bool), batch_size=[1, 2]))
     with pytest.raises(ValueError, match="at least two"):

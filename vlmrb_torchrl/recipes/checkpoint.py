@@ -33,7 +33,7 @@ __all__ = [
     "MANIFEST", "CheckpointError", "RunWarning", "check_checkpoint", "checkpointed_modules", "save_checkpoint",
     "load_checkpoint", "checkpoints_newest_first", "latest_checkpoint", "truncate_metrics", "resume_counters",
     "checkpoint_now", "maybe_checkpoint", "RESUME_MAY_CHANGE", "check_resume_config", "DivergedError",
-    "check_finite_state",
+    "check_finite_state", "first_checkpoint_size", "step_bytes",
 ]
 
 #: Written last into every checkpoint (then the directory is renamed into place): each file's size and SHA-256.
@@ -101,8 +101,12 @@ def check_checkpoint(path: Path, *, trust: bool = False) -> tuple[bool, str]:
                        "anyway")
     try:
         files = json.loads((path / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return False, f"{MANIFEST} is unreadable ({err})"
+        if not isinstance(files, dict) or not all(
+                isinstance(meta, dict) and isinstance(meta.get("size"), int) and isinstance(meta.get("sha256"), str)
+                and ".." not in Path(name).parts for name, meta in files.items()):
+            raise ValueError("not a manifest of files, sizes and SHA-256 digests")
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
+        return False, f"{MANIFEST} is unreadable ({type(err).__name__}: {str(err)[:200]})"
     for name, meta in files.items():
         file = path / name
         if not file.is_file():
@@ -288,8 +292,8 @@ def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, trust: bool
     for file in sorted((path / "replay").rglob("*.json")):  # name the file a truncated JSON is in
         try:
             json.loads(file.read_text())
-        except (OSError, ValueError) as err:
-            raise CheckpointError(f"{file} cannot be read: {err}") from err
+        except (OSError, ValueError, RecursionError) as err:
+            raise CheckpointError(f"{file} cannot be read: {type(err).__name__}: {str(err)[:200]}") from err
     for name, obj in modules.items():
         if name not in state and getattr(obj, "checkpoint_optional", False):
             continue  # saved with checkpoints only since a later version: it starts afresh
@@ -308,6 +312,41 @@ def load_checkpoint(path: Path, *, modules: dict[str, Any], rb: Any, trust: bool
     _check_loaded_replay(rb, path)
     _set_rng_state(rng)
     return counters
+
+
+def first_checkpoint_size(cfg: Any, step: Any, checkpoint: Path | None = None) -> tuple[int, str]:
+    """``(bytes, how)``: about what the run's next checkpoint writes, at least — the transitions the replay holds
+    then (``min(buffer_size, frames)``, ``frames`` the run's frames at that checkpoint: ``checkpoint_every`` after
+    ``checkpoint``'s, or the run's end if sooner) times the bytes of ``step``, one env step's TensorDict (an env's
+    ``fake_tensordict()``: every entry, ``next`` included). What :func:`~vlmrb_torchrl.recipes.run_dir.make_run_dir`
+    checks the disk for before the run starts, so a full disk is found then, not after the training is done.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> step = TensorDict(observation=torch.zeros(148, dtype=torch.int16), next={"observation": torch.zeros(
+        ...     148, dtype=torch.int16)})
+        >>> first_checkpoint_size(DQNConfig(checkpoint_every=50_000, buffer_size=100_000), step)
+        (29600000, '50000 transitions of 592 bytes')
+    """
+    done = _step(checkpoint) if checkpoint is not None else 0
+    frames = min(done + cfg.checkpoint_every, cfg.total_frames, cfg.stop_at or cfg.total_frames)
+    rows = min(cfg.buffer_size, max(frames, 0))
+    per_step = step_bytes(step)
+    return rows * per_step, f"{rows} transitions of {per_step} bytes"
+
+
+def step_bytes(step: Any) -> int:
+    """The bytes of every tensor of ``step`` (a TensorDict, nested entries included): what one stored transition
+    weighs, at most (a checkpoint stores it in its smallest lossless dtypes).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> step_bytes(TensorDict(observation=torch.zeros(148, dtype=torch.int16), next={"reward": torch.zeros(1)}))
+        300
+    """
+    return sum(value.numel() * value.element_size() for value in step.values(True, True)
+               if isinstance(value, torch.Tensor))
 
 
 def _step(path: Path) -> int:
@@ -496,10 +535,13 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
     run_config = checkpoint.parent.parent / "config.json"
     saved_path = checkpoint / "config.json" if (checkpoint / "config.json").exists() else run_config
     try:
-        saved = upgrade_keys(json.loads(saved_path.read_text()), quiet=True)  # a run of an older version: its key names
-    except (OSError, ValueError) as err:
-        warnings.warn(f"{saved_path} cannot be read ({err}): the config cannot be checked against the run "
-                      f"{checkpoint} belongs to.", RunWarning, stacklevel=2)
+        saved = json.loads(saved_path.read_text())
+        if not isinstance(saved, dict):
+            raise ValueError(f"a JSON {type(saved).__name__}, not an object of key: value pairs")
+        saved = upgrade_keys(saved, quiet=True)  # a run of an older version: its key names
+    except (OSError, ValueError, RecursionError) as err:
+        warnings.warn(f"{saved_path} cannot be read ({type(err).__name__}: {str(err)[:200]}): the config cannot be "
+                      f"checked against the run {checkpoint} belongs to.", RunWarning, stacklevel=2)
         return
     given = _config_dict(cfg)
     conflicts = [f"{key}: {saved[key]!r} (checkpoint) vs {value!r} (now)" for key, value in given.items()
@@ -508,9 +550,10 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
         edited = ""
         if saved_path != run_config and run_config.exists():
             try:
-                run_saved = upgrade_keys(json.loads(run_config.read_text()), quiet=True)
-            except (OSError, ValueError):
+                run_saved = json.loads(run_config.read_text())
+            except (OSError, ValueError, RecursionError):
                 run_saved = {}
+            run_saved = upgrade_keys(run_saved, quiet=True) if isinstance(run_saved, dict) else {}
             if any(run_saved.get(k) != saved[k] for k in saved if k not in RESUME_MAY_CHANGE and k in run_saved):
                 edited = f" ({run_config} no longer matches the checkpoint's config: edited since the run wrote it?)"
         raise ConfigError(f"resume={cfg.resume!r}: the config differs from the one {checkpoint} was written with "

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import json
 import math
+import os
 import sys
 import typing
 from pathlib import Path
@@ -14,9 +15,33 @@ from typing import Any, ClassVar, Literal
 from vlmrb_torchrl.envs.family import families, family_of
 
 __all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "ConfigError", "RENAMED_KEYS", "upgrade_keys",
-           "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset"]
+           "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset", "code_loading_values",
+           "not_utf8"]
 
 REPLAY_MODES = ("uniform", "per", "vlm", "vlm_td")
+#: Clips one scorer call packs in the recipes (the scoring worker's batch): each holds its frames at once.
+SCORER_CLIPS_PER_CALL = 32
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the system can give a new process now (Linux's ``MemAvailable``; else the physical memory);
+    ``None`` where neither can be read.
+
+    Examples:
+        >>> available_memory() > 0
+        True
+    """
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 #: Keys renamed to the library's names (old -> new): the sampler's ``unscored_priority``, ``eps``, ``warmup``,
 #: ``beta`` and ``spread``. The old names keep working (command line, config files, the ``config.json`` of
@@ -241,6 +266,33 @@ class RecipeConfig:
                 problems.append(("eps", str(err)))
         return problems
 
+    def scorer_frame_bytes(self) -> int:
+        """Bytes of one frame the scorer reads: 64-px RGB (MiniGrid's and Atari's scorer frames); SAC: its
+        ``frame_size``, one square per camera panel.
+
+        Examples:
+            >>> DQNConfig().scorer_frame_bytes(), SACConfig().validate().scorer_frame_bytes()
+            (12288, 24576)
+        """
+        return 64 * 64 * 3
+
+    def _clip_memory_check(self) -> list[tuple[str, bool, str]]:
+        """``clip_len`` (or ``clip_frames``) bounded by the memory available: a scorer call packs
+        :data:`SCORER_CLIPS_PER_CALL` clips of their shown frames at once (``clip_len=100000`` died mid-run
+        allocating 34 GB). Only in VLM modes, for scorers that read frames (not the oracles)."""
+        memory = available_memory()
+        if self.replay not in ("vlm", "vlm_td") or str(self.scorer).startswith("oracle:") or memory is None:
+            return []
+        name = "clip_frames" if self.clip_frames is not None else "clip_len"
+        shown = min(getattr(self, name), self.clip_len) + 1  # and the outcome frame
+        frame = self.scorer_frame_bytes()
+        per_call = SCORER_CLIPS_PER_CALL * shown * frame
+        most = max(0, (memory // 2) // (SCORER_CLIPS_PER_CALL * frame) - 1)
+        return [(name, per_call <= memory // 2,
+                 f"at most {most} here: a scorer call packs {SCORER_CLIPS_PER_CALL} clips of {name} + 1 frames of "
+                 f"{frame} bytes, {per_call / 1e9:.1f} GB, more than half the {memory / 1e9:.1f} GB of memory "
+                 "available" + ("; set clip_frames, the frames sent per clip" if name == "clip_len" else ""))]
+
     def updates_for(self, frames: int) -> int:
         """Gradient updates for a collector batch of ``frames`` frames once learning started.
 
@@ -286,6 +338,8 @@ class RecipeConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):  # lr=inf, a timeout of nan: never meant
                 raise ConfigError(f"{f.name}={value!r} is invalid: expected a finite number.")
+            if not_utf8(value):  # a path of non-UTF-8 bytes: config.json, TensorBoard and the logs cannot hold it
+                raise ConfigError(f"{f.name}: {not_utf8(value)} (config.json, TensorBoard and the logs write UTF-8).")
         self._resolve()
         if self.threshold == "auto":  # after _resolve: the scorer is the one the run uses (scorer=auto resolved)
             self.threshold = self.decision_threshold()
@@ -335,7 +389,7 @@ class RecipeConfig:
                    ("distill", not (self.distill and self.scorer_backend != "thread"),
                     "false with scorer_backend=process or ray (the student would learn where the scorer runs, out of "
                     "reach of the run's checkpoints): use scorer_backend=thread")]
-        for name, ok, allowed in checks + self._family_checks() + self._checks():
+        for name, ok, allowed in checks + self._family_checks() + self._checks() + self._clip_memory_check():
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: expected {allowed}.")
         for name, message in self._library_checks():
@@ -533,6 +587,9 @@ class SACConfig(RecipeConfig):
     def validate(self) -> SACConfig:
         return super().validate()
 
+    def scorer_frame_bytes(self) -> int:
+        return self.frame_size * self.frame_size * 3 * len(str(self.camera or "").split("+"))
+
     def updates_for(self, frames: int) -> int:
         if self.utd_ratio is None:
             return super().updates_for(frames)
@@ -586,9 +643,10 @@ def _convert(name: str, text: str, annotation: Any) -> Any:
     if target is dict or typing.get_origin(target) is dict:
         try:
             value = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{name}={text!r} is invalid: expected a JSON object such as "
-                              f"'{{\"p\": 0.3}}' ({err.msg}).") from None
+        except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested deeper than Python recurses
+            why = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deep"
+            raise ConfigError(f"{name}={text[:80]!r}{'...' if len(text) > 80 else ''} is invalid: expected a JSON "
+                              f"object such as '{{\"p\": 0.3}}' ({why}).") from None
         if not isinstance(value, dict):
             raise ConfigError(f"{name}={text!r} is invalid: expected a JSON object, got {type(value).__name__}.")
         return value
@@ -708,6 +766,69 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any] | list[str]) -> Any:
             raise ConfigError(f"unknown key {key!r}{hint} Valid keys: {', '.join(sorted(names))}.")
         values[key] = _coerce(key, value, hints[key])
     return dataclasses.replace(cfg, **values)
+
+
+def not_utf8(value: Any) -> str:
+    """``""`` when ``value`` (text, or anything else) can be written as UTF-8; else why not, in words. A path
+    given as bytes that are not UTF-8 (``sys.argv`` carries them as lone surrogates) cannot go into
+    ``config.json``, TensorBoard's events or a log line.
+
+    Examples:
+        >>> not_utf8("runs/exp-é"), not_utf8(None)
+        ('', '')
+        >>> not_utf8("runs/exp-\\udcff")
+        "'runs/exp-\\\\udcff' is not valid UTF-8 (byte 0xff at position 9): rename it or choose a UTF-8 name"
+    """
+    if not isinstance(value, str):
+        return ""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raw = bytes(ord(c) - 0xDC00 for c in value[err.start:err.end] if 0xDC80 <= ord(c) <= 0xDCFF)
+        what = f"byte 0x{raw.hex()}" if len(raw) == 1 else f"bytes 0x{raw.hex()}" if raw else "a lone surrogate"
+        return f"{value!r} is not valid UTF-8 ({what} at position {err.start}): rename it or choose a UTF-8 name"
+    return ""
+
+
+def code_loading_values(values: dict[str, Any]) -> dict[str, str]:
+    """The keys of a config mapping whose values make a run load and run code, each with why: a ``python:``
+    scorer spec (:func:`~vlmrb_torchrl.scorers.spec_loads_code`, in ``scorer`` or anywhere in ``scorer_kwargs``),
+    ``trust_remote_code`` in ``scorer_kwargs`` (a model's own Python files), a Ray cluster to join
+    (``ray_address``: objects from the cluster are unpickled in the run). ``vlmrb train ... resume=`` refuses
+    such a value read back from a run directory's ``config.json`` unless it is given again or
+    ``trust_checkpoint=true``.
+
+    Examples:
+        >>> code_loading_values({"scorer": "python:my_scorers:RewardScorer", "seed": 0})
+        {'scorer': 'is a python: spec (it imports and runs that module)'}
+        >>> code_loading_values({"scorer": "builtin:minigrid", "scorer_kwargs": {"trust_remote_code": True},
+        ...                      "ray_address": "auto"})
+        {'scorer_kwargs': "sets trust_remote_code (it runs the model's own Python files)"}
+    """
+    from vlmrb_torchrl.scorers.base import spec_loads_code
+
+    def strings(value: Any) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+        return [s for item in items for s in strings(item)]
+
+    def remote_code(value: Any) -> bool:
+        if isinstance(value, dict):
+            return bool(value.get("trust_remote_code")) or any(remote_code(v) for v in value.values())
+        return isinstance(value, (list, tuple)) and any(remote_code(v) for v in value)
+
+    found = {}
+    if spec_loads_code(values.get("scorer")):
+        found["scorer"] = "is a python: spec (it imports and runs that module)"
+    kwargs = values.get("scorer_kwargs")
+    if any(spec_loads_code(s) for s in strings(kwargs)):
+        found["scorer_kwargs"] = "holds a python: spec (it imports and runs that module)"
+    elif remote_code(kwargs):
+        found["scorer_kwargs"] = "sets trust_remote_code (it runs the model's own Python files)"
+    if values.get("ray_address") not in (None, "", "auto"):
+        found["ray_address"] = "joins that Ray cluster (objects it sends are unpickled in the run)"
+    return found
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

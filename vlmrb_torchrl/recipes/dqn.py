@@ -224,8 +224,9 @@ def main(cfg: DQNConfig) -> dict:
         probe = probe_env(eval_env_fn, cfg.env)
         obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec
+        step = probe.fake_tensordict()  # what a stored transition weighs: the replay's memory, a checkpoint's disk
         probe.close()
-        make_run_dir(cfg, checkpoint, recipe="dqn")  # the scorer and the env built: a failed start wrote nothing
+        make_run_dir(cfg, checkpoint, recipe="dqn", step=step)  # scorer and env built: a failed start wrote nothing
         cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
 
         # --- networks, loss, optimizer

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from vlmrb_torchrl.recipes.replay import make_scorer_from_config, needs_frames, scorer_checks, uses_scorer
-from vlmrb_torchrl.recipes.run_dir import RUN_FILES, make_run_dir, prepare_run_dir
+from vlmrb_torchrl.recipes.run_dir import RUN_FILES, make_run_dir, prepare_run_dir, run_id
 
 __all__ = ["METRIC_COLUMNS", "SAC_METRIC_COLUMNS", "RunStart", "start_run", "seed_everything", "resolve_device", "Run",
            "make_run_dir", "prepare_run_dir", "RUN_FILES"]
@@ -196,6 +196,9 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "checkpoints").mkdir(exist_ok=True)
         config = dataclasses.asdict(cfg)
+        marked = run_id(self.dir)
+        if marked is not None:  # the marker's: what proves to overwrite=true that this run wrote the files
+            config["run_id"] = marked
         checks = scorer_checks(scorer)
         if checks is not None:  # what the scorer scores: its checks, derived from the task (builtin:minigrid)
             config["scorer_checks"] = checks

@@ -1,9 +1,10 @@
 """Who owns a run directory: the marker that proves a run wrote it, the lock one run holds on it, and
 what a run does on SIGTERM.
 
-- :data:`MARKER` (``.vlmrb-run``) is written into every run directory. ``overwrite=true`` deletes a
-  directory's :data:`RUN_FILES` only when the marker is there: a directory no run wrote (``$HOME``,
-  the current directory, a project) is refused, never emptied.
+- :data:`MARKER` (``.vlmrb-run``) is written into every run directory; it holds the run's id, which the run
+  also writes into its ``config.json``. ``overwrite=true`` deletes a directory's :data:`RUN_FILES` only when
+  the marker is there and its id is the one in ``config.json``: a directory no run wrote (``$HOME``, the
+  current directory, a project), or one with a planted or copied marker, is refused, never emptied.
 - :data:`LOCK` (``.vlmrb-run.lock``) is locked (``flock``, exclusive) for as long as a run uses the
   directory: a second process resuming or overwriting the same run is refused with the first one's pid.
   The lock goes away with the process, however it ends.
@@ -23,6 +24,7 @@ import signal
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks, runs are not locked
     fcntl = None
 
-__all__ = ["MARKER", "LOCK", "RUN_FILES", "Stopped", "prepare_run_dir", "make_run_dir", "release_run_dir"]
+__all__ = ["MARKER", "LOCK", "RUN_FILES", "Stopped", "prepare_run_dir", "make_run_dir", "release_run_dir", "run_id"]
 
 #: Written into every run directory: what proves ``overwrite=true`` may delete :data:`RUN_FILES` there.
 MARKER = ".vlmrb-run"
@@ -112,6 +114,45 @@ def _ours(path: Path) -> bool:
     return path.name in (MARKER, LOCK)
 
 
+def _json_id(path: Path) -> str | None:
+    """The ``run_id`` of the JSON object in ``path`` (a marker or a ``config.json``); ``None`` when there is none."""
+    try:
+        value = json.loads(path.read_text()).get("run_id")
+    except (OSError, ValueError, RecursionError, AttributeError):  # missing, not JSON, not an object
+        return None
+    return value if isinstance(value, str) and len(value) == 32 and value.isalnum() else None
+
+
+def run_id(path: str | Path) -> str | None:
+    """The id of the run that wrote the run directory ``path`` (its :data:`MARKER`'s), ``None`` without one.
+
+    Examples:
+        >>> import tempfile
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> cfg = DQNConfig(output_dir=tempfile.mkdtemp())
+        >>> prepare_run_dir(cfg, recipe="dqn"); len(run_id(cfg.output_dir))
+        32
+        >>> release_run_dir(cfg.output_dir)
+    """
+    return _json_id(Path(path) / MARKER)
+
+
+def _written_by_its_run(out: Path, found: list[str]) -> str:
+    """Why ``out``'s files cannot be proven a run's (``""``: they can): its marker's run id must be the one in
+    ``config.json``; without a ``config.json`` (a start that stopped before writing it) only empty run
+    directories may be there."""
+    marked = run_id(out)
+    if marked is None:
+        return (f"its {MARKER} marker holds no run id (an empty or planted file, or a marker of a version before "
+                "run ids)")
+    if (out / "config.json").exists():
+        written = _json_id(out / "config.json")
+        return "" if written == marked else (f"its {MARKER} marker's run id {marked} is not the one in config.json "
+                                             f"({written}): the marker was copied or planted")
+    empty = all(name in RUN_FILES and (out / name).is_dir() and not any((out / name).iterdir()) for name in found)
+    return "" if empty else f"it has no config.json to match its {MARKER} marker's run id against"
+
+
 def prepare_run_dir(cfg: Any, *, recipe: str, write: bool = True) -> Path | None:
     """What a recipe does before anything else: finds the checkpoint to resume (``cfg.resume``), checks
     the config against it, and makes sure the run directory can be used; returns the checkpoint (or ``None``).
@@ -132,7 +173,7 @@ def prepare_run_dir(cfg: Any, *, recipe: str, write: bool = True) -> Path | None
         >>> cfg = DQNConfig(output_dir=tempfile.mkdtemp())
         >>> prepare_run_dir(cfg, recipe="dqn") is None, sorted(p.name for p in Path(cfg.output_dir).iterdir())
         (True, ['.vlmrb-run', '.vlmrb-run.lock', 'checkpoints'])
-        >>> _ = (Path(cfg.output_dir) / "metrics.csv").write_text("old run")
+        >>> _ = (Path(cfg.output_dir) / "config.json").write_text(json.dumps({"run_id": run_id(cfg.output_dir)}))
         >>> prepare_run_dir(cfg, recipe="dqn")
         Traceback (most recent call last):
         ...
@@ -172,17 +213,42 @@ def _continues(out: Path, checkpoint: Path | None) -> bool:
     return checkpoint is not None and out.resolve() == checkpoint.parent.parent.resolve()
 
 
-def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run") -> None:
+def _check_room(cfg: Any, out: Path, checkpoint: Path | None, step: Any) -> None:
+    """Refuses a run whose replay (``buffer_size`` transitions of ``step``'s bytes) does not fit in the memory
+    available, or whose disk has not the room for its next checkpoint (and 16 MB for its logs)."""
+    from vlmrb_torchrl.recipes.checkpoint import first_checkpoint_size, step_bytes
+    from vlmrb_torchrl.recipes.config import ConfigError, available_memory
+
+    needed, how = first_checkpoint_size(cfg, step, checkpoint)
+    per_step = step_bytes(step)
+    memory = available_memory()
+    if memory is not None and cfg.buffer_size * per_step > memory:
+        raise ConfigError(f"buffer_size={cfg.buffer_size} is invalid: expected at most {memory // per_step} here (its "
+                          f"transitions of {per_step} bytes take {cfg.buffer_size * per_step / 1e9:.1f} GB, and "
+                          f"{memory / 1e9:.1f} GB of memory is available).")
+    where = next(p for p in (out, *out.absolute().parents) if p.exists())
+    free = shutil.disk_usage(where).free
+    if free < needed + (16 << 20):
+        raise ConfigError(f"output_dir={cfg.output_dir!r}: {free / 1e6:.0f} MB free on its disk, and the next "
+                          f"checkpoint needs about {needed / 1e6:.0f} MB ({how}, what the replay holds then): free "
+                          "space, choose another output_dir, or lower buffer_size or checkpoint_every.")
+
+
+def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run", step: Any = None) -> None:
     """The writes of :func:`prepare_run_dir` (called with ``write=False`` first, which set ``cfg.output_dir``):
-    locks the directory (:data:`LOCK`; another process running there is refused), checks again under the
-    lock what :func:`prepare_run_dir` checked, deletes an overwritten run's files (:data:`RUN_FILES`), writes
-    :data:`MARKER`, creates ``checkpoints/`` and checks that it is writable. A refusal leaves the directory
-    as it was. The lock is held until :func:`release_run_dir` (the recipe calls it once all it opened is
-    closed) or the process ends.
+    with ``step`` (one env step's TensorDict, an env's ``fake_tensordict()``) checks that the replay fits in
+    memory and the disk has room for the next checkpoint
+    (:func:`~vlmrb_torchrl.recipes.checkpoint.first_checkpoint_size`), locks the directory (:data:`LOCK`; another
+    process running there is refused), checks again under the lock what :func:`prepare_run_dir` checked, deletes
+    an overwritten run's files (:data:`RUN_FILES`), writes :data:`MARKER`, creates ``checkpoints/`` and checks
+    that it is writable. A refusal leaves the directory as it was. The lock is held until
+    :func:`release_run_dir` (the recipe calls it once all it opened is closed) or the process ends.
     """
     from vlmrb_torchrl.recipes.config import ConfigError
 
     out = Path(cfg.output_dir)
+    if step is not None:
+        _check_room(cfg, out, checkpoint, step)
     created = not out.exists()
     had_lock = (out / LOCK).exists()
     try:
@@ -220,6 +286,11 @@ def _check_free(out: Path, cfg: Any, *, continues: bool) -> list[str]:
                 "marker there): overwrite=true deletes only a run's own files, so nothing was deleted. Choose "
                 "another output_dir, or delete the old files yourself (a run directory of a version before markers "
                 "existed has none).")
+        why = _written_by_its_run(out, found)
+        if why:
+            raise ConfigError(
+                f"output_dir={cfg.output_dir!r}: overwrite=true deletes only a run's own files, and {why}; nothing was "
+                f"deleted. Choose another output_dir, or delete the old files yourself.")
     return found
 
 
@@ -234,11 +305,12 @@ def _take(out: Path, cfg: Any, *, continues: bool, recipe: str) -> None:
                 shutil.rmtree(target)
             elif target.exists() or target.is_symlink():
                 target.unlink()
-    if not (out / MARKER).is_file():
-        (out / MARKER).write_text(json.dumps({"recipe": recipe, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                              "note": "written by vlmrb: overwrite=true may delete this run's files"})
-                                  + "\n")
     try:
+        if not continues or run_id(out) is None:  # a new run (or one resumed from before run ids): a new id
+            (out / MARKER).write_text(json.dumps({
+                "recipe": recipe, "run_id": uuid.uuid4().hex, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "note": "written by vlmrb: overwrite=true may delete the files of the run whose config.json has this "
+                        "run_id"}) + "\n")
         (out / "checkpoints").mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out / "checkpoints", prefix=".write_test"):
             pass

@@ -118,7 +118,7 @@ def main(cfg: SACConfig) -> dict:
         action_spec = probe.action_spec
         fake = probe.fake_tensordict()
         probe.close()
-        make_run_dir(cfg, checkpoint, recipe="sac")  # the scorer and the env built: a failed start wrote nothing
+        make_run_dir(cfg, checkpoint, recipe="sac", step=fake)  # scorer and env built: a failed start wrote nothing
         cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
 
         # --- networks, learner, optimizer

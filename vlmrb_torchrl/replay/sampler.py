@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from multiprocessing.context import get_spawning_popen
 import threading
 from pathlib import Path
@@ -28,7 +29,20 @@ from vlmrb_torchrl.replay._sampler_args import (PrioritySetting, Setting, as_ind
 from vlmrb_torchrl.replay._slot_state import SPREAD_ARRAYS, PriorityConfig, SlotState, UnscoredMode
 from vlmrb_torchrl.replay._sumtree import TreeBackend, resolve_backend
 
-__all__ = ["VLMPrioritizedSampler"]
+__all__ = ["VLMPrioritizedSampler", "UniformScoresWarning", "SCORE_CHECK_AFTER"]
+
+#: Scores a sampler takes in before it checks, once, that they do not make its replay uniform.
+SCORE_CHECK_AFTER = 1000
+
+
+class UniformScoresWarning(UserWarning):
+    """The first :data:`SCORE_CHECK_AFTER` scores give every transition the same priority: replay is uniform.
+
+    Raised (once per sampler) when continuous scores all fall at or below the threshold (each priority
+    ``eps``), when every score is above it (each priority 1), or, with ``threshold=None``, when the scores
+    are all equal. Binary scores (exactly 0 or 1) that are all 0 do not warn: no progress in the first
+    clips is what a sparse task looks like.
+    """
 
 _STATE_SCHEMA_VERSION = 1
 _ARRAY_KEYS = ("score", "scored", "filled", "td", "generation")  # per-slot arrays of a checkpoint
@@ -208,6 +222,8 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         self._lock = threading.RLock()
         self._state = SlotState(max_capacity, config, self._backend)
         self._trailing: tuple[int, ...] | None = None  # storage.shape[1:] of an ndim > 1 storage
+        # the first scores' summary until SCORE_CHECK_AFTER of them arrived: count, positives, binary, min, max, sum
+        self._score_check: list | None = [0, 0, True, math.inf, -math.inf, 0.0]
         self._reset_counters()
         self._validate_setting("beta", self._beta)
 
@@ -512,7 +528,42 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         if generation is not None:
             generation = as_index_like(generation, index.size)
         with self._lock:
-            return self._state.set_scores(index, scores, generation, reduce)
+            applied = self._state.set_scores(index, scores, generation, reduce)
+            if self._score_check is not None and scores.size:
+                self._check_scores(scores)
+        return applied
+
+    def _check_scores(self, scores: np.ndarray) -> None:
+        """Folds ``scores`` into the first scores' summary; once :data:`SCORE_CHECK_AFTER` arrived, warns if they
+        make replay uniform (:class:`UniformScoresWarning`) and stops watching."""
+        check = self._score_check
+        threshold = self._state.config.threshold
+        check[0] += int(scores.size)
+        check[1] += int(np.count_nonzero(scores > (0.5 if threshold is None else threshold)))
+        check[2] = check[2] and bool(np.isin(scores, (0.0, 1.0)).all())
+        check[3], check[4] = min(check[3], float(scores.min())), max(check[4], float(scores.max()))
+        check[5] += float(scores.sum(dtype=np.float64))
+        n, positive, binary, low, high, total = check
+        if n < SCORE_CHECK_AFTER:
+            return
+        self._score_check = None
+        seen = f"scores seen: min {low:.3g}, mean {total / n:.3g}, max {high:.3g}"
+        if threshold is None:
+            problem = (f"all {n} first scores are equal ({seen}), and with threshold=None they are the priorities"
+                       if high - low < 1e-6 else None)
+        elif positive == 0 and not binary:
+            problem = (f"none of the first {n} scores is above threshold={threshold} ({seen}): every scored "
+                       f"transition has priority eps={self._state.config.eps}")
+        elif positive == n:
+            problem = f"all of the first {n} scores are above threshold={threshold} ({seen}): every one has priority 1"
+        else:
+            problem = None
+        if problem:
+            warnings.warn(
+                f"VLMPrioritizedSampler: {problem}, so replay is uniform. A scorer with continuous scores needs a "
+                "threshold inside their range (threshold=auto picks a built-in scorer's own), or threshold=None to use "
+                "the scores themselves as priorities; if progress is this rare early in your task, it is expected "
+                "(docs/custom_scorers.md, 'Scores and the threshold').", UniformScoresWarning, stacklevel=3)
 
     def update_priority(
         self,

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BuildConfig", "Domain", "DOMAINS", "FrameSet", "Statement", "get_domain", "library_versions", "save_frames",
-           "load_frames", "table_vocabulary", "table_wordings"]
+__all__ = ["BuildConfig", "Domain", "DOMAINS", "FrameCacheError", "FrameSet", "Statement", "get_domain", "library_versions",
+           "save_frames", "load_frames", "table_vocabulary", "table_wordings"]
 
 #: A statement a frame's state makes true or false: a tuple of words (``("holds", "red", "key")``).
 Statement = tuple[str, ...]
@@ -265,27 +265,64 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def load_frames(path: str | Path) -> FrameSet:
+class FrameCacheError(ValueError):
+    """A frame cache file (``vlmrb build-scorer --cache``) that cannot be used: the message names it and says to
+    delete it to rebuild."""
+
+
+def load_frames(path: str | Path, *, frames: int | None = None) -> FrameSet:
     """Reads what :func:`save_frames` wrote, without pickle: a cache directory from elsewhere cannot run code.
 
+    Everything is checked before it is used: the arrays a cache holds, their shapes against each other (every
+    frame's pixels, one state, layout and episode per frame), the states' types (only the families' ``frame_states``)
+    and fields, and, with ``frames``, the number of frames.
+
     Raises:
-        ValueError: the file is not a frame cache of this format (an older one held pickled states).
+        FrameCacheError: the file is not a frame cache of this format (an older one held pickled states), or it
+            is damaged or crafted; the message names it and says to delete it to rebuild.
     """
     import importlib
 
-    with np.load(path, allow_pickle=False) as f:
+    def damaged(why: str) -> FrameCacheError:
+        return FrameCacheError(f"frame cache {path} is {why}; delete it to rebuild (the build generates the frames "
+                               "again).")
+
+    try:
+        cache = np.load(path, allow_pickle=False)
+    except Exception as err:  # noqa: BLE001 - a truncated zip, not a zip, unreadable: the file is not usable
+        raise damaged(f"unreadable ({type(err).__name__}: {str(err)[:200]})") from None
+    with cache as f:
         if "states_json" not in f.files:
-            raise ValueError(f"{path} is not a frame cache of this version (no states_json); delete it to rebuild.")
-        states, known = [], _state_classes()
-        for name, values in json.loads(f["states_json"].tobytes()):
-            if name not in known:
-                raise ValueError(f"{path}: unknown state type {name!r}.")
-            cls = getattr(importlib.import_module(known[name]), name)
-            states.append(cls(*(_tuples(v) for v in values)))
-        pixels, shapes = f["pixels"], f["shapes"]
-        sizes = shapes.prod(1)
-        frames = [pixels[end - n: end].reshape(shape) for end, n, shape in zip(np.cumsum(sizes), sizes, shapes)]
-        return FrameSet(frames, states, f["layout"], f["episode"], [str(x) for x in f["layouts"]])
+            raise damaged("not a frame cache of this version (no states_json)")
+        try:
+            states, known = [], _state_classes()
+            for name, values in json.loads(f["states_json"].tobytes()):
+                if name not in known:
+                    raise ValueError(f"unknown state type {name!r}")
+                cls = getattr(importlib.import_module(known[name]), name)
+                if not isinstance(values, list) or len(values) != len(dataclasses.fields(cls)):
+                    raise ValueError(f"a {name} with {len(values) if isinstance(values, list) else values!r} fields")
+                states.append(cls(*(_tuples(v) for v in values)))
+            pixels, shapes = f["pixels"], f["shapes"]
+            layout, episode, layouts = f["layout"], f["episode"], [str(x) for x in f["layouts"]]
+            if pixels.dtype != np.uint8 or pixels.ndim != 1:
+                raise ValueError(f"pixels of dtype {pixels.dtype} and {pixels.ndim} dimensions (uint8, 1 expected)")
+            if shapes.ndim != 2 or shapes.shape[1] != 3 or shapes.dtype.kind not in "iu" or (shapes <= 0).any():
+                raise ValueError(f"frame shapes {shapes.shape} of dtype {shapes.dtype}")
+            sizes = shapes.prod(1)
+            if int(sizes.sum()) != len(pixels):
+                raise ValueError(f"{len(pixels)} pixel values for frames of {int(sizes.sum())}")
+            if not len(states) == len(shapes) == len(layout) == len(episode):
+                raise ValueError(f"{len(shapes)} frames, {len(states)} states, {len(layout)} layout and "
+                                 f"{len(episode)} episode entries")
+            if len(layout) and (layout.min() < 0 or layout.max() >= len(layouts)):
+                raise ValueError(f"layout indices outside the {len(layouts)} layouts")
+            if frames is not None and len(shapes) != frames:
+                raise ValueError(f"{len(shapes)} frames where its name says {frames}")
+            frame_list = [pixels[end - n: end].reshape(shape) for end, n, shape in zip(np.cumsum(sizes), sizes, shapes)]
+        except Exception as err:  # noqa: BLE001 - whatever a crafted or damaged file makes fail, it is not usable
+            raise damaged(f"damaged ({type(err).__name__}: {str(err)[:200]})") from None
+        return FrameSet(frame_list, states, layout, episode, layouts)
 
 
 class _Domains(Mapping):

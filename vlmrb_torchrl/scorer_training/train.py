@@ -31,6 +31,7 @@ import hashlib
 import json
 import math
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,11 @@ from vlmrb_torchrl.scorer_training.domains import (DOMAINS, BuildConfig, Domain,
                                                    load_frames, save_frames)
 from vlmrb_torchrl.scorer_training.model import MODEL_SIZES, build_model, build_processor, build_tokenizer
 
-__all__ = ["BuildConfig", "build_scorer", "weights_sha256", "resolve_device"]
+__all__ = ["BuildConfig", "build_scorer", "weights_sha256", "resolve_device", "BUILD_MARKER", "check_build_dir"]
+
+#: Written into every directory a build saves a model to, with the build's id (also in its ``training.json``): what
+#: lets the next build write over that model's files without ``overwrite=True`` (``--overwrite``).
+BUILD_MARKER = ".vlmrb-scorer"
 
 
 def resolve_device(device: str) -> torch.device:
@@ -273,6 +278,51 @@ def _loss(image_embeds, text_embeds, scale, truth: torch.Tensor) -> torch.Tensor
     return ((per_pair * truth).sum(-1) / truth.sum(-1).clamp(min=1)).mean()
 
 
+def _build_id(path: Path) -> str | None:
+    """The ``build_id`` of the JSON object in ``path`` (the marker or ``training.json``); ``None`` without one."""
+    try:
+        value = json.loads(path.read_text()).get("build_id")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+    return value if isinstance(value, str) and len(value) == 32 and value.isalnum() else None
+
+
+def check_build_dir(out_dir: str | Path, *, overwrite: bool = False) -> None:
+    """Refuses to save a model into ``out_dir`` when it holds files an earlier build did not write, unless
+    ``overwrite``: a build writes over ``config.json``, ``tokenizer.json``, ``MODEL_CARD.md``, ... A directory
+    that does not exist, is empty, or holds an earlier build (its :data:`BUILD_MARKER`'s id is the one in its
+    ``training.json``) is fine.
+
+    Raises:
+        FileExistsError: the directory holds other files (or is a file); the message names them and
+            ``--overwrite``.
+
+    Examples:
+        >>> import tempfile
+        >>> out = Path(tempfile.mkdtemp())
+        >>> check_build_dir(out)  # empty: fine
+        >>> _ = (out / "config.json").write_text("{}")
+        >>> check_build_dir(out)
+        Traceback (most recent call last):
+        ...
+        FileExistsError: --out ...: the directory holds files no build wrote (config.json); a build writes over ...
+        >>> check_build_dir(out, overwrite=True)
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out_dir}: a file, not a directory.")
+    if overwrite or not out.is_dir():
+        return
+    found = sorted(p.name for p in out.iterdir())
+    marked = _build_id(out / BUILD_MARKER)
+    if not found or (marked is not None and marked == _build_id(out / "training.json")):
+        return
+    raise FileExistsError(f"--out {out_dir}: the directory holds files no build wrote ({', '.join(found[:6])}"
+                          f"{', ...' if len(found) > 6 else ''}); a build writes over config.json, tokenizer.json, "
+                          "MODEL_CARD.md, ... there. Choose an empty or new directory, or pass --overwrite "
+                          "(overwrite=True) to write over them.")
+
+
 def build_scorer(
     domain: str | Domain,
     out_dir: str | Path,
@@ -282,6 +332,7 @@ def build_scorer(
     command: str | None = None,
     cache: str | Path | None = None,
     workers: int = 1,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Generates captioned frames of ``domain``, trains a small CLIP and saves it to ``out_dir``.
 
@@ -301,9 +352,16 @@ def build_scorer(
             recipe (the frames are the same either way).
         workers (int, optional): processes that generate the frames, for domains that can
             (``Domain.parallel``: Scene); the frames do not depend on it. Defaults to ``1``.
+        overwrite (bool, optional): save into ``out_dir`` even when it holds files an earlier build did not
+            write (:func:`check_build_dir`: checked first, before any frame is generated); files of the same
+            names are replaced. Defaults to ``False``.
 
     Returns:
         dict: the contents of ``training.json`` (config, data counts, metrics, timings, hash).
+
+    Raises:
+        FileExistsError: ``out_dir`` holds other files and ``overwrite`` is not set.
+        FrameCacheError: a frame cache in ``cache`` is damaged (the message names it: delete it to rebuild).
     """
     domain = get_domain(domain) if isinstance(domain, str) else domain
     cfg = config or domain.default_config
@@ -317,6 +375,7 @@ def build_scorer(
                          f"(workers=1); only {sorted(n for n, d in DOMAINS.items() if d().parallel)} take workers.")
     say = log or (lambda _: None)
     out = Path(out_dir)
+    check_build_dir(out, overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: faster than two on a shared 2-core machine, and deterministic
@@ -334,7 +393,7 @@ def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say, workers: 
     path = None if cache is None else cache / f"{name}.npz"
     if path is not None and path.is_file():
         say(f"reading the frames from {path}")
-        return load_frames(path)
+        return load_frames(path, frames=cfg.frames)
     data = domain.generate(cfg.frames, cfg.seed, workers) if domain.parallel else domain.generate(cfg.frames, cfg.seed)
     if path is not None:  # a cache that cannot be written is not worth the generated frames: go on without it
         try:
@@ -473,9 +532,12 @@ def _build(out: Path, cfg: BuildConfig, domain: Domain, say, command, cache: Pat
                                       ho_stmts.frame_hot(np.arange(len(ho))), ho_stmts.index, domain)
         say("held-out tasks: " + " ".join(f"{k}={v['accuracy']:.3f}" for k, v in held_out.items()))
 
+    build_id = uuid.uuid4().hex
+    (out / BUILD_MARKER).write_text(json.dumps({"build_id": build_id, "domain": domain.name}) + "\n")
     model.to("cpu").save_pretrained(out)
     processor.save_pretrained(out)
     report = {
+        "build_id": build_id,
         "config": dataclasses.asdict(cfg),
         "command": command,
         **domain.describe(data),

@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, Any
 from vlmrb_torchrl.scorers.base import (
     CallableScorer,
     Scorer,
+    ScorerInputError,
     check_clips,
     make_scorer,
     prompt_hash,
     register_scorer,
     registered_scorer_forms,
+    scorer_factory,
     scorer_stats,
+    spec_loads_code,
     validate_scores,
 )
 from vlmrb_torchrl.scorers.oracle import ORACLE_EVENT_KEYS, OracleScorer
@@ -80,7 +83,10 @@ __all__ = [
     "prompt_hash",
     "validate_scores",
     "check_clips",
+    "ScorerInputError",
     "scorer_stats",
+    "scorer_factory",
+    "spec_loads_code",
     "answer_token_ids",
     "default_prompt",
     "contrastive_prompts",

@@ -182,7 +182,7 @@ def read_config(path: str | os.PathLike) -> dict:
     try:
         with open(Path(path) / "config.json", encoding="utf-8") as f:
             config = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return config if isinstance(config, dict) else {}
 
@@ -280,13 +280,20 @@ def default_device_dtype(device: Any, dtype: Any, *, owner: str) -> tuple[torch.
 
 def load_model(
     auto_class: Any, transformers: Any, where: dict[str, Any], load: dict[str, Any], *,
-    device: torch.device, dtype: torch.dtype, model_kwargs: dict | None,
+    device: torch.device, dtype: torch.dtype, model_kwargs: dict | None, owner: str = "scorer",
 ) -> Any:
     """``auto_class.from_pretrained`` of the located model at ``dtype``, moved to ``device``, in eval
-    mode with gradients off (scorers only run inference)."""
-    model = auto_class.from_pretrained(
-        where["path"], **dtype_kwarg(transformers, dtype), **load, **(model_kwargs or {})
-    )
+    mode with gradients off (scorers only run inference). A weights file that cannot be read (truncated,
+    damaged) is a one-line ``ValueError`` naming ``owner`` and the model's directory."""
+    try:
+        model = auto_class.from_pretrained(
+            where["path"], **dtype_kwarg(transformers, dtype), **load, **(model_kwargs or {})
+        )
+    except Exception as err:
+        if type(err).__name__ != "SafetensorError":  # safetensors' own error type (a Rust extension's)
+            raise
+        raise ValueError(f"{owner}: the weights in {where['path']} cannot be read ({str(err).strip()[:200]}): a truncated or "
+                         "damaged file; download or build the model again.") from err
     return model.to(device).eval().requires_grad_(False)
 
 
@@ -334,11 +341,11 @@ class ModelSource:
 
     def load(
         self, auto_class: Any, transformers: Any, where: dict[str, Any], load: dict[str, Any], *,
-        device: torch.device, dtype: torch.dtype,
+        device: torch.device, dtype: torch.dtype, owner: str = "scorer",
     ) -> Any:
         """The model in eval mode on ``device`` (:func:`load_model` with ``model_kwargs``)."""
         return load_model(auto_class, transformers, where, load, device=device, dtype=dtype,
-                          model_kwargs=self.model_kwargs)
+                          model_kwargs=self.model_kwargs, owner=owner)
 
 
 def set_scorer_attributes(

@@ -31,6 +31,8 @@ __all__ = [
     "validate_scores",
     "check_clips",
     "scorer_stats",
+    "scorer_factory",
+    "spec_loads_code",
 ]
 
 
@@ -90,6 +92,19 @@ def _scorer_name(scorer: Any) -> str:
     return name if isinstance(name, str) and name else type(scorer).__name__
 
 
+class ScorerInputError(KeyError):
+    """A scorer was given clips without an entry it reads (a ``KeyError``, whose message is one line
+    naming the entry and how to declare it). The recipes report it as such, not as a worker's traceback.
+
+    Examples:
+        >>> str(ScorerInputError("needs ('next', 'reward')"))  # no quotes around it, unlike a KeyError's
+        "needs ('next', 'reward')"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def check_clips(clips: Any, in_keys: Sequence[NestedKey], *, scorer: Any = "scorer") -> int:
     """Checks that ``clips`` is a ``[B, T]`` TensorDict holding ``in_keys``; returns ``B``.
 
@@ -103,7 +118,7 @@ def check_clips(clips: Any, in_keys: Sequence[NestedKey], *, scorer: Any = "scor
     Raises:
         TypeError: ``clips`` is not a TensorDict.
         ValueError: ``clips`` does not have 2 batch dimensions.
-        KeyError: an entry of ``in_keys`` is missing.
+        ScorerInputError: an entry of ``in_keys`` is missing (a ``KeyError``).
 
     Examples:
         >>> import torch
@@ -123,7 +138,7 @@ def check_clips(clips: Any, in_keys: Sequence[NestedKey], *, scorer: Any = "scor
     missing = [key for key in in_keys if clips.get(key, None) is None]
     if missing:
         found = sorted(clips.keys(include_nested=True, leaves_only=True), key=str)
-        raise KeyError(f"{name} needs {missing} in its clips; found {found}.")
+        raise ScorerInputError(f"{name} needs {missing} in its clips; found {found}.")
     return clips.batch_size[0]
 
 
@@ -231,8 +246,10 @@ class CallableScorer:
 
     Keyword Args:
         prompt (str, optional): the task prompt, recorded in the provenance. Defaults to ``""``.
-        in_keys (sequence of NestedKey, optional): clip entries ``fn`` reads; they are checked
-            before ``fn`` is called. Defaults to ``("pixels",)``.
+        in_keys (sequence of NestedKey, optional): clip entries ``fn`` reads: only these (and
+            ``"mask"``) are carried to it, and they are checked before ``fn`` is called. A nested key
+            may be given as a list (``["next", "reward"]``, as JSON writes it). Defaults to
+            ``("pixels",)``: the frames alone.
         name (str, optional): name used in error messages and provenance. Defaults to the
             function's qualified name.
 
@@ -241,7 +258,8 @@ class CallableScorer:
             not numeric (at scoring).
         ValueError: ``fn`` returned a wrong shape, non-finite values or values outside
             ``[0, 1]``; the message names the scorer.
-        KeyError: the clips lack an entry of ``in_keys``.
+        KeyError: the clips lack an entry of ``in_keys``, or ``fn`` reads an entry that is not
+            among them (one line naming the entry and how to declare it).
 
     .. note:: ``fn`` is called as is: make it thread-safe if it keeps state, since scoring may
         run in a worker thread.
@@ -277,7 +295,8 @@ class CallableScorer:
             in_keys = (in_keys,)
         self.fn = fn
         self.prompt = prompt
-        self.in_keys = list(in_keys)
+        # JSON (scorer_kwargs on the command line) has no tuples: ["next", "reward"] is the nested key
+        self.in_keys = [tuple(key) if isinstance(key, list) else key for key in in_keys]
         self.name = name if name is not None else f"CallableScorer({getattr(fn, '__qualname__', type(fn).__name__)})"
         self.provenance = {
             "backend": "python",
@@ -289,10 +308,41 @@ class CallableScorer:
     def score(self, clips: TensorDictBase) -> torch.Tensor:
         """Scores ``clips`` with ``fn``: float32 ``[B]`` in ``[0, 1]``."""
         batch = check_clips(clips, self.in_keys, scorer=self)
-        return validate_scores(self.fn(clips), batch, scorer=self)
+        try:
+            scores = self.fn(clips)
+        except KeyError as err:
+            if isinstance(err, ScorerInputError):
+                raise
+            raise ScorerInputError(_undeclared_key_message(self, err, clips)) from err
+        return validate_scores(scores, batch, scorer=self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(fn={self.provenance['callable']}, in_keys={self.in_keys})"
+
+
+def _undeclared_key_message(scorer: CallableScorer, err: KeyError, clips: TensorDictBase) -> str:
+    """One line for a function that read an entry its clips do not carry (they carry ``in_keys`` and
+    ``"mask"`` only): which entry, what the clips hold, how to declare it.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> clips = TensorDict(pixels=torch.zeros(1, 2, 4, 4, 3), mask=torch.ones(1, 2), batch_size=[1, 2])
+        >>> scorer = CallableScorer(lambda c: c["next", "reward"].sum((1, 2)), name="rewarded")
+        >>> scorer.score(clips)
+        Traceback (most recent call last):
+        ...
+        vlmrb_torchrl.scorers.base.ScorerInputError: rewarded read an entry its clips do not carry ("next"): ...
+    """
+    import re
+
+    found = re.search(r'key "([^"]+)" not found', str(err.args[0]) if err.args else "")
+    what = f'("{found.group(1)}")' if found else f"({err})"
+    held = sorted(str(k) for k in clips.keys(include_nested=True, leaves_only=True))
+    return (f"{scorer.name} read an entry its clips do not carry {what}: clips hold only the scorer's in_keys "
+            f"({scorer.in_keys}, default ('pixels',)) and 'mask', here {held}. Declare every entry it reads: "
+            "CallableScorer(fn, in_keys=[('next', 'reward'), 'mask']) in Python, or on the command line "
+            "scorer_kwargs='{\"in_keys\": [[\"next\", \"reward\"], \"mask\"]}'.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,15 +457,16 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
       student trained online from the teacher built from ``<teacher spec>``, which then scores
       only ``teacher_fraction`` of the clips (its keyword arguments are taken, the others go to
       the teacher).
-    - ``"python:<module>:<callable>"``: imports ``<callable>`` (a dotted path inside
-      ``<module>``). A class is instantiated with ``kwargs``; a scorer instance is used as is; a
-      function with no required positional argument is a factory, called with ``kwargs``; any
-      other function is a score function ``fn(clips) -> Tensor[B]``, wrapped in
-      :class:`CallableScorer` (``kwargs``: ``prompt``, ``in_keys``, ``name``). Before anything is
-      called, the target is checked: it must be callable (or a scorer instance), not from Python's
-      standard library (which holds no scorers: ``python:subprocess:Popen`` is refused), a class must
-      have ``score``, and ``kwargs`` must fit its signature. Importing the module runs its code: a
-      ``python:`` spec, like any config naming one, is code — run only configs you trust.
+    - ``"python:<module>:<callable>"``: imports ``<module>`` and reads ``<callable>`` (a dotted path inside
+      it, not through another module), which must be defined in ``<module>`` (or a submodule of it).
+      Before anything is called it must be one of: a scorer instance (used as is); a Scorer class (it
+      has ``score(clips)``), instantiated with ``kwargs``; a factory, called with ``kwargs``, only when
+      marked with :func:`scorer_factory` or named as one, ``"python:<module>:<function>()"``; or a score
+      function ``fn(clips) -> Tensor[B]`` (one required argument), wrapped in :class:`CallableScorer`
+      (``kwargs``: ``prompt``, ``in_keys``, ``name``) and called only with clips. ``kwargs`` must fit
+      the target's signature. Importing the module runs its code: a ``python:`` spec, like any config
+      naming one, is code — run only configs you trust (``vlmrb train ... resume=`` refuses one read
+      from a run directory unless ``trust_checkpoint=true``).
 
     Other backends plug in with :func:`register_scorer`.
 
@@ -440,7 +491,7 @@ def make_scorer(spec: str, **kwargs: Any) -> Scorer:
         >>> make_scorer("python:subprocess:Popen", args="echo hi", shell=True)
         Traceback (most recent call last):
         ...
-        TypeError: make_scorer('python:subprocess:Popen'): 'Popen' comes from Python's standard library, ...
+        TypeError: make_scorer('python:subprocess:Popen'): 'Popen' is a class without score(clips), not a Scorer class (nothing was called).
         >>> make_scorer("nope:x")
         Traceback (most recent call last):
         ...
@@ -530,6 +581,45 @@ def _check_keywords(target: Callable, kwargs: dict[str, Any], spec: str, what: s
 
 #: the keyword arguments make_scorer passes to CallableScorer for a plain score function.
 _CALLABLE_SCORER_KWARGS = ("prompt", "in_keys", "name")
+#: the attribute :func:`scorer_factory` sets: a function a ``python:`` spec may call as a factory.
+_FACTORY_MARK = "__vlmrb_scorer_factory__"
+
+
+def scorer_factory(fn: Callable[..., Scorer]) -> Callable[..., Scorer]:
+    """Marks ``fn`` as a scorer factory: a ``python:`` spec naming it calls it with the keyword arguments.
+
+    A ``python:<module>:<function>`` spec calls a function without a ``clips`` argument only when it
+    is marked with this decorator or named as a factory in the spec (``python:<module>:<function>()``):
+    a config cannot get ``vlmrb`` to call some other zero-argument function of an installed package.
+
+    Examples:
+        >>> import torch
+        >>> @scorer_factory
+        ... def make_constant(value: float = 0.5):
+        ...     return CallableScorer(lambda clips: torch.full(clips.batch_size[:1], value), in_keys=["mask"])
+        >>> make_constant.__vlmrb_scorer_factory__
+        True
+    """
+    if inspect.isclass(fn) or not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+        raise TypeError(f"scorer_factory marks a function that returns a Scorer, got {type(fn).__name__}.")
+    setattr(fn, _FACTORY_MARK, True)
+    return fn
+
+
+def spec_loads_code(spec: Any) -> bool:
+    """Whether a scorer spec imports and runs code named in it: a ``python:`` spec, also inside another
+    (``distill:python:...``).
+
+    Examples:
+        >>> spec_loads_code("python:my_scorers:RewardScorer"), spec_loads_code("distill:python:m:f")
+        (True, True)
+        >>> spec_loads_code("builtin:minigrid"), spec_loads_code("openai:http://h:8000/v1#m")
+        (False, False)
+    """
+    if not isinstance(spec, str):
+        return False
+    prefix, sep, rest = spec.partition(":")
+    return bool(sep) and (prefix == "python" or spec_loads_code(rest))
 
 
 def _import_module(module_name: str) -> Any:
@@ -555,59 +645,104 @@ def _import_module(module_name: str) -> Any:
             raise
 
 
-def _make_python_scorer(rest: str, **kwargs: Any) -> Scorer:
-    module_name, sep, attr_path = rest.rpartition(":")
-    spec = f"python:{rest}"
-    if not sep or not module_name or not attr_path:
-        raise ValueError(
-            f"A python scorer spec is 'python:<module>:<callable>' (e.g. 'python:my_pkg.scoring:score_fn'), "
-            f"got {spec!r}."
-        )
+def _resolve_python_target(spec: str, module_name: str, attr_path: str) -> Any:
+    """Imports ``module_name`` and reads ``attr_path`` in it, never through another module: what the spec names
+    is what loads (``python:my_pkg:os.system`` is refused)."""
     try:
         obj: Any = _import_module(module_name)
     except ImportError as err:
         where = (f" (not on sys.path, nor in the working directory {os.getcwd()})"
                  if isinstance(err, ModuleNotFoundError) and err.name == module_name.split(".")[0] else "")
         raise ImportError(f"make_scorer({spec!r}): cannot import module {module_name!r}{where}: {err}") from err
-    for part in attr_path.split("."):
+    for i, part in enumerate(attr_path.split(".")):
+        if i and inspect.ismodule(obj):
+            raise TypeError(f"make_scorer({spec!r}): {attr_path!r} goes through the module {obj.__name__!r}; name "
+                            f"the module that defines the scorer (python:{obj.__name__}:...) (nothing was called).")
         try:
             obj = getattr(obj, part)
         except AttributeError as err:
             raise ValueError(
                 f"make_scorer({spec!r}): module {module_name!r} has no attribute {attr_path!r}."
             ) from err
-    if isinstance(obj, Scorer) and not inspect.isclass(obj):
-        if kwargs:
-            raise TypeError(f"make_scorer({spec!r}) names a scorer instance; it takes no keyword arguments, "
-                            f"got {sorted(kwargs)}.")
-        return obj
-    if not callable(obj):
-        raise TypeError(f"make_scorer({spec!r}): {attr_path!r} is a {type(obj).__name__}, not a callable.")
-    # checked before the target is called: a config naming it must not get to run whatever it names
-    origin = (getattr(obj, "__module__", None) or module_name).partition(".")[0]
-    if origin in sys.stdlib_module_names or module_name.partition(".")[0] in sys.stdlib_module_names:
-        raise TypeError(f"make_scorer({spec!r}): {attr_path!r} comes from Python's standard library, which holds no "
-                        "scorers; name your scorer class, factory or score function (nothing was called).")
-    if inspect.isclass(obj) and not callable(getattr(obj, "score", None)):
-        raise TypeError(f"make_scorer({spec!r}): {attr_path!r} is a class without score(clips), not a Scorer class "
-                        "(nothing was called).")
+    return obj
+
+
+def _check_python_target(obj: Any, spec: str, module_name: str, attr_path: str, factory: bool) -> str:
+    """The kind of a ``python:`` target, checked before anything is called: ``"class"`` (a Scorer class),
+    ``"factory"`` (marked with :func:`scorer_factory` or named ``name()``) or ``"function"`` (a score function
+    ``fn(clips)``, called only at scoring). Anything else raises ``TypeError`` (nothing was called)."""
+    def refuse(why: str) -> TypeError:
+        return TypeError(f"make_scorer({spec!r}): {attr_path!r} {why} (nothing was called).")
+
     if inspect.isclass(obj):
+        kind = "class"
+    elif inspect.isfunction(obj) or inspect.ismethod(obj):
+        kind = "factory" if factory or getattr(obj, _FACTORY_MARK, False) else "function"
+    elif callable(obj):
+        raise refuse(f"is a {type(obj).__name__}: a python: spec names a Scorer class, a scorer instance, a "
+                     "factory or a score function fn(clips) written in Python")
+    else:
+        raise refuse(f"is a {type(obj).__name__}, not a callable")
+    origin = getattr(obj, "__module__", None) or ""
+    if origin != module_name and not origin.startswith(module_name + "."):
+        raise refuse(f"is defined in module {origin!r}, not in {module_name!r}: a python: spec loads only what it "
+                     f"names; name it where it is defined (python:{origin}:{getattr(obj, '__qualname__', attr_path)})")
+    if kind == "class":
+        score = getattr(obj, "score", None)
+        if not callable(score):
+            raise refuse("is a class without score(clips), not a Scorer class")
+        try:
+            inspect.signature(score).bind(None, None)  # (self, clips)
+        except TypeError:
+            raise refuse("is a class whose score() does not take one clips argument, not a Scorer class") from None
+        except ValueError:  # a signature that cannot be read (a C method): taken as it is
+            pass
+    required = _required_positional(obj) if kind != "class" else None
+    if kind == "factory" and required:
+        raise refuse(f"is named as a factory but has {required} required positional argument(s); a factory takes "
+                     "keyword arguments only")
+    if kind == "function" and required != 1:
+        raise refuse("takes no clips argument, so it would be called as a factory: name it as one "
+                     f"(python:{module_name}:{attr_path}()) or mark it with @vlmrb_torchrl.scorers.scorer_factory"
+                     if required == 0 else
+                     f"takes {required} required positional arguments; a score function takes one, clips")
+    return kind
+
+
+def _make_python_scorer(rest: str, **kwargs: Any) -> Scorer:
+    module_name, sep, attr_path = rest.rpartition(":")
+    spec = f"python:{rest}"
+    factory = attr_path.endswith("()")
+    attr_path = attr_path[:-2] if factory else attr_path
+    if not sep or not module_name or not attr_path:
+        raise ValueError(
+            f"A python scorer spec is 'python:<module>:<callable>' (e.g. 'python:my_pkg.scoring:score_fn'), "
+            f"got {spec!r}."
+        )
+    obj = _resolve_python_target(spec, module_name, attr_path)
+    if isinstance(obj, Scorer) and not inspect.isclass(obj):
+        if kwargs or factory:
+            raise TypeError(f"make_scorer({spec!r}) names a scorer instance; it takes no keyword arguments"
+                            + (f", got {sorted(kwargs)}." if kwargs else " and is not a factory: drop the ()."))
+        return obj
+    # checked before the target is called: a config naming it must not get to run whatever it names
+    kind = _check_python_target(obj, spec, module_name, attr_path, factory)
+    if kind == "class":
         _check_keywords(obj, kwargs, spec, f"class {attr_path}")
         scorer = obj(**kwargs)
+    elif kind == "factory":
+        _check_keywords(obj, kwargs, spec, f"factory {attr_path}()")
+        scorer = obj(**kwargs)
     else:
-        if _required_positional(obj) == 0:
-            _check_keywords(obj, kwargs, spec, f"factory {attr_path}()")
-            scorer = obj(**kwargs)
-        else:
-            unknown = [name for name in kwargs if name not in _CALLABLE_SCORER_KWARGS]
-            if unknown:
-                raise TypeError(
-                    f"make_scorer({spec!r}): {attr_path} is a score function fn(clips), wrapped in CallableScorer, "
-                    f"which takes only {', '.join(_CALLABLE_SCORER_KWARGS)}; got {', '.join(map(repr, unknown))}. "
-                    "To take options, make it a factory (a function without required arguments returning a "
-                    "Scorer) or a class."
-                )
-            scorer = CallableScorer(obj, **kwargs)
+        unknown = [name for name in kwargs if name not in _CALLABLE_SCORER_KWARGS]
+        if unknown:
+            raise TypeError(
+                f"make_scorer({spec!r}): {attr_path} is a score function fn(clips), wrapped in CallableScorer, "
+                f"which takes only {', '.join(_CALLABLE_SCORER_KWARGS)}; got {', '.join(map(repr, unknown))}. "
+                "To take options, make it a factory (a function without required arguments returning a "
+                "Scorer, marked with @vlmrb_torchrl.scorers.scorer_factory) or a class."
+            )
+        scorer = CallableScorer(obj, **kwargs)
     if not isinstance(scorer, Scorer):
         raise TypeError(
             f"make_scorer({spec!r}): {attr_path!r} returned a {type(scorer).__name__}, not a Scorer "

@@ -70,12 +70,18 @@ single frames as the arm passes over the cube, and each flicker would otherwise 
 
 Their weights live in the package (``vlmrb_torchrl/scorers/models/<name>``): nothing is
 downloaded, and they load with ``HF_HUB_OFFLINE=1``. transformers and Pillow are needed
-(``pip install 'vlmrb-torchrl[vlm]'``).
+(``pip install 'vlmrb-torchrl[vlm]'``). The files are checked against SHA-256 digests shipped with
+the package each time a built-in scorer is built (:func:`check_builtin_model`): changed or damaged
+weights are refused, naming the model, unless ``allow_rebuilt=True`` or ``VLMRB_ALLOW_REBUILT_MODELS=1``
+says that a rebuild of the user's own was copied there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
+import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,13 +90,21 @@ from vlmrb_torchrl.envs.atari.prompts import ATARI_BUILTIN_GAMES, ATARI_PROMPT_S
 from vlmrb_torchrl.envs.minigrid.prompts import MINIGRID_GOAL_PROMPT_SET, MINIGRID_PROMPT_SET, MISSION_MODELS
 from vlmrb_torchrl.envs.ogbench.prompts import SCENE_CUBE_HOLD, SCENE_GOALS, SCENE_PROMPT_SETS, scene_prompt_set
 from vlmrb_torchrl.envs.robosuite.prompts import LIFT_HOLD, LIFT_PROMPT_SET, lift_prompt_set
+from vlmrb_torchrl.scorers._model_digests import BUILTIN_MODEL_DIGESTS
 from vlmrb_torchrl.scorers.base import register_scorer
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
 __all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_HOLD",
            "LIFT_PROMPT_SET", "MINIGRID_GOAL_PROMPT_SET", "MINIGRID_PROMPT_SET", "SCENE_CUBE_HOLD", "SCENE_GOALS",
            "SCENE_PROMPT_SETS", "BUILTIN_DECISION_THRESHOLDS", "BUILTIN_PANEL_MODELS", "builtin_decision_threshold",
-           "builtin_model_dir", "builtin_panel_model_dirs", "lift_prompt_set", "make_builtin_scorer", "scene_prompt_set"]
+           "builtin_model_dir", "builtin_panel_model_dirs", "lift_prompt_set", "make_builtin_scorer", "scene_prompt_set",
+           "ALLOW_REBUILT_MODELS_ENV", "check_builtin_model", "model_file_digests"]
+
+#: The environment variable that lets built-in scorers load model files other than the shipped ones (``1``, ``true``
+#: or ``yes``): a user's own rebuild copied over ``vlmrb_torchrl/scorers/models/<name>``. ``allow_rebuilt=True``
+#: (``scorer_kwargs``) does the same for one scorer.
+ALLOW_REBUILT_MODELS_ENV = "VLMRB_ALLOW_REBUILT_MODELS"
+_UNCHECKED_FILES = ("MODEL_CARD.md", "training.json")
 
 #: Built-in models by name: the package-data directory under ``vlmrb_torchrl/scorers/models``.
 BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "minigrid", "minigrid_agent": "minigrid_agent",
@@ -183,6 +197,46 @@ def _package_model_dir(directory: str, name: str) -> Path:
     return path
 
 
+def model_file_digests(path: str | os.PathLike) -> dict[str, str]:
+    """The SHA-256 of every file of the model directory ``path`` but its documentation (``MODEL_CARD.md``,
+    ``training.json``): what :func:`check_builtin_model` compares with the digests the package ships.
+
+    Examples:
+        >>> sorted(model_file_digests(builtin_model_dir("minigrid")))
+        ['config.json', 'model.safetensors', 'processor_config.json', 'tokenizer.json', 'tokenizer_config.json']
+    """
+    return {file.name: hashlib.sha256(file.read_bytes()).hexdigest() for file in sorted(Path(path).iterdir())
+            if file.is_file() and file.name not in _UNCHECKED_FILES}
+
+
+def check_builtin_model(directory: str, name: str, *, allow_rebuilt: bool = False) -> Path:
+    """The package's model directory ``directory`` (of ``builtin:<name>``), its files checked against the SHA-256
+    digests shipped with the package: a changed, missing or extra file is refused with a ``ValueError`` naming the
+    model and the files, unless ``allow_rebuilt`` or :data:`ALLOW_REBUILT_MODELS_ENV` allows a user's own rebuild
+    there (then a ``RuntimeWarning`` says so).
+
+    Examples:
+        >>> check_builtin_model("minigrid", "minigrid").name
+        'minigrid'
+    """
+    path = _package_model_dir(directory, name)
+    expected, found = BUILTIN_MODEL_DIGESTS.get(directory, {}), model_file_digests(path)
+    if found == expected:
+        return path
+    changed = sorted(f for f in {*found, *expected} if found.get(f) != expected.get(f))
+    what = ", ".join(f"{f} {'missing' if f not in found else 'not shipped' if f not in expected else 'changed'}"
+                     for f in changed[:4]) + (", ..." if len(changed) > 4 else "")
+    if allow_rebuilt or os.environ.get(ALLOW_REBUILT_MODELS_ENV, "").lower() in ("1", "true", "yes"):
+        warnings.warn(f"builtin:{name}: scoring with model files other than the ones this version ships ({what}, in "
+                      f"{path}): a rebuild of your own (allowed by allow_rebuilt or {ALLOW_REBUILT_MODELS_ENV}).",
+                      RuntimeWarning, stacklevel=3)
+        return path
+    raise ValueError(f"builtin:{name}: the model files in {path} are not the ones this version of vlmrb-torchrl ships "
+                     f"({what}: SHA-256 mismatch), so its scores cannot be trusted. Reinstall vlmrb-torchrl; to score "
+                     f"with a rebuild of your own, set {ALLOW_REBUILT_MODELS_ENV}=1 or pass allow_rebuilt=True "
+                     f"(scorer_kwargs).")
+
+
 def make_builtin_scorer(
     name: str = "minigrid",
     *,
@@ -194,6 +248,7 @@ def make_builtin_scorer(
     negatives: Sequence[str] | str | None = None,
     aggregation: str = "max",
     dtype: Any = "float32",
+    allow_rebuilt: bool = False,
     **kwargs: Any,
 ):
     """The ready scorer of a built-in model: an ``HFContrastiveScorer`` with its prompt set (``builtin:lift``: a
@@ -233,6 +288,9 @@ def make_builtin_scorer(
         negatives (str or list of str, optional): the negatives of ``prompt`` (required with it).
         aggregation (str, optional): the aggregation of ``prompt``. Defaults to ``"max"``.
         dtype (optional): the model's dtype. Defaults to float32 (the model is tiny).
+        allow_rebuilt (bool, optional): load model files that are not the shipped ones (a rebuild of your own
+            copied over the package's; :func:`check_builtin_model`), with a warning; without it (and without
+            :data:`ALLOW_REBUILT_MODELS_ENV`) they are refused. Defaults to ``False``.
         **kwargs: passed to :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer` (``device``,
             ``batch_size``, ``max_frames``, ...; each panel's, for ``builtin:lift``).
 
@@ -256,6 +314,8 @@ def make_builtin_scorer(
         if prompt_set is None and prompt is None:
             prompt_set, source = scene_prompt_set(scene_task), "task"
     path = builtin_model_dir(name)  # checks the name (and the weights) before the prompts
+    for directory in BUILTIN_PANEL_MODELS.get(name, (BUILTIN_MODELS[name],)):  # the shipped files, unchanged
+        check_builtin_model(directory, name, allow_rebuilt=allow_rebuilt)
     if prompt is not None:
         if prompt_set is not None:
             raise ValueError(f"builtin:{name}: pass prompt= (with negatives=) or prompt_set=, not both.")

@@ -311,7 +311,7 @@ class HFContrastiveScorer:
         transformers, where, load = self.source.locate(owner)
         processor = transformers.AutoProcessor.from_pretrained(where["path"], **load)
         model = self.source.load(transformers.AutoModel, transformers, where, load, device=self.device,
-                                 dtype=self.dtype)
+                                 dtype=self.dtype, owner=self.name)
         model_type = getattr(model.config, "model_type", None)
         if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):
             raise ValueError(

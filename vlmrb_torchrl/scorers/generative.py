@@ -284,7 +284,7 @@ class HFGenerativeScorer:
             with _extra_hint(owner, model):
                 self.model = self.source.load(
                     transformers.AutoModelForImageTextToText, transformers, where, load, device=self.device,
-                    dtype=self.dtype,
+                    dtype=self.dtype, owner=f"{owner}({model})",
                 )
         except ValueError as err:
             if "Unrecognized configuration class" not in str(err):

@@ -18,6 +18,7 @@ import base64
 import concurrent.futures
 import functools
 import http.client
+import ipaddress
 import json
 import math
 import numbers
@@ -27,6 +28,7 @@ import struct
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 import weakref
@@ -44,7 +46,8 @@ from vlmrb_torchrl.scorers._hashing import prompt_hash
 from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 from vlmrb_torchrl.scorers.prompts import default_prompt, format_prompt
 
-__all__ = ["OpenAIScorer", "OpenAIScorerError", "encode_png", "answer_probability", "INPUT_MODES"]
+__all__ = ["OpenAIScorer", "OpenAIScorerError", "encode_png", "answer_probability", "INPUT_MODES",
+           "link_local_or_metadata", "MAX_RESPONSE_BYTES"]
 
 #: How a clip is sent: one ``image_url`` per frame, one tiled ``image_url``, or one ``video_url``
 #: holding the frames (vLLM's ``data:video/jpeg;base64,<frame>,<frame>,...`` form).
@@ -53,6 +56,37 @@ INPUT_MODES = ("images", "grid", "video")
 #: HTTP statuses worth retrying (timeouts, rate limits, server errors); other 4xx fail at once.
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _MAX_BACKOFF = 30.0
+
+#: Cloud metadata services outside the link-local ranges (AWS's IPv6 one, Alibaba Cloud's), and names of
+#: metadata services: refused like link-local addresses unless ``allow_link_local=True``.
+METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254"), ipaddress.ip_address("100.100.100.200")})
+METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.goog", "metadata", "instance-data",
+                            "instance-data.ec2.internal"})
+#: What one answer may weigh by default (``max_response_bytes``): a one-token completion with 20 alternatives is
+#: a few kB, a model listing a few more.
+MAX_RESPONSE_BYTES = 4 << 20
+
+
+def link_local_or_metadata(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is a link-local address (``169.254.0.0/16``, ``fe80::/10``, also
+    IPv4-mapped) or a cloud metadata service, where a server of the scorer never is but an instance's
+    credentials are.
+
+    Examples:
+        >>> [link_local_or_metadata(h) for h in ("169.254.169.254", "fe80::1", "::ffff:169.254.169.254",
+        ...                                      "fd00:ec2::254", "metadata.google.internal")]
+        [True, True, True, True, True]
+        >>> [link_local_or_metadata(h) for h in ("127.0.0.1", "10.0.0.7", "::1", "gpu-host", "localhost")]
+        [False, False, False, False, False]
+    """
+    name = host.strip("[]").split("%")[0]
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return name.lower().rstrip(".") in METADATA_HOSTS
+    if address.version == 6 and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_link_local or address in METADATA_ADDRESSES
 
 
 class OpenAIScorerError(RuntimeError):
@@ -81,7 +115,8 @@ class _Call:
     sockets are shut down, which ends any read or write under way at once (a per-read socket timeout
     alone lets a server that trickles a byte now and then hold the call for ever)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, allow_link_local: bool = False) -> None:
+        self.allow_link_local = allow_link_local
         self._lock = threading.Lock()
         self._sockets: list = []
         self.expired = self.aborted = False
@@ -125,6 +160,12 @@ class _CallSockets:
     def connect(self) -> None:
         super().connect()
         self._call.add(self.sock)
+        peer = self.sock.getpeername()[0]  # the address the name resolved to: a name may point anywhere
+        if not self._call.allow_link_local and link_local_or_metadata(peer):
+            self.sock.close()
+            raise OpenAIScorerError(f"OpenAIScorer: {self.host} resolved to {peer}, a link-local or cloud metadata "
+                                    "address, where instance credentials live; nothing was sent. Pass "
+                                    "allow_link_local=True if a scorer's server is really there.")
 
 
 class _HTTPConnection(_CallSockets, http.client.HTTPConnection):
@@ -151,6 +192,27 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
     def https_open(self, req):
         return self.do_open(functools.partial(_HTTPSConnection, call=self._call), req, context=self._context)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: the request (and its ``Authorization`` header) goes to ``base_url``'s server only."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise OpenAIScorerError(f"OpenAIScorer: {req.get_method()} {req.full_url} was answered with HTTP {code}, a "
+                                f"redirect to {newurl}; OpenAIScorer follows no redirects (the API key stays with "
+                                "base_url's server): set base_url to where the server answers.")
+
+
+def _read_capped(response, limit: int, what: str) -> bytes:
+    """The body of ``response``, refused past ``limit`` bytes (by its Content-Length or as it arrives)."""
+    declared = response.headers.get("Content-Length") or ""
+    too_big = declared.isdigit() and int(declared) > limit
+    data = b"" if too_big else response.read(limit + 1)
+    if too_big or len(data) > limit:
+        size = f"{int(declared):,} bytes" if too_big else f"more than {limit:,} bytes"
+        raise OpenAIScorerError(f"OpenAIScorer: {what} answered with {size}, above max_response_bytes={limit:,} (a "
+                                "one-token answer is a few kB): check base_url, or raise max_response_bytes.")
+    return data
 
 
 def _close_at_exit(ref: weakref.ref) -> None:
@@ -196,6 +258,8 @@ def _normalise_token(token: str) -> str:
 MIN_ANSWER_MASS = 1e-3
 # Log-probabilities a little above 0 are float rounding of a certain token; more is not a log-probability.
 _LOGPROB_SLACK = 1e-4
+# Alternatives whose probabilities sum to more than this are not one token's distribution (rounding stays far below).
+_TOTAL_SLACK = 1.01
 
 
 def _logprob(entry: Any) -> float:
@@ -223,7 +287,7 @@ def answer_probability(top_logprobs: Sequence[dict], answers: Sequence[str] = ("
     Returns ``None`` when neither answer is among the entries, or when both together are less
     likely than :data:`MIN_ANSWER_MASS` (the model is not answering yes or no: "yes" at −12 with
     "no" absent is no evidence of "yes"). Raises ``ValueError`` on a logprob that is not a number
-    ``<= 0``.
+    ``<= 0``, and on alternatives whose probabilities sum to more than 1.
 
     Examples:
         >>> import math
@@ -248,12 +312,16 @@ def answer_probability(top_logprobs: Sequence[dict], answers: Sequence[str] = ("
         token = _normalise_token(str(entry.get("token", "")))
         if token in mass:
             mass[token].append(logprob)
+    listed_mass = float(torch.tensor(listed, dtype=torch.float64).exp().sum())
+    if listed_mass > _TOTAL_SLACK:
+        raise ValueError(f"the alternatives' probabilities sum to {listed_mass:.4g} > 1: not the log-probabilities "
+                         "of one token's alternatives")
     if not mass[positive] and not mass[negative]:
         return None
     total = torch.logsumexp(torch.tensor(mass[positive] + mass[negative], dtype=torch.float64), 0)
     if float(total) < math.log(MIN_ANSWER_MASS):
         return None
-    left = 1.0 - float(torch.tensor(listed, dtype=torch.float64).exp().sum())
+    left = 1.0 - listed_mass
     # what an answer missing from the top-k can have at most
     floor = min(min(listed), math.log(left)) if left > 0 else -math.inf
     yes = torch.logsumexp(torch.tensor(mass[positive] or [floor], dtype=torch.float64), 0)
@@ -281,8 +349,10 @@ class OpenAIScorer:
     connection errors, 408/429 and 5xx responses are retried ``max_retries`` times with
     exponential backoff (``backoff * 2**attempt`` seconds, or the server's ``Retry-After``);
     other 4xx responses fail at once with the server's message. The API key is read from the
-    environment variable ``api_key_env`` and sent as a bearer token; it never appears in
-    ``repr``, provenance or error messages.
+    environment variable ``api_key_env`` and sent as a bearer token to ``base_url``'s servers only:
+    a redirect is not followed (it raises :class:`OpenAIScorerError` naming it), link-local and cloud
+    metadata addresses are refused (``allow_link_local``), and the key never appears in ``repr``,
+    provenance or error messages. An answer larger than ``max_response_bytes`` is refused unread.
 
     Args:
         base_url (str or list of str): the server's OpenAI base URL, e.g.
@@ -320,6 +390,12 @@ class OpenAIScorer:
             ``None`` sends nothing (servers that refuse unknown fields). Defaults to ``False``.
         allow_token_only (bool, optional): score a response without logprobs from its generated
             token (0 or 1) instead of raising. Defaults to ``False``.
+        allow_link_local (bool, optional): allow servers at link-local or cloud metadata addresses
+            (:func:`link_local_or_metadata`: ``169.254.169.254``, ``fe80::/10``, ...), refused by default
+            in ``base_url`` and wherever a name resolves at connection time. Defaults to ``False``.
+        max_response_bytes (int, optional): the most bytes one answer may have; a larger one raises
+            :class:`OpenAIScorerError` before it is read whole. Defaults to :data:`MAX_RESPONSE_BYTES`
+            (4 MiB).
 
     Attributes:
         provenance (dict): ``backend="openai"``, ``base_url`` (comma-separated when several),
@@ -366,6 +442,8 @@ class OpenAIScorer:
         extra_body: dict | None = None,
         enable_thinking: bool | None = False,
         allow_token_only: bool = False,
+        allow_link_local: bool = False,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         owner = type(self).__name__
         urls = base_url.split(",") if isinstance(base_url, str) else base_url
@@ -410,6 +488,17 @@ class OpenAIScorer:
         self.base_url = ",".join(self.base_urls)
         self.enable_thinking = enable_thinking
         self.allow_token_only = bool(allow_token_only)
+        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, numbers.Integral) \
+                or max_response_bytes < 1024:
+            raise ValueError(f"{owner}.max_response_bytes must be an int >= 1024, got {max_response_bytes!r}.")
+        self.max_response_bytes = int(max_response_bytes)
+        self.allow_link_local = bool(allow_link_local)
+        for url in urls:
+            host = urllib.parse.urlsplit(url).hostname or ""
+            if not self.allow_link_local and link_local_or_metadata(host):
+                raise ValueError(f"{owner}.base_url={url!r} is a link-local or cloud metadata address, where instance "
+                                 "credentials live, not a scorer's server; pass allow_link_local=True if one is "
+                                 "really there.")
         self.api_key_env = api_key_env
         self._api_key = os.environ.get(api_key_env, "") if api_key_env else ""
         self.timeout = float(timeout)
@@ -490,15 +579,15 @@ class OpenAIScorer:
             chosen = self._acquire() if server is None else None
             if chosen is not None:
                 url = f"{self.base_urls[chosen]}/{path}"
-            call = _Call(self.timeout)
+            call = _Call(self.timeout, allow_link_local=self.allow_link_local)
             with self._lock:
                 self._calls.add(call)
             try:
                 request = urllib.request.Request(url, data=data, headers=self._headers(), method=method)
-                opener = urllib.request.build_opener(_HTTPHandler(call), _HTTPSHandler(call))
+                opener = urllib.request.build_opener(_HTTPHandler(call), _HTTPSHandler(call), _NoRedirects())
                 try:
                     with opener.open(request, timeout=self.timeout) as response:
-                        payload = response.read()
+                        payload = _read_capped(response, self.max_response_bytes, f"{method} {url}")
                 except Exception:
                     if call.expired:  # the deadline (or close()) cut the call off: say so, not the symptom
                         raise TimeoutError(f"no complete answer within timeout={self.timeout:g} s") from None
@@ -513,7 +602,7 @@ class OpenAIScorer:
                     raise TimeoutError(f"no complete answer within timeout={self.timeout:g} s")
                 try:
                     return json.loads(payload)
-                except ValueError as err:
+                except (ValueError, RecursionError) as err:  # RecursionError: nested deeper than Python recurses
                     raise OpenAIScorerError(
                         f"{type(self).__name__}: {method} {url} returned invalid JSON: {payload[:200]!r}"
                     ) from err
@@ -732,7 +821,7 @@ class OpenAIScorer:
 
 def _error_detail(err: urllib.error.HTTPError) -> str:
     try:
-        body = err.read().decode("utf-8", "replace")
+        body = err.read(64 << 10).decode("utf-8", "replace")  # a server's error message, not all it sends
     except Exception:  # noqa: BLE001
         return err.reason or "no details"
     try:
@@ -740,8 +829,8 @@ def _error_detail(err: urllib.error.HTTPError) -> str:
         message = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
         if isinstance(message, dict):
             message = message.get("message", message)
-        body = str(message)
-    except ValueError:
+        body = str(message)[:500]
+    except (ValueError, RecursionError):
         pass
     return body.strip()[:500] or str(err.reason)
 

@@ -43,8 +43,8 @@ def mean_logit(probabilities: torch.Tensor, *, eps: float = 1e-6) -> torch.Tenso
 class PanelScorer:
     """Scores clips whose frames are several cameras side by side, with a model per camera.
 
-    Member ``i`` reads panel ``i`` (columns ``[i * W / n, (i + 1) * W / n)`` of each ``W``-px-wide frame): a
-    clip is cut into ``n`` clips of one camera each, every member gives each check's probability on each of
+    Member ``i`` reads panel ``i`` (columns ``[i * H, (i + 1) * H)`` of each frame, which must be exactly ``n``
+    square panels wide, ``W = n * H``: a frame of one or three panels is refused, not misread): a clip is cut into ``n`` clips of one camera each, every member gives each check's probability on each of
     its frames (``frame_probabilities``), the ``n`` readings of a frame are combined with :func:`mean_logit`,
     and then each check is aggregated over the clip (``aggregation``, ``hold``) and the clip's score is the max
     over the checks, as :class:`~vlmrb_torchrl.scorers.HFContrastiveScorer` does with one model. ``builtin:lift``
@@ -100,14 +100,16 @@ class PanelScorer:
     def panel_clips(self, clips: TensorDictBase, panel: int) -> TensorDictBase:
         """``clips`` with each frame cut to panel ``panel`` (what member ``panel`` reads)."""
         frames = clips.get(self.frame_key)
-        width, n = frames.shape[-2], len(self.members)
-        if frames.ndim != 5 or width % n:
+        n = len(self.members)
+        if frames.ndim != 5 or frames.shape[-2] != n * frames.shape[-3]:
+            found = (f": a width of {frames.shape[-2] / frames.shape[-3]:g} panels of {frames.shape[-3]} px"
+                     if frames.ndim == 5 and frames.shape[-3] else "")
             raise ValueError(
-                f"PanelScorer: {self.frame_key!r} must be frames [B, T, H, W, C] whose width splits into {n} "
-                f"panels (a PanelView's, e.g. camera='front_close+eye_in_hand': [H, {n} * H]); got shape "
-                f"{tuple(frames.shape)}."
+                f"PanelScorer: {self.frame_key!r} must be frames [B, T, H, W, C] of exactly {n} square panels side "
+                f"by side, W = {n} * H (a PanelView's, e.g. camera='front_close+eye_in_hand': [64, {n * 64}]); got "
+                f"shape {tuple(frames.shape)}{found}."
             )
-        step = width // n
+        step = frames.shape[-3]
         out = TensorDict({self.frame_key: frames[..., panel * step:(panel + 1) * step, :]}, batch_size=clips.batch_size)
         mask = clips.get(self.mask_key, None)
         if mask is not None:

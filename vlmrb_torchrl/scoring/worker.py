@@ -11,6 +11,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Literal
 
 import torch
@@ -189,17 +190,32 @@ class AsyncScorer:
         self._started = time.perf_counter()
 
         self._executor = None
+        self._restarts = 0
         if backend == "process":
-            self._executor = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_child, initargs=(transform, os.getpid()),
-            )
+            self._executor = self._new_child()
             try:  # threading's exit hooks run before concurrent.futures joins its pools
                 threading._register_atexit(_close_at_exit, weakref.ref(self))
             except (AttributeError, RuntimeError):  # pragma: no cover - no hook API, or exiting already
                 pass
         self._thread = threading.Thread(target=self._run, name="vlmrb-async-scorer", daemon=True)
         self._thread.start()
+
+    def _new_child(self) -> ProcessPoolExecutor:
+        """The ``"process"`` backend's pool of one spawned child, which builds the transform's scorer when it
+        starts (at its first call)."""
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_child, initargs=(self.transform, os.getpid()))
+
+    def _restart_child(self, dead: ProcessPoolExecutor) -> bool:
+        """Replaces the dead child's pool with a new one (its scorer built anew at its first call); ``False``
+        when the worker is closing or another call already replaced it."""
+        with self._cond:
+            if self._closed or self._abandoned or self._executor is not dead:
+                return False
+            self._executor = self._new_child()
+            self._restarts += 1
+        dead.shutdown(wait=False, cancel_futures=True)
+        return True
 
     @staticmethod
     def _check_arguments(transform, sampler, *, max_pending, batch_size, on_full, on_error,
@@ -365,7 +381,8 @@ class AsyncScorer:
         ``clips_per_s`` (scorer throughput while busy), ``latency_s`` (mean submit-to-write-back
         time per clip), ``busy_fraction`` (share of wall time spent scoring), and with
         ``on_error="skip"`` ``errors`` (failed scorer calls skipped), ``error_clips`` (their
-        clips, left unscored) and ``consecutive_errors`` (failures since the last success)."""
+        clips, left unscored), ``consecutive_errors`` (failures since the last success) and
+        ``child_restarts`` (``"process"`` children started again after one died)."""
         with self._cond:
             wall = time.perf_counter() - self._started
             return {
@@ -380,6 +397,7 @@ class AsyncScorer:
                 "errors": self._errors,
                 "error_clips": self._error_clips,
                 "consecutive_errors": self._consecutive_errors,
+                "child_restarts": self._restarts,
             }
 
     # ------------------------------------------------------------------ worker side
@@ -403,10 +421,23 @@ class AsyncScorer:
             return taken
 
     def _score(self, batch: ClipBatch) -> torch.Tensor:
-        """One scorer call on the backend: ``[B]`` scores for ``batch.clips``."""
-        if self._executor is None:
+        """One scorer call on the backend: ``[B]`` scores for ``batch.clips``.
+
+        A ``"process"`` child that died (killed, out of memory) fails the call; with ``on_error="skip"`` a new
+        child is started for the next one, so a dead child costs one failed call of the error budget
+        (``max_consecutive_errors``), not the rest of the run's scores."""
+        executor = self._executor
+        if executor is None:
             return self.transform.score_clips(batch.clips, frames=batch.frames)
-        return self._executor.submit(_score_in_child, batch.clips, batch.frames).result()
+        try:
+            return executor.submit(_score_in_child, batch.clips, batch.frames).result()
+        except BrokenProcessPool as err:
+            restarted = self.on_error == "skip" and self._restart_child(executor)
+            raise RuntimeError(
+                "the scorer's child process died (killed, or out of memory) before it returned this call's scores; "
+                + ("a new child was started for the next calls" if restarted else
+                   "on_error='skip' (on_scorer_error=skip) would start a new one within max_consecutive_errors")
+            ) from err
 
     def _run(self) -> None:
         while True:

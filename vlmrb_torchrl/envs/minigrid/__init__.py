@@ -78,7 +78,7 @@ def scorer_frame_view(scorer: str) -> str | None:
         return None
     try:
         rendered = json.loads(report.read_text()).get("frames_rendered") or {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, AttributeError):
         return None
     return rendered.get("frame_view")
 

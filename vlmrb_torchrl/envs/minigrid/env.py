@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -26,8 +26,8 @@ from vlmrb_torchrl.envs._base import step_output
 from vlmrb_torchrl.envs.minigrid.missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
-           "DOORKEY_ACTIONS", "FRAME_VIEWS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "minigrid_has_doors", "minigrid_missions",
-           "register_extra_envs"]
+           "DOORKEY_ACTIONS", "FRAME_VIEWS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "GridFrame", "grid_frame_layout",
+           "minigrid_has_doors", "minigrid_missions", "register_extra_envs"]
 
 _has_minigrid = (
     importlib.util.find_spec("minigrid") is not None
@@ -64,6 +64,50 @@ FRAME_VIEWS = ("grid", "agent")
 #: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes
 #: epsilon-greedy DQN find the goal early.
 DOORKEY_ACTIONS = ("left", "right", "forward", "pickup", "toggle")
+
+
+class GridFrame(NamedTuple):
+    """Where a whole-grid frame puts the grid (:func:`grid_frame_layout`): ``tile``-px cells, a
+    ``height x width`` frame, the grid's top-left corner at pixel ``(top, left)``; the pixels around it
+    are black."""
+
+    tile: int
+    height: int
+    width: int
+    top: int
+    left: int
+
+
+def grid_frame_layout(grid_width: int, grid_height: int, frame_size: int = 64) -> GridFrame:
+    """The layout of a ``frame_view="grid"`` frame of a ``grid_width x grid_height`` grid.
+
+    Cells are ``max(4, frame_size // max(grid_width, grid_height))`` px and the frame is the grid
+    itself, except on a square grid where that gives 5-px cells (11x11 and 12x12 at ``frame_size=64``:
+    DoorKey-12x12, LavaCrossing / SimpleCrossing S11N5, MemoryS11, BabyAI OneRoomS12): there the cells
+    are 4 px and the grid sits in the middle of a black ``frame_size x frame_size`` frame, its top-left
+    corner on a multiple of 4 px.
+
+    Why: scorers resize every frame to their input size, so a 60-px frame of 12x12 reaches a 64-px
+    model as 5.3-px cells, a scale the shipped grid model (``builtin:minigrid``) never saw: it was
+    trained on 4-px cells (16x16) and 8-12 px ones (DoorKey 5x5-8x8), and its goal check scored F1
+    0.03 on 12x12. A 48-px grid on a 64-px frame is not resized: its cells are 16x16's, on 16x16's cell
+    lattice (docs/builtin_scorer.md, the goal-only prompt set). Black is what a 4-px floor cell is.
+    Every other grid's frame is what this rule gave before (tested, pixel for pixel).
+
+    Examples:
+        >>> grid_frame_layout(8, 8), grid_frame_layout(5, 5)
+        (GridFrame(tile=8, height=64, width=64, top=0, left=0), GridFrame(tile=12, height=60, width=60, top=0, left=0))
+        >>> grid_frame_layout(12, 12), grid_frame_layout(11, 11)
+        (GridFrame(tile=4, height=64, width=64, top=8, left=8), GridFrame(tile=4, height=64, width=64, top=8, left=8))
+        >>> grid_frame_layout(11, 6)  # UnlockPickup: not square, unchanged
+        GridFrame(tile=5, height=30, width=55, top=0, left=0)
+    """
+    tile = max(4, frame_size // max(grid_width, grid_height))
+    if tile == 5 and grid_width == grid_height:
+        # on 16x16's lattice: each 8-px patch of the model sees 2x2 whole cells, as in its training frames
+        margin = (frame_size - 4 * grid_width) // 2 // 4 * 4
+        return GridFrame(4, frame_size, frame_size, margin, margin)
+    return GridFrame(tile, grid_height * tile, grid_width * tile, 0, 0)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -410,14 +454,16 @@ class _FullGridRenderer:
 
     Tiles come from MiniGrid's own tile renderer (and cache); they are gathered into an atlas
     and assembled with one numpy fancy-index per frame. Output is pixel-identical to
-    ``env.unwrapped.get_frame(highlight=False, tile_size=tile_size)``.
+    ``env.unwrapped.get_frame(highlight=False, tile_size=tile_size)``, placed in a larger black frame
+    when ``layout`` (a :class:`GridFrame`) says so.
     """
 
-    def __init__(self, tile_size: int) -> None:
+    def __init__(self, tile_size: int, layout: GridFrame | None = None) -> None:
         from minigrid.core.grid import Grid
 
         self._grid_cls = Grid
         self.tile_size = tile_size
+        self.layout = layout
         self._index: dict[Any, int] = {}
         self._tiles: list[np.ndarray] = []
         self._atlas = np.zeros((0, tile_size, tile_size, 3), dtype=np.uint8)
@@ -459,7 +505,12 @@ class _FullGridRenderer:
         if agent_tile is None:
             agent_tile = self._agent_tiles[key] = self._render_tile(cell, int(env.agent_dir))
         frame[ay * t : (ay + 1) * t, ax * t : (ax + 1) * t] = agent_tile
-        return frame
+        lay = self.layout
+        if lay is None or (lay.height, lay.width) == frame.shape[:2]:
+            return frame
+        out = np.zeros((lay.height, lay.width, 3), dtype=np.uint8)
+        out[lay.top : lay.top + h * t, lay.left : lay.left + w * t] = frame
+        return out
 
 
 class _AgentViewRenderer:
@@ -492,7 +543,9 @@ class MiniGridEnv(EnvBase):
         frame_size (int, optional): target frame width/height in pixels. Tiles are
             ``max(4, frame_size // max(grid_width, grid_height))`` px, so a frame is
             ``[grid_height * tile, grid_width * tile, 3]`` (DoorKey-5x5: 60x60, 8x8 and 16x16:
-            64x64). With ``frame_view="agent"``: ``max(4, frame_size // V)`` px tiles, a
+            64x64), except where that gives 5-px tiles on a square grid (12x12, 11x11 at 64): 4-px
+            tiles in the middle of a black ``frame_size x frame_size`` frame (:func:`grid_frame_layout`
+            says why). With ``frame_view="agent"``: ``max(4, frame_size // V)`` px tiles, a
             ``[V * tile, V * tile, 3]`` frame (63x63 for a 7x7 view). Defaults to ``64``.
         frame_view (str, optional): what the frame shows (:data:`FRAME_VIEWS`): ``"grid"``, the
             whole grid from above, or ``"agent"``, MiniGrid's agent-centred ``V x V`` view (the
@@ -540,7 +593,8 @@ class MiniGridEnv(EnvBase):
       MiniGrid's ``image[i, j]`` (``i`` outer), each ``[object | colour | state]``, then the
       direction one-hot. 984 inputs for a 7x7 view.
     - ``"pixels"`` (only if ``render=True``): uint8 ``[H, W, 3]`` full-grid RGB frame
-      (``get_frame(highlight=False)``, without the agent's view highlight).
+      (``get_frame(highlight=False)``, without the agent's view highlight; on 11x11 and 12x12 grids
+      in the middle of a black frame: ``env.frame_layout``, :func:`grid_frame_layout`).
     - ``"key_picked_up"``, ``"door_opened"``, ``"goal_reached"``, ``"success"``,
       ``"subgoal"``, ``"progress_event"``: bool ``[1]``, privileged progress events (all
       ``False`` on reset). ``key_picked_up`` fires on the step a key becomes carried,
@@ -683,11 +737,13 @@ class MiniGridEnv(EnvBase):
         elif self.fast_obs:
             menv.gen_obs = _FastPartialView(menv)
         if frame_view == "agent":
+            self.frame_layout = None
             self.tile_size = max(4, frame_size // menv.agent_view_size)
             self._renderer = _AgentViewRenderer(self.tile_size) if render else None
         else:
-            self.tile_size = max(4, frame_size // max(menv.width, menv.height))
-            self._renderer = _FullGridRenderer(self.tile_size) if render else None
+            self.frame_layout = grid_frame_layout(menv.width, menv.height, frame_size)
+            self.tile_size = self.frame_layout.tile
+            self._renderer = _FullGridRenderer(self.tile_size, self.frame_layout) if render else None
         self._pending_seed: int | None = None
         self._elapsed = 0
         self._doors: list = []
@@ -714,9 +770,11 @@ class MiniGridEnv(EnvBase):
             view = Bounded(0.0, 1.0, shape=(self._encoder.dim,), dtype=torch.float32, device=self.device)
         obs = {"observation": view}
         if self.from_pixels:
-            t = self.tile_size
-            h, w = (menv.agent_view_size,) * 2 if self.frame_view == "agent" else (menv.height, menv.width)
-            obs["pixels"] = Bounded(0, 255, shape=(h * t, w * t, 3), dtype=torch.uint8, device=self.device)
+            if self.frame_view == "agent":
+                h = w = menv.agent_view_size * self.tile_size
+            else:
+                h, w = self.frame_layout.height, self.frame_layout.width
+            obs["pixels"] = Bounded(0, 255, shape=(h, w, 3), dtype=torch.uint8, device=self.device)
         if self.write_mission:
             obs["mission"] = Bounded(0, 255, shape=(MISSION_BYTES,), dtype=torch.uint8, device=self.device)
         for key in MINIGRID_EVENT_KEYS:
