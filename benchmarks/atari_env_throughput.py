@@ -47,7 +47,7 @@ def make_arm(name: str, env_id: str, num_envs: int, seed: int):
     """A ``step(n)`` callable that plays ``n`` batched steps of random actions in the arm's env."""
     from torchrl.envs import SerialEnv
 
-    from vlmrb_torchrl.envs.atari import BatchedAtariEnv, atari_game_name, make_atari_env
+    from vlmrb_torchrl.envs.atari.env import BatchedAtariEnv, atari_game_name, make_atari_env
 
     if name.startswith("ale_vector"):
         import re

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
-from vlmrb_torchrl.clips import ClipSpec, ClipStream
+from vlmrb_torchrl.scoring.clips import ClipSpec, ClipStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _clip_stream_loop import LoopClipStream  # noqa: E402  (the tests' reference stream)

@@ -129,9 +129,9 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     from vlmrb_torchrl import ClipSpec, make_clip_scoring
-    from vlmrb_torchrl.clips import ClipBatch
-    from vlmrb_torchrl.envs.minigrid import make_minigrid_env
-    from vlmrb_torchrl.recipes.envs import minigrid_actions
+    from vlmrb_torchrl.scoring.clips import ClipBatch
+    from vlmrb_torchrl.envs.minigrid.env import make_minigrid_env
+    from vlmrb_torchrl.envs.minigrid import minigrid_actions
     from vlmrb_torchrl.scorers import DistilledScorer, make_scorer
 
     torch.set_num_threads(1)

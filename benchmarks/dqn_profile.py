@@ -144,12 +144,12 @@ def instrument(prof: Profile) -> None:
     from torchrl.envs import EnvBase
     from torchrl.modules import MLP
 
-    from vlmrb_torchrl import worker
-    from vlmrb_torchrl.clips import ClipBatch, ClipStream
-    from vlmrb_torchrl.envs import minigrid as mg
+    from vlmrb_torchrl.scoring import worker
+    from vlmrb_torchrl.scoring.clips import ClipBatch, ClipStream
+    from vlmrb_torchrl.envs.minigrid import env as mg
     from vlmrb_torchrl.recipes import checkpoint, dqn, evaluate, loop, replay
     from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
-    from vlmrb_torchrl.sampler import VLMPrioritizedSampler
+    from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
     from vlmrb_torchrl.scorers.contrastive import HFContrastiveScorer
 
     def in_eval(parent):

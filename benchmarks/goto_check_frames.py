@@ -5,7 +5,7 @@ Plays ``MissionPolicy`` episodes of MiniGrid / BabyAI envs whose mission is a si
 (X or not), and scores the frame with ``builtin:minigrid_agent`` against each candidate check: P(the
 positive statement) in a softmax over the check's statements. Prints precision, recall and F1 at 0.5,
 AUROC and the best F1 over thresholds, one row per wording. This is how the go-to check of
-:func:`~vlmrb_torchrl.scorers.minigrid_prompts.mission_prompt_set` was picked (docs/builtin_scorer.md:
+:func:`~vlmrb_torchrl.envs.minigrid.prompts.mission_prompt_set` was picked (studies/builtin_scorer_builds.md:
 "Go-to checks against what else the agent can face"), on training envs only.
 
 Usage:
@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scorer_quality import auroc  # noqa: E402
 
-from vlmrb_torchrl.envs.minigrid_missions import CARRYABLE, COLORS  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.missions import CARRYABLE, COLORS  # noqa: E402
 
 GO_TO = re.compile(rf"go to (?:the|a) (?:({'|'.join(COLORS)}) )?({'|'.join(CARRYABLE)})")
 
@@ -56,7 +56,7 @@ def frames_and_labels(env_id: str, seed: int, max_steps: int = 200):
     from torchrl.envs.utils import step_mdp
 
     from vlmrb_torchrl.envs import MiniGridEnv
-    from vlmrb_torchrl.envs.minigrid_policies import MissionPolicy
+    from vlmrb_torchrl.envs.minigrid.policies import MissionPolicy
 
     env = MiniGridEnv(env_id, seed=seed, frame_view="agent")
     policy = MissionPolicy(env, seed=seed, epsilon=0.2)

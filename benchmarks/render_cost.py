@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--cameras", default=",".join(CAMERAS))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from vlmrb_torchrl.envs.robosuite import RobosuiteEnv
+    from vlmrb_torchrl.envs.robosuite.env import RobosuiteEnv
 
     envs = {mode: RobosuiteEnv("Lift", seed=0, render=True, frame_size=args.size, fast_render=mode == "fast",
                                render_steps=lambda k: False) for mode in ("default", "fast")}

@@ -23,7 +23,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, PrioritizedSampler, RandomSampler
 
 from vlmrb_torchrl import VLMPrioritizedSampler
-from vlmrb_torchrl._sumtree import torchrl_trees_available
+from vlmrb_torchrl.replay._sumtree import torchrl_trees_available
 
 
 def rss_bytes() -> int:

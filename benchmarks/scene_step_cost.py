@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 def steps_per_s(render: bool, steps: int, seed: int) -> tuple[float, float]:
     """(steps per wall second, steps per CPU-second) of ``steps`` random-action TorchRL steps."""
-    from vlmrb_torchrl.envs.ogbench import make_ogbench_env
+    from vlmrb_torchrl.envs.ogbench.env import make_ogbench_env
 
     env = make_ogbench_env("ogbench/scene-task2", render=render, seed=seed)
     try:

@@ -49,7 +49,7 @@ Clips/s counts the time spent in ``transform.score_clips`` only (packing + the s
 
 Policies: ``random`` (uniform over the env's actions; DoorKey envs get the recipes' default
 action subset, see ``--actions``), ``scripted`` (``DoorKeyPolicy`` of
-:mod:`vlmrb_torchrl.envs.minigrid_policies`: BFS to the key, the door, the goal, with
+:mod:`vlmrb_torchrl.envs.minigrid.policies`: BFS to the key, the door, the goal, with
 ``--epsilon`` random actions and ``--burst-prob`` random bursts, defaults 0.2 and 0.05, so that
 episodes hold the near misses a learning agent makes: without them a scripted DoorKey episode
 is shorter than two clips and every clip of it shows an event; layouts with a goal tile only,
@@ -62,7 +62,7 @@ reads, with the same ``--epsilon`` and ``--burst-prob`` noise). ``--policy rando
 each in turn.
 
 Tasks. ``builtin:minigrid`` is told each episode's mission (``--task auto``, the default for it:
-its checks are derived from the mission, :mod:`vlmrb_torchrl.scorers.minigrid_prompts`); other
+its checks are derived from the mission, :mod:`vlmrb_torchrl.envs.minigrid.prompts`); other
 scorers get no task unless ``--task mission``.
 
 Families. ``--env`` takes several ids separated by commas, or a family set: ``family-train``
@@ -70,12 +70,12 @@ Families. ``--env`` takes several ids separated by commas, or a family set: ``fa
 used for either), ``family`` (both), ``family-large`` (19-25-cell grids); the run then prints one
 row per env and policy, and ``--json`` writes every run. On robosuite Lift, ``random`` is
 uniform random actions (SAC's first frames) and ``scripted`` the noisy pick-and-lift
-:class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy` (no random-motion episodes; a fifth of
+:class:`~vlmrb_torchrl.envs.robosuite.policies.LiftPolicy` (no random-motion episodes; a fifth of
 its episodes aim beside the cube). On Atari (Pong, Breakout), ``scripted`` is
-:class:`~vlmrb_torchrl.envs.atari_policies.AtariPolicy` (Pong: the paddle follows the ball;
+:class:`~vlmrb_torchrl.envs.atari.policies.AtariPolicy` (Pong: the paddle follows the ball;
 Breakout: serve, then keep the paddle under the ball) with ``--epsilon`` random actions and its own
 random bursts, no random episodes. On Scene, ``random`` is uniform random actions and ``scripted``
-:class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy` without random-motion episodes: subtasks
+:class:`~vlmrb_torchrl.envs.ogbench.policies.ScenePolicy` without random-motion episodes: subtasks
 toward the task's goal or at random, run by OGBench's scripted oracles, with noise. Episode ``i``
 resets the env with seed ``--seed + i``: the same command gives the same numbers.
 
@@ -101,7 +101,7 @@ Prints a Markdown table (one row for all progress events, one per event type) an
 ``--scores clips.npz`` (one env and policy) it also writes every clip's score, its oracle labels
 (``label_<flag>``), episode index and policy, and the threshold used: enough to recompute every
 number of the table, or to pick a decision threshold on tuning episodes with
-:func:`best_threshold` and read the held-out F1 at it (``docs/builtin_scorer.md`` does so for
+:func:`best_threshold` and read the held-out F1 at it (``studies/builtin_scorer_builds.md`` does so for
 ``builtin:lift``). With ``--by-check`` (a scorer with a prompt set: ``builtin:*``) it also counts every
 clip above the threshold under the check that gave it its score (:class:`DecidingChecks`): which
 statement the false positives come from.
@@ -123,8 +123,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlmrb_torchrl.envs.minigrid_missions import COLORS
-from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
+from vlmrb_torchrl.envs.minigrid.missions import COLORS
+from vlmrb_torchrl.envs.minigrid.prompts import MISSION_MODELS
 
 #: the row of all progress events: the oracle's own flag.
 PROGRESS = "progress_event"
@@ -142,9 +142,6 @@ EVENT_TYPES = {
     "drawer_achieved": "drawer at its goal",
     "window_achieved": "window at its goal",
 }
-ROBOSUITE_PREFIX = "robosuite/"
-ATARI_PREFIX = "ALE/"
-OGBENCH_PREFIX = "ogbench/"
 #: --max-steps' default on Atari: a scripted Pong game lasts ~2,600 steps
 ATARI_MAX_STEPS = 2_500
 POLICIES = ("random", "scripted", "mixed", "subgoal", "mission", "mixed-mission")
@@ -157,7 +154,7 @@ MAX_TASKS_RECORDED = 50
 
 
 def _family_sets() -> dict[str, tuple[str, ...]]:
-    from vlmrb_torchrl.scorer_training.data import BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS
+    from vlmrb_torchrl.envs.minigrid.training import BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS
 
     return {"family-train": BENCHMARK_TRAIN_ENVS, "family-held-out": HELD_OUT_LAYOUTS,
             "family": BENCHMARK_TRAIN_ENVS + HELD_OUT_LAYOUTS, "family-large": LARGE_GRID_ENVS}
@@ -351,28 +348,23 @@ class RandomPolicy:
         return td
 
 
-def _has_goal(env) -> bool:
-    grid = env.unwrapped.grid
-    return any(obj is not None and obj.type == "goal" for obj in grid.grid)
-
-
 def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: float = 0.0) -> Callable:
     """The ``random``, ``scripted``, ``subgoal`` or ``mission`` policy acting in ``env`` (``mixed`` picks one per
     episode).
 
-    ``scripted`` is :class:`~vlmrb_torchrl.envs.minigrid_policies.DoorKeyPolicy` (BFS to the
+    ``scripted`` is :class:`~vlmrb_torchrl.envs.minigrid.policies.DoorKeyPolicy` (BFS to the
     key, the door, the goal): it plays layouts with a goal tile (DoorKey of every size, and
     goal-reaching tasks such as Empty, MultiRoom, LockedRoom); on a layout without a goal
     (UnlockPickup, KeyCorridor, Fetch, ...) it has no task to solve, and this raises instead of
     quietly acting at random. ``subgoal`` is
-    :class:`~vlmrb_torchrl.envs.minigrid_policies.SubgoalPolicy` (walks between random objects
+    :class:`~vlmrb_torchrl.envs.minigrid.policies.SubgoalPolicy` (walks between random objects
     and interacts with them), for any layout. ``mission`` is
-    :class:`~vlmrb_torchrl.envs.minigrid_policies.MissionPolicy` (follows the episode's mission:
+    :class:`~vlmrb_torchrl.envs.minigrid.policies.MissionPolicy` (follows the episode's mission:
     any MiniGrid / BabyAI mission the parser reads). ``epsilon`` / ``burst_prob`` go to all three.
 
-    On robosuite Lift ``scripted`` is :class:`~vlmrb_torchrl.envs.robosuite_policies.LiftPolicy`
+    On robosuite Lift ``scripted`` is :class:`~vlmrb_torchrl.envs.robosuite.policies.LiftPolicy`
     without random-motion episodes, on OGBench Scene
-    :class:`~vlmrb_torchrl.envs.ogbench_policies.ScenePolicy` without them (``subgoal`` is refused).
+    :class:`~vlmrb_torchrl.envs.ogbench.policies.ScenePolicy` without them (``subgoal`` is refused).
 
     Raises:
         ValueError: ``scripted`` on a layout without a goal tile (the message names policy and env).
@@ -381,53 +373,18 @@ def make_policy(name: str, env, seed: int, *, epsilon: float = 0.0, burst_prob: 
         return RandomPolicy(env, seed)
     if name not in ("scripted", "subgoal", "mission"):
         raise ValueError(f"unknown policy {name!r}: use one of {POLICIES}.")
-    if _is_mujoco(env):
-        if name != "scripted":
-            raise ValueError(f"the {name} policy is for MiniGrid; on {type(env).__name__} use random, scripted or "
-                             "mixed.")
-        if type(env).__name__ == "SceneEnv":
-            from vlmrb_torchrl.envs.ogbench_policies import ScenePolicy
-
-            return ScenePolicy(env, seed=seed, random_share=0.0)
-        from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
-
-        return LiftPolicy(env, seed=seed, random_share=0.0)
-    if _is_atari(env):
-        if name != "scripted":
-            raise ValueError(f"the {name} policy is for MiniGrid; on Atari use random, scripted or mixed.")
-        from vlmrb_torchrl.envs.atari_policies import AtariPolicy
-
-        return AtariPolicy(env, seed=seed, random_share=0.0, epsilons=(epsilon,))
-    from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, MissionPolicy, SubgoalPolicy
-
-    if name == "mission":
-        return MissionPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
-    if name == "scripted":
-        env.reset()  # the layout decides: DoorKeyPolicy plays toward a goal tile
-        if not _has_goal(env):
-            raise ValueError(
-                f"the scripted policy (DoorKeyPolicy: key -> door -> goal) does not support env {env.env_id!r}: "
-                "its layout has no goal tile. Use --policy random or --policy subgoal."
-            )
-        return DoorKeyPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
-    return SubgoalPolicy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
+    return env_family(env).scripted_policy(env, name, seed=seed, epsilon=epsilon, burst_prob=burst_prob)
 
 
-def _is_scene_id(env_id: str) -> bool:
-    from vlmrb_torchrl.envs.ogbench import scene_task
+def env_family(env):
+    """The env family (:class:`~vlmrb_torchrl.envs.EnvFamily`) of ``env``: the one that owns the id
+    :func:`_make_env` built it from, else its ``env_id``."""
+    from vlmrb_torchrl.envs import family_of
 
-    try:
-        return env_id.startswith(OGBENCH_PREFIX) and bool(scene_task(env_id))
-    except ValueError:
-        return False
-
-
-def _is_mujoco(env) -> bool:
-    return type(env).__name__ in ("RobosuiteEnv", "SceneEnv")
-
-
-def _is_atari(env) -> bool:
-    return type(env).__name__ == "AtariEnv"
+    family = family_of(getattr(env, "bench_env_id", None) or getattr(env, "env_id", None) or "")
+    if family is None:
+        raise ValueError(f"no env family knows {type(env).__name__}.")
+    return family
 
 
 def episode_policy(policy: str, episode: int) -> str:
@@ -542,11 +499,15 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> di
         parser.error(f"--noise-std must be a finite float >= 0, got {args.noise_std}.")
     if args.by_check and (args.label_noise > 0 or args.noise_std > 0):
         parser.error("--by-check counts the checks of the scorer itself: drop --label-noise / --noise-std.")
-    if (not args.env.startswith(("MiniGrid-", "BabyAI-", ATARI_PREFIX)) and args.env != ROBOSUITE_PREFIX + "Lift"
-            and not _is_scene_id(args.env)):
-        parser.error(f"--env must be a MiniGrid id (MiniGrid-* or BabyAI-*), robosuite/Lift, "
-                     f"ogbench/scene-task<N> or an ALE id "
-                     f"(ALE/Pong-v5), got {args.env!r}.")
+    from vlmrb_torchrl.envs import families, family_of
+
+    family = family_of(args.env)
+    try:
+        if family is None:
+            raise ValueError("no env family owns it")
+        family.check_id(args.env)
+    except ValueError as err:
+        parser.error(f"--env must be {', '.join(f.id_help for f in families())}; got {args.env!r} ({err}).")
     try:
         kwargs = json.loads(args.scorer_kwargs) if args.scorer_kwargs else {}
     except json.JSONDecodeError as err:
@@ -599,57 +560,45 @@ def format_table(report: dict[str, dict]) -> str:
 
 
 def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, render: bool):
-    """The env the episodes run in: MiniGrid or Atari as the DQN recipe builds it (Atari: one ``AtariEnv``, whose
-    frames are the recipe's), or robosuite Lift or OGBench Scene as the SAC recipe does."""
-    if args.env.startswith(OGBENCH_PREFIX):
-        from vlmrb_torchrl.envs.ogbench import make_ogbench_env
+    """The env the episodes run in, as the env's recipe builds it (its family's env, in evaluation mode: Atari's
+    ``AtariEnv`` plays whole games with raw rewards, its frames are the recipe's), with the recipe's defaults
+    (the SAC families' camera and episode limit, ending on success) unless ``--camera`` / ``--max-steps`` say
+    otherwise; the SAC envs are built with a seed (robosuite draws the cube's size when the model is built)."""
+    from vlmrb_torchrl.envs import family_of
 
-        # the recipe's camera, reward and episode rules (ends when solved)
-        return make_ogbench_env(args.env, render=render, frame_size=args.frame_size, camera="front_pixels",
-                                max_episode_steps=args.max_steps or 750, seed=args.seed)
-    if args.env.startswith(ATARI_PREFIX):
-        from vlmrb_torchrl.envs.atari import make_atari_env
-
-        try:  # evaluation mode: whole games, raw rewards (the oracle's positive reward is the same either way)
-            return make_atari_env(args.env, train=False, render=render, frame_size=args.frame_size,
-                                  max_episode_steps=args.max_steps or ATARI_MAX_STEPS)
-        except ValueError as err:
-            parser.error(f"--env {args.env!r}: {err}")
-    if args.env.startswith(ROBOSUITE_PREFIX):
-        from vlmrb_torchrl.envs.robosuite import make_robosuite_env
-
-        from vlmrb_torchrl.recipes.config import sac_env_defaults
-
-        # the recipe's camera and episode rules (ends on success); a construction seed fixes the cube's size
-        camera = args.camera or sac_env_defaults(args.env).get("camera", "agentview")
-        try:
-            return make_robosuite_env(args.env, render=render, frame_size=args.frame_size, camera=camera,
-                                      max_episode_steps=args.max_steps or 200, seed=args.seed,
-                                      fast_render=not args.full_render)
-        except ValueError as err:
-            parser.error(f"--camera {camera!r}: {err}")
-    from vlmrb_torchrl.envs.minigrid import make_minigrid_env
-    from vlmrb_torchrl.recipes.envs import minigrid_actions
-
-    env_kwargs = {"frame_size": args.frame_size, "render": render, "frame_view": _frame_view(args)}
-    if args.max_steps is not None:
-        env_kwargs["max_episode_steps"] = args.max_steps
+    family = family_of(args.env)
+    defaults = family.recipe_defaults(args.env)
+    kwargs: dict[str, Any] = {"frame_size": args.frame_size}
+    max_steps = args.max_steps or defaults.get("max_episode_steps") or (
+        ATARI_MAX_STEPS if family.name == "atari" else None)
+    if max_steps is not None:
+        kwargs["max_episode_steps"] = max_steps
+    if "camera" in defaults:  # (--camera is for the families whose recipe picks a camera)
+        kwargs["camera"] = args.camera or defaults["camera"]
+    if args.full_render:
+        kwargs["fast_render"] = False
+    if family.recipe == "sac":
+        kwargs["seed"] = args.seed
+    if family.owned_keys:  # the keys its recipe maps to its env (MiniGrid: the action set, the frames' view)
+        config = argparse.Namespace(env=args.env, actions=args.actions, observation="onehot", view="partial",
+                                    frame_view=_frame_view(args))
+        kwargs.update(family.env_kwargs(config))
     try:
-        actions = minigrid_actions(args.env, args.actions)
-        if actions is not None:
-            env_kwargs["actions"] = actions
-        return make_minigrid_env(args.env, **env_kwargs)
+        env = family.env_fn(args.env, train=False, render=render, **kwargs)()
     except ValueError as err:
         parser.error(f"--env {args.env!r}: {err}")
+    env.bench_env_id = args.env
+    return env
 
 
 def _frame_view(args: argparse.Namespace) -> str:
     """``--frame-view``, ``auto`` resolved as the DQN recipe resolves it (the frames the scorer was trained on)."""
     if args.frame_view != "auto":
         return args.frame_view
-    from vlmrb_torchrl.recipes.config import scorer_frame_view
+    from vlmrb_torchrl.envs import family_of
 
-    return scorer_frame_view(args.scorer) or "grid"
+    family = family_of(args.env)
+    return (family.scorer_frame_view(args.scorer) if family is not None else None) or "grid"
 
 
 def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, scorer_kwargs: dict, base,
@@ -657,10 +606,10 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
     """``mission -> scorer`` when each episode's mission is the scorer's task (``--task``), else ``None``.
 
     ``builtin:minigrid`` scorers for other missions share the first one's model and frame cache
-    (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.with_mission`); other specs are built with
+    (:func:`~vlmrb_torchrl.envs.minigrid.prompts.with_mission`); other specs are built with
     ``task=mission``. One scorer per distinct mission, kept for the run. As in the DQN recipe, the
     built-in models leave out the door checks a mission only implies on an env whose first 8 episodes
-    (from ``--seed``) show no door (:func:`~vlmrb_torchrl.envs.minigrid.minigrid_has_doors`), unless
+    (from ``--seed``) show no door (:func:`~vlmrb_torchrl.envs.minigrid.env.minigrid_has_doors`), unless
     ``--scorer-kwargs`` sets ``doors``."""
     mode = args.task
     told = any(k in scorer_kwargs for k in ("prompt", "prompt_set", "task"))
@@ -668,21 +617,23 @@ def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, sco
         mode = "mission" if args.scorer in MISSION_SCORERS and not told else "none"
     if mode == "none":
         return None
-    if args.env.startswith((ROBOSUITE_PREFIX, OGBENCH_PREFIX)):
-        parser.error("--task mission: robosuite and OGBench envs have no mission string; use --task none.")
+    from vlmrb_torchrl.envs import family_of
+
+    if not family_of(args.env).has_missions:
+        parser.error(f"--task mission: {family_of(args.env).title} envs have no mission string; use --task none.")
     if "task" in scorer_kwargs:
         parser.error("--task mission gives the scorer each episode's mission: drop task from --scorer-kwargs.")
     cache: dict[str, Any] = {}
     doors = scorer_kwargs.get("doors", True)
     if args.scorer in MISSION_SCORERS and "doors" not in scorer_kwargs:
-        from vlmrb_torchrl.envs.minigrid import minigrid_has_doors
+        from vlmrb_torchrl.envs.minigrid.env import minigrid_has_doors
 
         doors = minigrid_has_doors(args.env, seed=args.seed)
 
     def scorer_for(mission: str):
         if mission not in cache:
             if args.scorer in MISSION_SCORERS and hasattr(base, "with_prompt_set") and not told:
-                from vlmrb_torchrl.scorers.minigrid_prompts import with_mission
+                from vlmrb_torchrl.envs.minigrid.prompts import with_mission
 
                 cache[mission] = with_mission(base, mission, doors=doors)
             else:
@@ -789,30 +740,21 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
     scorer_kwargs = _check_args(parser, args)
 
     from vlmrb_torchrl import ClipSpec, make_clip_scoring
-    from vlmrb_torchrl.clips import ClipBatch
+    from vlmrb_torchrl.scoring.clips import ClipBatch
     from vlmrb_torchrl.scorers import NoisyScorer, make_scorer
 
-    robosuite = args.env.startswith((ROBOSUITE_PREFIX, OGBENCH_PREFIX))  # the SAC recipe's MuJoCo envs
-    atari = args.env.startswith(ATARI_PREFIX)
-    if args.env.startswith(OGBENCH_PREFIX):
-        from vlmrb_torchrl.envs.ogbench import OGBENCH_EVENT_KEYS as event_keys
-    elif robosuite:
-        from vlmrb_torchrl.envs.robosuite import ROBOSUITE_EVENT_KEYS as event_keys
-    elif atari:
-        event_keys = (PROGRESS,)  # a positive reward: no event types
-    else:
-        from vlmrb_torchrl.envs.minigrid import MINIGRID_EVENT_KEYS as event_keys
+    from vlmrb_torchrl.envs import family_of
+    from vlmrb_torchrl.envs.family import load
+
+    family = family_of(args.env)
+    event_keys = load(family.event_keys)  # (Atari: a positive reward, no event types)
 
     threads_before = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         try:
-            spec = args.scorer
-            if spec == "builtin:scene" and _is_scene_id(args.env):  # the env's task's prompt set, as the recipe picks
-                from vlmrb_torchrl.envs.ogbench import scene_task
-
-                spec = f"builtin:scene-task{scene_task(args.env)}"
+            spec = family.resolve_scorer(args.scorer, args.env)  # builtin:scene: the env's task's, as the recipe picks
             scorer = make_scorer(spec, **scorer_kwargs)
         except (ValueError, TypeError, KeyError) as err:
             parser.error(f"--scorer {args.scorer!r}: {err}")
@@ -844,7 +786,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
                     parser.error(f"--policy {args.policy}: {err}")
 
             all_scores, all_labels, clip_policy, clip_episode = [], {k: [] for k in label_keys}, [], []
-            deciding = DecidingChecks(minigrid=not (robosuite or atari)) if args.by_check else None
+            deciding = DecidingChecks(minigrid=family.has_missions) if args.by_check else None
             steps = successes = 0
             step_events = {name: 0 for name in label_keys}
             score_seconds = rollout_seconds = 0.0
@@ -855,7 +797,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
                 env.set_seed(args.seed + episode)
                 t0 = time.perf_counter()
                 first = env.reset()  # BabyAI levels set max_steps at reset: the horizon is read after it
-                horizon = args.max_steps or (env.max_episode_steps if robosuite or atari else int(env.unwrapped.max_steps))
+                horizon = args.max_steps or env.max_episode_steps or int(env.unwrapped.max_steps)
                 with torch.no_grad():
                     rollout = env.rollout(horizon, policies[name], break_when_any_done=True, auto_reset=False,
                                           tensordict=first)

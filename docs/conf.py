@@ -6,6 +6,7 @@ example or no doc comment (``api_coverage.py``)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -60,11 +61,13 @@ def _constant_docs(app, what, name, obj, options, lines):
         lines[:] = api_coverage.doc_comment(module, attr).splitlines()
 
 
-def _orphans(app, docname, source):
-    """The study tables (``results/<study>/*.md``, linked from results.md) and the upstream report
-    are pages of their own, outside the navigation."""
-    if docname.startswith(("results/", "upstream/")):
-        source[0] = "---\norphan: true\n---\n" + source[0]
+_STUDIES_LINK = re.compile(r"\[([^\]]+)\]\(\.\./studies/([^)#\s]*)(#[^)\s]*)?\)")
+
+
+def _studies_links(app, docname, source):
+    """The lab notebook (``studies/``) is not part of the HTML docs: a page's link to it (which works on the
+    repository's pages) becomes its text and the repository path, ``text (studies/results.md)``."""
+    source[0] = _STUDIES_LINK.sub(lambda m: f"{m.group(1)} (`studies/{m.group(2)}`)", source[0])
 
 
 def _check_coverage(app):
@@ -75,5 +78,5 @@ def _check_coverage(app):
 
 def setup(app):
     app.connect("builder-inited", _check_coverage)
-    app.connect("source-read", _orphans)
+    app.connect("source-read", _studies_links)
     app.connect("autodoc-process-docstring", _constant_docs)

@@ -16,7 +16,7 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 
 from vlmrb_torchrl._keys import CLIP_INDEX_KEY, FRAME_ROW_KEY, MASK_KEY
-from vlmrb_torchrl.clips import ClipBatch, ClipStream, _gather_rows
+from vlmrb_torchrl.scoring.clips import ClipBatch, ClipStream, _gather_rows
 
 
 class _Trajectory:

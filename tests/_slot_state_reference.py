@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vlmrb_torchrl._slot_state import SlotState
+from vlmrb_torchrl.replay._slot_state import SlotState
 
 
 def score_summary(state: SlotState) -> tuple[float, float]:

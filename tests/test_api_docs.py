@@ -41,4 +41,4 @@ def test_a_gap_is_reported_by_name(tmp_path):
 
     assert not coverage.has_runnable_example(skipped_only)
     assert coverage.has_runnable_example(coverage.has_runnable_example) is False  # no example there either
-    assert coverage.doc_comment("vlmrb_torchrl.envs", "DOORKEY_ACTIONS")  # followed to envs/minigrid.py
+    assert coverage.doc_comment("vlmrb_torchrl.envs", "DOORKEY_ACTIONS")  # followed to envs/minigrid/env.py

@@ -1,4 +1,4 @@
-"""Tests for vlmrb_torchrl.envs.atari (AtariEnv / make_atari_env / atari_prompt)."""
+"""Tests for vlmrb_torchrl.envs.atari.env (AtariEnv / make_atari_env / atari_prompt)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import SerialEnv  # noqa: E402
 from torchrl.envs.utils import check_env_specs, step_mdp  # noqa: E402
 
-import vlmrb_torchrl.envs.atari as atari_module  # noqa: E402
+import vlmrb_torchrl.envs.atari.env as atari_module  # noqa: E402
 from vlmrb_torchrl.envs import ATARI_PROMPTS, AtariEnv, BatchedAtariEnv, atari_prompt, make_atari_env  # noqa: E402
-from vlmrb_torchrl.envs.atari import (  # noqa: E402
+from vlmrb_torchrl.envs.atari.env import (  # noqa: E402
     GENERIC_ATARI_PROMPT,
     atari_game_name,
     resize_frames,
@@ -414,7 +414,7 @@ class TestBatchedAtariEnv:
     def test_frames_match_atari_env(self):
         """Same emulator states (no sticky actions, no no-ops): the same scorer frames as AtariEnv, and the
         gray frame is the luminance of the 84-px RGB resize of the same max-pooled screen."""
-        from vlmrb_torchrl.envs.atari_policies import AtariPolicy
+        from vlmrb_torchrl.envs.atari.policies import AtariPolicy
 
         kw = dict(noop_max=0, env_kwargs={"repeat_action_probability": 0.0}, train=False)
         batched = BatchedAtariEnv(1, BREAKOUT, frame_size=64, seed=3, **kw)

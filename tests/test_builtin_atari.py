@@ -9,13 +9,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from vlmrb_torchrl.scorer_training import atari
+from vlmrb_torchrl.envs.atari import training as atari
 from vlmrb_torchrl.scorers.builtin import ATARI_PROMPT_SET
 
 pytest.importorskip("ale_py")
 
-from vlmrb_torchrl.envs.atari import AtariEnv  # noqa: E402
-from vlmrb_torchrl.envs.atari_policies import AtariPolicy, score_digit  # noqa: E402
+from vlmrb_torchrl.envs.atari.env import AtariEnv  # noqa: E402
+from vlmrb_torchrl.envs.atari.policies import AtariPolicy, score_digit  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +108,7 @@ def test_builtin_atari_scores_clips_where_the_agent_scores_higher():
     """Breakout frames rendered as the DQN recipe renders them (held-out seed): 8-step clips (9
     frames, the outcome frame included) with a positive reward score higher on average than clips
     without one, and the clips above 0.5 are mostly positive (the model's precision is high, its
-    recall low: docs/builtin_scorer.md)."""
+    recall low: docs/builtin_scorer.md#measured, measured in studies/builtin_scorer_builds.md)."""
     pytest.importorskip("transformers")
     scorer = make_scorer("builtin:atari")
     assert [c.positive for c in scorer.prompt_set] == [c.positive for c in ATARI_PROMPT_SET]

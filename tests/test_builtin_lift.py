@@ -13,16 +13,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
-from vlmrb_torchrl.envs.robosuite_policies import LiftState  # noqa: E402
-from vlmrb_torchrl.scorer_training import lift  # noqa: E402
-from vlmrb_torchrl.scorer_training.data import FrameSet  # noqa: E402
-from vlmrb_torchrl.scorer_training.domains import (  # noqa: E402
-    LIFT_EDGE_SHARE,
-    LIFT_MISS_SHARE,
-    get_domain,
-    load_frames,
-    save_frames,
-)
+from vlmrb_torchrl.envs.robosuite.policies import LiftState  # noqa: E402
+from vlmrb_torchrl.envs.robosuite import training as lift  # noqa: E402
+from vlmrb_torchrl.envs.robosuite.domain import LIFT_EDGE_SHARE, LIFT_MISS_SHARE  # noqa: E402
+from vlmrb_torchrl.scorer_training.domains import FrameSet, get_domain, load_frames, save_frames  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +53,7 @@ def test_frame_cache_unpickles_nothing(tmp_path):
     # issue 35: `vlmrb build-scorer --cache DIR` unpickled the cache files it found there
     import pickle
 
-    from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
+    from vlmrb_torchrl.envs.minigrid.policies import MiniGridState
 
     nested = MiniGridState(("yellow", "key"), (("red", "ball"),), (("yellow", "locked"),), ("grey", "wall", ""), False,
                            3, "left", ((("red", "ball"), ("yellow", "door")),))
@@ -87,8 +81,8 @@ def test_unknown_domain():
 # ------------------------------------------------------------------------------ the simulator
 robosuite = pytest.importorskip("robosuite")
 
-from vlmrb_torchrl.envs.robosuite import RobosuiteEnv  # noqa: E402
-from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy, lift_state  # noqa: E402
+from vlmrb_torchrl.envs.robosuite.env import RobosuiteEnv  # noqa: E402
+from vlmrb_torchrl.envs.robosuite.policies import LiftPolicy, lift_state  # noqa: E402
 
 
 def test_scripted_policy_grasps_and_lifts_and_the_state_matches_the_flags():
@@ -158,8 +152,8 @@ def test_shipped_lift_model_files_and_card():
 
 def test_shipped_lift_hand_model_files_and_card():
     """builtin:lift's second model: the gripper camera's, rebuilt by `vlmrb build-scorer lift_hand`."""
-    from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
-    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS, PanelView
+    from vlmrb_torchrl.envs.robosuite import LIFT_PANEL_CAMERAS, LIFT_SCORER_CAMERA
+    from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_VIEWS, PanelView
     from vlmrb_torchrl.scorers.builtin import builtin_panel_model_dirs
 
     front, hand = builtin_panel_model_dirs("lift")
@@ -197,7 +191,7 @@ def test_builtin_lift_carries_its_tuned_decision_threshold_for_its_own_checks_on
 
 
 def test_builtin_lift_counts_a_grasp_or_lift_only_when_it_lasts_3_frames(monkeypatch):
-    """Both checks hold 3 frames (tuned on seeds 3000-3029, docs/builtin_scorer.md): a grasp or a lift read
+    """Both checks hold 3 frames (tuned on seeds 3000-3029: LIFT_HOLD, studies/builtin_scorer_builds.md): a grasp or a lift read
     for 1-2 frames inside a clip is dropped, one read for 3 frames counts; ``hold=1`` is the plain ``max``."""
     pytest.importorskip("transformers")
     assert LIFT_HOLD == 3 and [c.hold for c in LIFT_PROMPT_SET] == [3, 3]
@@ -232,7 +226,7 @@ def test_builtin_lift_scores_a_rendered_grasp_high_and_the_approach_low():
     score above the decision threshold, clips of the arm far from the cube below it; the prompt set is the
     default."""
     pytest.importorskip("transformers")
-    from vlmrb_torchrl.recipes.config import LIFT_SCORER_CAMERA
+    from vlmrb_torchrl.envs.robosuite import LIFT_SCORER_CAMERA
 
     scorer = make_scorer("builtin:lift")
     assert [c.positive for c in scorer.prompt_set] == [c.positive for c in LIFT_PROMPT_SET]

@@ -14,7 +14,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("minigrid")
 
 from vlmrb_torchrl.envs import FRAME_VIEWS, BatchedMiniGridEnv, MiniGridEnv  # noqa: E402
-from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig, apply_overrides, scorer_frame_view  # noqa: E402
+from vlmrb_torchrl.envs.minigrid import scorer_frame_view  # noqa: E402
+from vlmrb_torchrl.recipes.config import ConfigError, DQNConfig, apply_overrides  # noqa: E402
 from vlmrb_torchrl.scorer_training import BuildConfig, build_scorer, weights_sha256  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
 from vlmrb_torchrl.scorers.builtin import builtin_model_dir  # noqa: E402
@@ -61,7 +62,7 @@ def test_frame_view_errors():
 
 # ------------------------------------------------------------------------------ the training domain
 def test_minigrid_agent_build_records_its_frames(tmp_path):
-    from vlmrb_torchrl.scorer_training.data import generate_frames
+    from vlmrb_torchrl.envs.minigrid.training import generate_frames
     from vlmrb_torchrl.scorer_training.domains import get_domain
 
     domain = get_domain("minigrid_agent")
@@ -91,7 +92,7 @@ def test_shipped_agent_model_files_and_card():
 
 def _mission_frames(env_id: str, seed: int, actions: int = 6):
     """Frames of the agent-centred view of a scripted episode that follows its mission, to the step that ends it."""
-    from vlmrb_torchrl.envs.minigrid_policies import MissionPolicy
+    from vlmrb_torchrl.envs.minigrid.policies import MissionPolicy
 
     env = MiniGridEnv(env_id, seed=seed, frame_view="agent")
     td = env.reset()
@@ -117,7 +118,7 @@ def test_shipped_agent_model_sees_a_pickup(seed):
     """BabyAI-PickupDist (never trained on, a single room: ``doors=False`` as the recipe passes), the mission's
     checks on the agent-centred view: the clip that ends on picking up a key scores high, the same clip without
     its last frame (the key still on the floor) lower, a clip of the first frame repeated (nothing happens) near
-    0. (Balls and boxes read lower, 0.28-0.50 at seeds 2, 7, 11, 13, 14: docs/builtin_scorer.md.)"""
+    0. (Balls and boxes read lower, 0.28-0.50 at seeds 2, 7, 11, 13, 14: studies/builtin_scorer_builds.md.)"""
     mission, frames = _mission_frames("BabyAI-PickupDist-v0", seed)
     assert "key" in mission
     scorer = make_scorer("builtin:minigrid_agent", task=mission, doors=False)
@@ -132,7 +133,7 @@ def test_shipped_agent_model_sees_a_pickup(seed):
                                          ("BabyAI-GoToObj-v0", 3), ("BabyAI-GoToObj-v0", 7)])
 def test_shipped_agent_model_sees_a_go_to(env_id, seed):
     """A "go to X" mission's check on the agent-centred view: the clip that ends facing X scores above 0.5
-    (against "does not face X" it scored 0.03-0.3 on most such clips: docs/builtin_scorer.md), the first
+    (against "does not face X" it scored 0.03-0.3 on most such clips: studies/builtin_scorer_builds.md), the first
     frame repeated near 0."""
     mission, frames = _mission_frames(env_id, seed, actions=7)
     assert mission.startswith("go to")
@@ -156,7 +157,7 @@ def test_dqn_auto_scorer_and_frame_view_follow_the_mission():
         apply_overrides(DQNConfig(), ["scorer=builtin:minigrid_agent", "frame_view=grid"]).validate()
     with pytest.raises(ConfigError, match="frame_view='agent' is invalid: expected grid with scorer=builtin:minigrid"):
         apply_overrides(DQNConfig(), ["frame_view=agent"]).validate()
-    with pytest.raises(ConfigError, match="agent is for MiniGrid ids"):
+    with pytest.raises(ConfigError, match="expected 'auto' or 'grid' \\(the others are for MiniGrid or BabyAI ids\\)"):
         apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "frame_view=agent"]).validate()
 
 
@@ -169,7 +170,7 @@ def test_scorer_quality_reads_the_scorers_frames():
     spec = importlib.util.spec_from_file_location("scorer_quality_frames", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    view = {s: module._frame_view(argparse.Namespace(frame_view="auto", scorer=s))
+    view = {s: module._frame_view(argparse.Namespace(frame_view="auto", scorer=s, env="MiniGrid-DoorKey-5x5-v0"))
             for s in ("builtin:minigrid_agent", "builtin:minigrid", "oracle:minigrid")}
     assert view == {"builtin:minigrid_agent": "agent", "builtin:minigrid": "grid", "oracle:minigrid": "grid"}
-    assert module._frame_view(argparse.Namespace(frame_view="agent", scorer="oracle:minigrid")) == "agent"
+    assert module._frame_view(argparse.Namespace(frame_view="agent", scorer="oracle:minigrid", env="MiniGrid-DoorKey-5x5-v0")) == "agent"

@@ -13,8 +13,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
-from vlmrb_torchrl.envs.ogbench_policies import SceneState  # noqa: E402
-from vlmrb_torchrl.scorer_training import scene  # noqa: E402
+from vlmrb_torchrl.envs.ogbench.policies import SceneState  # noqa: E402
+from vlmrb_torchrl.envs.ogbench import training as scene  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
 from vlmrb_torchrl.scorers.builtin import SCENE_CUBE_HOLD, SCENE_GOALS, SCENE_PROMPT_SETS, scene_prompt_set  # noqa: E402
 
@@ -74,8 +74,8 @@ def test_builtin_scene_needs_a_task():
 # ------------------------------------------------------------------------------ the simulator
 pytest.importorskip("ogbench")
 
-from vlmrb_torchrl.envs.ogbench import SceneEnv  # noqa: E402
-from vlmrb_torchrl.envs.ogbench_policies import DRAWER_OPEN, WINDOW_OPEN, ScenePolicy, scene_state  # noqa: E402
+from vlmrb_torchrl.envs.ogbench.env import SceneEnv  # noqa: E402
+from vlmrb_torchrl.envs.ogbench.policies import DRAWER_OPEN, WINDOW_OPEN, ScenePolicy, scene_state  # noqa: E402
 
 
 def test_scene_goals_are_ogbench_tasks():
@@ -169,8 +169,9 @@ def test_scene_domain_random_share_reaches_the_frames_and_the_record(monkeypatch
     recorded in ``training.json`` and in the frame cache's name."""
     import numpy as np
 
-    from vlmrb_torchrl.scorer_training.data import FrameSet
-    from vlmrb_torchrl.scorer_training.domains import SCENE_RANDOM_SHARE, get_domain, scene_domain
+    from vlmrb_torchrl.scorer_training.domains import FrameSet
+    from vlmrb_torchrl.envs.ogbench.domain import SCENE_RANDOM_SHARE, scene_domain
+    from vlmrb_torchrl.scorer_training.domains import get_domain
 
     seen = {}
     monkeypatch.setattr(scene, "generate_scene_frames", lambda n, **kw: seen.update(kw) or "frames")
@@ -224,7 +225,7 @@ def test_a_model_not_shipped_says_how_to_build_it(monkeypatch):
 
 @shipped
 def test_shipped_scene_model_files_and_card():
-    from vlmrb_torchrl.scorer_training.domains import SCENE_RANDOM_SHARE
+    from vlmrb_torchrl.envs.ogbench.domain import SCENE_RANDOM_SHARE
 
     path = builtin_model_dir("scene")
     card = (path / "MODEL_CARD.md").read_text()

@@ -14,9 +14,10 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("minigrid")
 
 from vlmrb_torchrl.envs import DOORKEY_ACTIONS, MiniGridEnv  # noqa: E402
-from vlmrb_torchrl.envs.minigrid_policies import DoorKeyPolicy, SubgoalPolicy, minigrid_state  # noqa: E402
-from vlmrb_torchrl.scorer_training import BuildConfig, build_minigrid_scorer, build_scorer, weights_sha256  # noqa: E402
-from vlmrb_torchrl.scorer_training.captions import true_statements  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.policies import DoorKeyPolicy, SubgoalPolicy, minigrid_state  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.domain import build_minigrid_scorer  # noqa: E402
+from vlmrb_torchrl.scorer_training import BuildConfig, build_scorer, weights_sha256  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.captions import true_statements  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
 from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET, builtin_model_dir  # noqa: E402
 
@@ -109,8 +110,8 @@ def test_build_scorer_refuses_a_directory_it_did_not_write(tmp_path, capsys, mon
 def test_a_damaged_frame_cache_is_named_with_delete_it_to_rebuild(tmp_path, capsys):
     # issue 64: a crafted or damaged build-scorer cache gave a raw traceback that did not say "delete the cache"
     from vlmrb_torchrl.cli import main
-    from vlmrb_torchrl.envs.minigrid_policies import MiniGridState
-    from vlmrb_torchrl.scorer_training.data import FrameSet
+    from vlmrb_torchrl.envs.minigrid.policies import MiniGridState
+    from vlmrb_torchrl.scorer_training.domains import FrameSet
     from vlmrb_torchrl.scorer_training.domains import FrameCacheError, load_frames, save_frames
 
     state = MiniGridState(None, (), (), ("grey", "wall", ""), False, 3, "left", ())
@@ -228,8 +229,8 @@ def test_flips_map_pixels_and_statements():
 
     import numpy as np
 
-    from vlmrb_torchrl.scorer_training.captions import all_statements
-    from vlmrb_torchrl.scorer_training.domains import minigrid_domain
+    from vlmrb_torchrl.envs.minigrid.captions import all_statements
+    from vlmrb_torchrl.envs.minigrid.domain import minigrid_domain
     from vlmrb_torchrl.scorer_training.train import _Flips
 
     domain = minigrid_domain()
@@ -264,9 +265,9 @@ def test_opposite_texts_pair_a_true_statement_with_an_opposite():
 
     import numpy as np
 
-    from vlmrb_torchrl.scorer_training.captions import opposites
-    from vlmrb_torchrl.scorer_training.data import Layout, generate_frames
-    from vlmrb_torchrl.scorer_training.domains import minigrid_domain
+    from vlmrb_torchrl.envs.minigrid.captions import opposites
+    from vlmrb_torchrl.envs.minigrid.training import Layout, generate_frames
+    from vlmrb_torchrl.envs.minigrid.domain import minigrid_domain
     from vlmrb_torchrl.scorer_training.train import _OppositeTexts, _Statements
 
     domain = minigrid_domain()
@@ -303,7 +304,7 @@ def test_augmented_build_and_cli(tmp_path, capsys):
 
 
 def test_minigrid_frames_are_drawn_per_episode():
-    from vlmrb_torchrl.scorer_training.data import generate_frames
+    from vlmrb_torchrl.envs.minigrid.training import generate_frames
 
     one = generate_frames(300, seed=5)
     assert len(one) == 300 and one.episode.max() >= 2 and list(one.episode) == sorted(one.episode)
@@ -317,7 +318,7 @@ def test_minigrid_frames_are_drawn_per_episode():
 
 @pytest.mark.slow
 def test_minigrid_frames_do_not_depend_on_the_workers():
-    from vlmrb_torchrl.scorer_training.data import generate_frames
+    from vlmrb_torchrl.envs.minigrid.training import generate_frames
 
     one = generate_frames(500, seed=3)
     two = generate_frames(500, seed=3, workers=2)
@@ -495,9 +496,9 @@ def test_dqn_default_scorer_is_builtin():
     assert SACConfig().validate().scorer == "builtin:lift"
     for env in ("ALE/Pong-v5", "ALE/Breakout-v5"):
         assert apply_overrides(DQNConfig(), [f"env={env}"]).validate().scorer == "builtin:atari"
-    with pytest.raises(ConfigError, match="scorer='builtin:minigrid' is invalid: expected a scorer for this env"):
+    with pytest.raises(ConfigError, match="scorer='builtin:minigrid' is invalid: expected a scorer for Atari envs \\(builtin:atari, oracle:atari"):
         apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "scorer=builtin:minigrid"]).validate()
-    with pytest.raises(ConfigError, match="scorer='oracle:atari' is invalid: expected a scorer for this env"):
+    with pytest.raises(ConfigError, match="scorer='oracle:atari' is invalid: expected a scorer for MiniGrid or BabyAI envs"):
         apply_overrides(DQNConfig(), ["scorer=oracle:atari"]).validate()  # MiniGrid
     with pytest.raises(ConfigError, match="scorer='auto' is invalid: .*ALE/Tennis-v5 has no built-in one"):
         apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5"]).validate()
@@ -511,9 +512,9 @@ def _one_lift_frame():
     """A one-frame Lift FrameSet (what ``Domain.describe`` reads)."""
     import numpy as np
 
-    from vlmrb_torchrl.envs.robosuite_policies import LiftState
-    from vlmrb_torchrl.scorer_training import lift
-    from vlmrb_torchrl.scorer_training.data import FrameSet
+    from vlmrb_torchrl.envs.robosuite.policies import LiftState
+    from vlmrb_torchrl.envs.robosuite import training as lift
+    from vlmrb_torchrl.scorer_training.domains import FrameSet
 
     state = LiftState(gripper_open=True, near=False, grasped=False, lifted=False)
     return FrameSet([np.zeros((4, 4, 3), np.uint8)], [state], np.zeros(1, np.int64), np.zeros(1, np.int64),
@@ -524,8 +525,8 @@ def test_lift_frames_come_with_their_states_and_progress_lines():
     """``generate_lift_frames``: every frame of an episode with its simulator state; a build's ~19 minutes of
     rendering print a progress line every ``log_every`` frames and at the end."""
     pytest.importorskip("robosuite")
-    from vlmrb_torchrl.envs.robosuite_policies import LiftState
-    from vlmrb_torchrl.scorer_training import lift
+    from vlmrb_torchrl.envs.robosuite.policies import LiftState
+    from vlmrb_torchrl.envs.robosuite import training as lift
 
     lines = []
     data = lift.generate_lift_frames(25, seed=0, episode_steps=(9, 9), log=lines.append, log_every=20)
@@ -541,8 +542,9 @@ def test_lift_frames_come_with_their_states_and_progress_lines():
 def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
     """``lift_domain(miss_share=...)``: the episodes' share of grasps aimed beside the cube, passed to the frame
     generator, recorded in ``training.json`` and in the frame cache's name (the default keeps the shipped name)."""
-    from vlmrb_torchrl.scorer_training import lift
-    from vlmrb_torchrl.scorer_training.domains import get_domain, lift_domain
+    from vlmrb_torchrl.envs.robosuite import training as lift
+    from vlmrb_torchrl.envs.robosuite.domain import lift_domain
+    from vlmrb_torchrl.scorer_training.domains import get_domain
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
@@ -559,8 +561,9 @@ def test_lift_domain_miss_share_reaches_the_frames_and_the_record(monkeypatch):
 def test_lift_domain_edge_share_reaches_the_frames_and_the_record(monkeypatch):
     """``lift_domain(edge_share=...)``: the share of scripted episodes aiming at the cube's edge, passed to the
     frame generator and recorded; ``0`` gives the frames (and the cache name) of the builds before edge aims."""
-    from vlmrb_torchrl.scorer_training import lift
-    from vlmrb_torchrl.scorer_training.domains import LIFT_EDGE_SHARE, get_domain, lift_domain
+    from vlmrb_torchrl.envs.robosuite import training as lift
+    from vlmrb_torchrl.envs.robosuite.domain import LIFT_EDGE_SHARE, lift_domain
+    from vlmrb_torchrl.scorer_training.domains import get_domain
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")
@@ -592,7 +595,7 @@ def test_lift_policy_edge_aims_take_scripted_episodes_only():
     before them, and the scorer-quality benchmark's episodes, stay the same). No env is needed to draw plans."""
     import numpy as np
 
-    from vlmrb_torchrl.envs.robosuite_policies import LiftPolicy
+    from vlmrb_torchrl.envs.robosuite.policies import LiftPolicy
 
     def plans(policy, n=2000):
         out = [(policy.mode, policy._plan["offset"], policy._plan["noise"])]  # the plan drawn at construction
@@ -637,10 +640,11 @@ def test_lift_domain_camera_reaches_the_frames_and_the_record(monkeypatch):
     the SAC recipe's scorer frames (``lift_hand``: the gripper's camera, the right one)."""
     import dataclasses
 
-    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS
-    from vlmrb_torchrl.recipes.config import LIFT_PANEL_CAMERAS
-    from vlmrb_torchrl.scorer_training import lift
-    from vlmrb_torchrl.scorer_training.domains import get_domain, lift_domain
+    from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_VIEWS
+    from vlmrb_torchrl.envs.robosuite import LIFT_PANEL_CAMERAS
+    from vlmrb_torchrl.envs.robosuite import training as lift
+    from vlmrb_torchrl.envs.robosuite.domain import lift_domain
+    from vlmrb_torchrl.scorer_training.domains import get_domain
 
     seen = {}
     monkeypatch.setattr(lift, "generate_lift_frames", lambda n, **kw: seen.update(kw) or "frames")

@@ -1,4 +1,4 @@
-"""Tests for vlmrb_torchrl.clips: ClipSpec, ClipBatch, ClipStream.
+"""Tests for vlmrb_torchrl.scoring.clips: ClipSpec, ClipBatch, ClipStream.
 
 Test data encodes where it comes from: the fake "pixels" of a step hold (trajectory id, step in
 trajectory), so every clip can be checked exactly against a brute-force reference.
@@ -15,7 +15,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from vlmrb_torchrl.clips import ClipBatch, ClipSpec, ClipStream
+from vlmrb_torchrl.scoring.clips import ClipBatch, ClipSpec, ClipStream
 
 from _clip_stream_loop import LoopClipStream  # tests/: the per-trajectory stream ClipStream replaced
 
@@ -1024,7 +1024,7 @@ class TestSubsampledClipsKeepEvents:
     clip_len 5, frames 3 lost 2 of the 5 clips covering an episode's last step)."""
 
     def test_the_reported_case(self):
-        from vlmrb_torchrl.clip_scoring import make_clip_scoring
+        from vlmrb_torchrl.scoring.clip_scoring import make_clip_scoring
 
         batch = event_episodes([7], seed=0)
         batch["next", "progress_event"] = batch["next", "done"].clone()  # one event: the last step
@@ -1039,7 +1039,7 @@ class TestSubsampledClipsKeepEvents:
     @pytest.mark.parametrize("clip_len, frames", [(5, 3), (5, 1), (5, 2), (8, 3), (16, 4), (16, 8)])
     @pytest.mark.parametrize("scorer", ["oracle", "frames_and_events"])
     def test_subsampled_labels_equal_unsubsampled(self, clip_len, frames, scorer):
-        from vlmrb_torchrl.clip_scoring import make_clip_scoring
+        from vlmrb_torchrl.scoring.clip_scoring import make_clip_scoring
 
         lengths = [1, 2, 3, 4, 5, 6, 7, 9, 12, 17, 23]
         batch = event_episodes(lengths, seed=clip_len * 10 + frames)

@@ -150,7 +150,7 @@ class TestDoubleDQNLoss:
 
     @pytest.mark.parametrize("batch", [64, 7, 100, 256])
     def test_unweighted_equals_weights_of_one_bit_for_bit(self, batch):
-        """``importance_weights=False`` (the recipe's VLM-RB with vlm_beta=0, whose weights are all ones): the
+        """``importance_weights=False`` (the recipe's VLM-RB with beta=0, whose weights are all ones): the
         same loss and gradients, bit for bit, as weighting by ones; other weights are ignored."""
         gen = torch.Generator().manual_seed(batch)
         torch.manual_seed(1)

@@ -3,7 +3,7 @@
 import torch
 from tensordict import TensorDict
 
-from vlmrb_torchrl.clips import ClipBatch
+from vlmrb_torchrl.scoring.clips import ClipBatch
 from vlmrb_torchrl.recipes.gallery import RunGallery
 
 

@@ -26,7 +26,7 @@ def _offline(monkeypatch):
 
 @pytest.mark.parametrize("mission,colour,kind", [("go to the red ball", "red", "ball"), ("go to a box", None, "box")])
 def test_the_shipped_wording_is_the_mission_check(mission, colour, kind):
-    from vlmrb_torchrl.scorers.minigrid_prompts import mission_prompt_set
+    from vlmrb_torchrl.envs.minigrid.prompts import mission_prompt_set
 
     (check,) = mission_prompt_set(mission, doors=False)
     assert bench.wordings(colour, kind)["faces X vs floor, wall, other types in X's colour"] == [

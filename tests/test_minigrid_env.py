@@ -1,4 +1,4 @@
-"""Tests for vlmrb_torchrl.envs.minigrid (MiniGridEnv / make_minigrid_env)."""
+"""Tests for vlmrb_torchrl.envs.minigrid.env (MiniGridEnv / make_minigrid_env)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import ParallelEnv, SerialEnv  # noqa: E402
 from torchrl.envs.utils import check_env_specs, step_mdp  # noqa: E402
 
-import vlmrb_torchrl.envs.minigrid as minigrid_module  # noqa: E402
+import vlmrb_torchrl.envs.minigrid.env as minigrid_module  # noqa: E402
 from vlmrb_torchrl.envs import (  # noqa: E402
     DOORKEY_ACTIONS,
     MINIGRID_EVENT_KEYS,
@@ -725,12 +725,13 @@ def _shipped_grid_model_envs() -> list[str]:
     """Every env a recorded number of the shipped grid model was measured on (docs/builtin_scorer.md): its
     training and held-out layouts (its training.json), the family benchmark's sets, the next build's layouts."""
     import json
-    from pathlib import Path
 
-    from vlmrb_torchrl.scorer_training.data import (
+    from vlmrb_torchrl.envs.minigrid.training import (
         BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS, TRAIN_LAYOUTS)
 
-    report = json.loads((Path(minigrid_module.__file__).parents[1] / "scorers/models/minigrid/training.json").read_text())
+    from vlmrb_torchrl.scorers.builtin import builtin_model_dir
+
+    report = json.loads((builtin_model_dir("minigrid") / "training.json").read_text())
     ids = [lay["env_id"] for lay in report["layouts"]] + list(report["held_out_layouts"])
     ids += [*BENCHMARK_TRAIN_ENVS, *HELD_OUT_LAYOUTS, *LARGE_GRID_ENVS, *(lay.env_id for lay in TRAIN_LAYOUTS)]
     return sorted(set(ids) - {"MiniGrid-DoorKey-12x12-v0"})  # the one grid redrawn on purpose (above)
@@ -792,7 +793,7 @@ class TestBatchedMiniGridCollector:
 
     @pytest.mark.parametrize(("render", "observation"), [(False, "indices"), (True, "onehot")])
     def test_same_batches_and_random_draws_as_torchrl_collector(self, render, observation):
-        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridCollector
+        from vlmrb_torchrl.envs.minigrid.env import BatchedMiniGridCollector
 
         # Empty-5x5, episodes of at most 30 steps: random successes and truncations at different steps in each copy
         kwargs = {"render": render, "actions": ("left", "right", "forward"), "observation": observation,
@@ -824,7 +825,7 @@ class TestBatchedMiniGridCollector:
         assert int(theirs[-1]["collector", "traj_ids"].max()) >= 20  # new trajectory ids were handed out
 
     def test_make_collector_picks_it_for_minigrid_and_torchrl_otherwise(self):
-        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridCollector
+        from vlmrb_torchrl.envs.minigrid.env import BatchedMiniGridCollector
         from vlmrb_torchrl.recipes.envs import env_factory, make_collector
 
         factory = env_factory(DOORKEY, render=False, observation="indices", actions=DOORKEY_ACTIONS)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from vlmrb_torchrl.envs.minigrid_missions import Mission, MissionTracker, Subgoal, Thing, parse_mission
+from vlmrb_torchrl.envs.minigrid.missions import Mission, MissionTracker, Subgoal, Thing, parse_mission
 
 PARSED = {
     # MiniGrid's own missions
@@ -81,13 +81,13 @@ def test_parse_details_and_validation():
 pytest.importorskip("minigrid")
 
 from vlmrb_torchrl.envs import DOORKEY_ACTIONS, MiniGridEnv  # noqa: E402
-from vlmrb_torchrl.envs.minigrid_policies import MissionPolicy  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.policies import MissionPolicy  # noqa: E402
 
 
 def _random_flags(env_id: str, seeds, steps: int, actions=None):
     """Per step of random episodes: the env's flags (stepped through the env's array path, without
     TensorDicts, for speed: the flags are the same)."""
-    from vlmrb_torchrl.envs.minigrid import MINIGRID_EVENT_KEYS
+    from vlmrb_torchrl.envs.minigrid.env import MINIGRID_EVENT_KEYS
 
     env = MiniGridEnv(env_id, render=False, actions=actions)
     rng = np.random.default_rng(0)

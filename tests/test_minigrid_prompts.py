@@ -9,8 +9,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from vlmrb_torchrl.scorer_training.captions import all_statements, wordings
-from vlmrb_torchrl.scorers.minigrid_prompts import GENERIC_CHECKS, minigrid_task_checks, mission_prompt_set
+from vlmrb_torchrl.envs.minigrid.captions import all_statements, wordings
+from vlmrb_torchrl.envs.minigrid.prompts import GENERIC_CHECKS, minigrid_task_checks, mission_prompt_set
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
 DOORKEY = "use the key to open the door and then get to the goal"
@@ -132,10 +132,10 @@ pytest.importorskip("transformers")
 pytest.importorskip("minigrid")
 
 from vlmrb_torchrl.envs import MiniGridEnv  # noqa: E402
-from vlmrb_torchrl.envs.minigrid import BatchedMiniGridEnv  # noqa: E402
-from vlmrb_torchrl.envs.minigrid_missions import MISSION_BYTES, decode_mission, encode_mission  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.env import BatchedMiniGridEnv  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.missions import MISSION_BYTES, decode_mission, encode_mission  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
-from vlmrb_torchrl.scorers.minigrid_prompts import MissionScorer, with_mission  # noqa: E402
+from vlmrb_torchrl.envs.minigrid.prompts import MissionScorer, with_mission  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,9 @@ import torch  # noqa: E402
 
 pytest.importorskip("ogbench")
 
-from vlmrb_torchrl.clips import ClipSpec  # noqa: E402
+from vlmrb_torchrl.scoring.clips import ClipSpec  # noqa: E402
 from vlmrb_torchrl.envs import ClipRenderSteps  # noqa: E402
-from vlmrb_torchrl.envs.ogbench import (OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SceneEnv, make_ogbench_env,  # noqa: E402
+from vlmrb_torchrl.envs.ogbench.env import (OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SceneEnv, make_ogbench_env,  # noqa: E402
                                         scene_task)
 from vlmrb_torchrl.recipes.config import ConfigError, SACConfig, apply_overrides  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
@@ -226,10 +226,10 @@ class TestSceneRecipe:
         assert explicit.scorer == "builtin:scene-task2"
 
     @pytest.mark.parametrize("overrides, match", [
-        (["env=ogbench/scene-task6"], "env='ogbench/scene-task6' is invalid: expected robosuite/<Task>"),
+        (["env=ogbench/scene-task6"], "env='ogbench/scene-task6' is invalid: expected ogbench/scene-task1 ... ogbench/scene-task5"),
         (["env=ogbench/scene-task3", "scorer=builtin:scene-task2"], "expected the scorer of this env's task"),
         (["env=ogbench/scene-task3", "camera=front"], "camera='front' is invalid: expected front_pixels"),
-        (["env=ogbench/scene-task3", "scorer=builtin:lift"], "builtin:lift knows Lift's scene only"),
+        (["env=ogbench/scene-task3", "scorer=builtin:lift"], "expected a scorer for OGBench Scene envs \\(builtin:scene, oracle:ogbench"),
     ])
     def test_bad_values(self, overrides, match):
         with pytest.raises(ConfigError, match=match):

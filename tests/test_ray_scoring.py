@@ -21,7 +21,8 @@ from torchrl.data import LazyTensorStorage
 
 from test_worker import MaxObsScorer, expected_start_scores, make_batches
 from vlmrb_torchrl import AsyncScorer, ClipSpec, ClipStream, VLMPrioritizedSampler, VLMScoreTransform, make_async_scorer
-from vlmrb_torchrl.ray_scoring import RayAsyncScorer, RemoteSampler, VLMRemoteReplayBuffer
+from vlmrb_torchrl.replay.ray_buffer import RemoteSampler, VLMRemoteReplayBuffer
+from vlmrb_torchrl.scoring.ray_pool import RayAsyncScorer
 
 CLIP_LEN = 5
 
@@ -106,7 +107,7 @@ class TestWithoutCluster:
         exceptions = pytest.importorskip("ray.exceptions")
         from collections import deque
 
-        from vlmrb_torchrl.ray_scoring import _Flight, _Worker
+        from vlmrb_torchrl.scoring.ray_pool import _Flight, _Worker
 
         class FakeRay:  # ray.get raises the death, as it does for a call whose actor was killed under it
             def __init__(self, err):
@@ -384,7 +385,7 @@ def test_infeasible_worker_options_are_refused(ray_cluster):
 @pytest.mark.slow
 def test_collector_actors_share_a_remote_buffer_scored_by_the_pool(ray_cluster):
     ray = ray_cluster
-    from vlmrb_torchrl.ray_scoring import make_ray_vlm_replay_buffer
+    from vlmrb_torchrl.replay.ray_buffer import make_ray_vlm_replay_buffer
 
     rb = make_ray_vlm_replay_buffer(1000, batch_size=16, sampler_kwargs={"threshold": None})
     client = rb.client()

@@ -36,19 +36,20 @@ class TestConfig:
 
     @pytest.mark.parametrize("override, match", [
         ("replay=prio", "replay='prio' is invalid: expected one of"),
-        ("lambda_max=1.5", "lambda_max=1.5 is invalid: expected a number in \\[0, 1\\]"),
+        ("lambda_max=1.5", "lambda_max=1.5 is invalid: lambda_max must be in \\[0, 1\\]"),
         ("total_frames=abc", "total_frames='abc' is invalid: expected int"),
         ("frames_per_batch=100", "frames_per_batch=100 is invalid: expected a multiple of num_envs=8"),
         ("clip_frames=40", "clip_frames=40 is invalid"),
-        ("default_priority=median", "default_priority='median' is invalid"),
+        ("unscored_priority=median", "unscored_priority='median' is invalid: unscored_priority must be 'mean', 'max'"),
         ("async_scoring=maybe", "async_scoring='maybe' is invalid: expected bool"),
         ("torch_threads=0", "torch_threads=0 is invalid: expected an integer >= 1"),
         ("scorer_kwargs={p: 0.3}", "scorer_kwargs='{p: 0.3}' is invalid: expected a JSON object"),
         ("scorer_kwargs=[0.3]", "scorer_kwargs='\\[0.3\\]' is invalid: expected a JSON object, got list"),
         ("view=global", r"view='global' is invalid: expected one of \['partial', 'full', 'both'\]"),
         ("eval_max_episode_steps=0", "eval_max_episode_steps=0 is invalid: expected None or an integer >= 1"),
-        ("vlm_spread=0", r"vlm_spread=0.0 is invalid: expected None or a number in \(0, 1\]"),
-        ("vlm_spread=1.2", r"vlm_spread=1.2 is invalid: expected None or a number in \(0, 1\]"),
+        ("spread=0", r"spread=0.0 is invalid: spread must be None \(no episode credit\) or a per-step decay in \(0, 1\]"),
+        ("spread=1.2", r"spread=1.2 is invalid: spread must be None"),
+        ("per_alpha=-1", r"per_alpha=-1.0 is invalid: \(the sampler's alpha\) alpha must be a finite number >= 0"),
     ])
     def test_bad_values(self, override, match):
         with pytest.raises(ConfigError, match=match):
@@ -73,12 +74,12 @@ class TestConfig:
                 replay.close()
 
     def test_zero_eps_with_importance_weights_and_only_prioritised_replay_is_refused(self):
-        with pytest.raises(ConfigError, match="vlm_eps=0.0 is invalid: expected a number > 0 when vlm_beta > 0"):
-            apply_overrides(DQNConfig(), ["vlm_eps=0", "vlm_beta=0.4", "lambda_max=1"]).validate()
-        apply_overrides(DQNConfig(), ["vlm_eps=0", "vlm_beta=0.4", "lambda_max=0.5"]).validate()  # uniform share
+        with pytest.raises(ConfigError, match="eps=0.0 is invalid: eps=0 with beta=0.4 > 0 and lambda reaching 1"):
+            apply_overrides(DQNConfig(), ["eps=0", "beta=0.4", "lambda_max=1"]).validate()
+        apply_overrides(DQNConfig(), ["eps=0", "beta=0.4", "lambda_max=0.5"]).validate()  # uniform share
 
     def test_full_view_is_for_minigrid(self):
-        with pytest.raises(ConfigError, match="view='full' is invalid: expected 'partial', 'full' or 'both' \\(full and both are for MiniGrid"):
+        with pytest.raises(ConfigError, match="view='full' is invalid: expected 'partial' \\(the others are for MiniGrid"):
             apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "view=full"]).validate()
         apply_overrides(DQNConfig(), ["env=MiniGrid-DoorKey-12x12-v0", "view=full",
                                       "scorer=oracle:minigrid_goal"]).validate()
@@ -87,13 +88,45 @@ class TestConfig:
         with pytest.raises(ConfigError, match="actions='left,right' is invalid: expected 'auto' or 'all'"):
             apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "actions=left,right"]).validate()
         from vlmrb_torchrl.envs import DOORKEY_ACTIONS
-        from vlmrb_torchrl.recipes.envs import minigrid_actions
+        from vlmrb_torchrl.envs.minigrid import minigrid_actions
 
         assert minigrid_actions("MiniGrid-DoorKey-6x6-v0", "auto") == DOORKEY_ACTIONS
         assert minigrid_actions("MiniGrid-Empty-5x5-v0", "auto") is None
         assert minigrid_actions("MiniGrid-DoorKey-6x6-v0", "all") is None
         assert minigrid_actions("MiniGrid-DoorKey-6x6-v0", "left, right,forward") == ("left", "right", "forward")
-        assert minigrid_actions("ALE/Pong-v5", "auto") is None
+
+    def test_old_key_names_are_read_as_the_new_ones_with_one_line(self, capsys):
+        import dataclasses
+
+        from vlmrb_torchrl.recipes import config
+
+        config._TOLD.clear()  # (the message is said once per process)
+        cfg = apply_overrides(DQNConfig(), ["vlm_warmup=100", "default_priority=max", "vlm_eps=0.02", "vlm_beta=0.1",
+                                            "vlm_spread=0.9"]).validate()
+        assert (cfg.warmup, cfg.unscored_priority, cfg.eps, cfg.beta, cfg.spread) == (100, "max", 0.02, 0.1, 0.9)
+        lines = capsys.readouterr().err.splitlines()
+        assert "vlmrb: vlm_warmup is now called warmup (the sampler's name); vlm_warmup=100 is read as warmup=100." in lines
+        assert len(lines) == 5
+        apply_overrides(DQNConfig(), {"vlm_eps": 0.03})  # once per process
+        assert capsys.readouterr().err == ""
+        with pytest.raises(ConfigError, match="vlm_eps and eps are the same key"):
+            apply_overrides(DQNConfig(), ["vlm_eps=0.1", "eps=0.2"])
+        names = {f.name for f in dataclasses.fields(DQNConfig)}
+        assert set(config.RENAMED_KEYS.values()) <= names and not set(config.RENAMED_KEYS) & names
+
+    def test_a_checkpoint_of_a_run_with_the_old_key_names_resumes(self, tmp_path):
+        from vlmrb_torchrl.recipes.checkpoint import check_resume_config
+
+        checkpoint = tmp_path / "checkpoints" / "step_100"
+        checkpoint.mkdir(parents=True)
+        old = json.loads(json.dumps(vars(DQNConfig(eps=0.02, warmup=50)))) | {"resume": str(checkpoint)}
+        for new, before in (("eps", "vlm_eps"), ("warmup", "vlm_warmup"), ("unscored_priority", "default_priority"),
+                            ("beta", "vlm_beta"), ("spread", "vlm_spread")):
+            old[before] = old.pop(new)
+        (checkpoint / "config.json").write_text(json.dumps(old))
+        check_resume_config(DQNConfig(eps=0.02, warmup=50, resume=str(checkpoint)), checkpoint)  # the same run
+        with pytest.raises(ConfigError, match=r"eps: 0.02 \(checkpoint\) vs 0.5 \(now\)"):
+            check_resume_config(DQNConfig(eps=0.5, warmup=50, resume=str(checkpoint)), checkpoint)
 
     def test_conversions(self):
         cfg = apply_overrides(DQNConfig(), ["threshold=None", "clip_frames=8", "async_scoring=false", "lr=1e-3",
@@ -377,7 +410,7 @@ def _equal_metrics(a, b):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_closing_a_batched_env_keeps_torch_threads(threads):
     """TorchRL's SerialEnv.close() raises torch's threads by its workers; the recipes' keeps the learner's."""
-    from vlmrb_torchrl.envs.minigrid import make_minigrid_env
+    from vlmrb_torchrl.envs.minigrid.env import make_minigrid_env
     from vlmrb_torchrl.recipes.envs import make_batched_env
 
     before = torch.get_num_threads()
@@ -415,7 +448,7 @@ def test_a_distilled_scorer_is_checkpointed_with_the_run(tmp_path):
 def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
     # bit-exact only with MKL_CBWR set before MKL's first call (conftest.py does, as the vlmrb command does)
     distill = replay == "vlm_distill"
-    spread = {"vlm_spread": 0.9} if replay == "vlm_spread" else {}  # episode credit: links and credit checkpointed
+    spread = {"spread": 0.9} if replay == "vlm_spread" else {}  # episode credit: links and credit checkpointed
     # eval_max_episode_steps: the evaluation at the training limit runs at the checkpoints too
     base = {**TINY, **spread, "replay": "vlm" if distill or spread else replay, "async_scoring": False, "total_frames": 1024,
             "checkpoint_every": 512, "gallery_clips": 0, "distill": distill, "eval_max_episode_steps": 20}
@@ -452,11 +485,12 @@ def test_cli_quick_preset_and_resume_dir(tmp_path, capsys):
 
 def test_quick_preset_follows_the_env(capsys):
     from vlmrb_torchrl.cli import _train_parser, build_config
+    from vlmrb_torchrl.envs import get_family
     from vlmrb_torchrl.recipes.config import QUICK_PRESETS
 
     parser = _train_parser("dqn")
     atari = build_config("dqn", parser.parse_intermixed_args(["--quick", "env=ALE/Pong-v5", "eval_episodes=2"]))
-    for key, value in QUICK_PRESETS["dqn:atari"].items():
+    for key, value in get_family("atari").quick_preset.items():
         assert getattr(atari, key) == (2 if key == "eval_episodes" else value), key  # overrides win
     assert atari.scorer == "builtin:atari"
     grid = build_config("dqn", parser.parse_intermixed_args(["--quick"]))
@@ -465,7 +499,8 @@ def test_quick_preset_follows_the_env(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "with env=ALE/...:" in out and "eval_max_episode_steps" in out and "gallery_steps" in out
+    assert "with env=ALE/Pong-v5 and the other Atari ids:" in out and "eval_max_episode_steps" in out
+    assert "gallery_steps" in out
 
 
 # the default run has the user's own Atari run below (vlm with the shipped scorer, through the CLI)
@@ -526,7 +561,7 @@ def test_replay_sample_equals_torchrl_buffer_sample(replay):
                         **{("next", key): torch.rand(4, n // 4, 1, generator=gen) < 0.1 for key in MINIGRID_EVENT_KEYS}},
                        [4, n // 4])
     cfg = apply_overrides(DQNConfig(), {**TINY, "replay": replay, "scorer": "oracle:minigrid", "async_scoring": False,
-                                        "vlm_warmup": 0, "clip_len": 4})
+                                        "warmup": 0, "clip_len": 4})
     replays = [make_replay(cfg, generator=torch.Generator().manual_seed(1), updates=10,
                            scorer=make_scorer("oracle:minigrid") if replay.startswith("vlm") else None)
                for _ in range(2)]
@@ -548,6 +583,27 @@ def test_replay_sample_equals_torchrl_buffer_sample(replay):
         for r in replays:
             r.close()
     assert type(replays[0]).sample is Replay.sample and Replay.sample.__code__.co_names.count("sample_tensordict")
+
+
+@pytest.mark.slow
+def test_a_run_directory_with_the_old_key_names_resumes(tmp_path, capsys):
+    """A run whose ``config.json`` names keys by their old names (``vlm_eps``, ``default_priority``, ...: a run of
+    an older version) resumes: its keys are read as the new ones, silently, and the run goes on."""
+    out = tmp_path / "run"
+    common = ["env=MiniGrid-DoorKey-5x5-v0", "replay=vlm", "scorer=oracle:minigrid", "total_frames=1024", "num_envs=2",
+              "frames_per_batch=128", "learning_starts=256", "checkpoint_every=512", "eval_every=512",
+              "eval_episodes=2", "eval_envs=1", "gallery_clips=0", "progress=false", "tensorboard=false"]
+    assert cli_main(["train", "dqn", *common, "stop_at=512", f"output_dir={out}"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    for new, old in (("eps", "vlm_eps"), ("warmup", "vlm_warmup"), ("beta", "vlm_beta"), ("spread", "vlm_spread"),
+                     ("unscored_priority", "default_priority")):
+        config[old] = config.pop(new)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    capsys.readouterr()
+    assert cli_main(["train", "dqn", f"resume={out}"]) == 0
+    assert "is now called" not in capsys.readouterr().err
+    with open(out / "metrics.csv", newline="") as f:
+        assert int(list(csv.DictReader(f))[-1]["env_steps"]) == 1024
 
 
 @pytest.mark.slow  # trains (a few hundred frames) through the CLI

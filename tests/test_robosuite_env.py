@@ -12,8 +12,9 @@ import torch  # noqa: E402
 
 pytest.importorskip("robosuite")
 
-from vlmrb_torchrl.clips import ClipSpec  # noqa: E402
-from vlmrb_torchrl.envs.robosuite import ClipRenderSteps, RobosuiteEnv, make_robosuite_env  # noqa: E402
+from vlmrb_torchrl.scoring.clips import ClipSpec  # noqa: E402
+from vlmrb_torchrl.envs import ClipRenderSteps  # noqa: E402
+from vlmrb_torchrl.envs.robosuite.env import RobosuiteEnv, make_robosuite_env  # noqa: E402
 from vlmrb_torchrl.scorers import make_scorer  # noqa: E402
 
 
@@ -154,7 +155,7 @@ def test_front_close_camera_shows_the_cube_large_and_a_lift_plainly():
     """camera="front_close" (ROBOSUITE_VIEWS): MuJoCo's free camera 45 cm in front of the cube, 45° field of
     view; it changes no camera of the model, shows the cube much larger than agentview, and a 5 cm lift
     moves the cube up the frame by many rows (a couple in agentview)."""
-    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS
+    from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_VIEWS
 
     view = ROBOSUITE_VIEWS["front_close"]
     assert (view.distance, view.fovy) == (0.45, 45.0)
@@ -200,7 +201,7 @@ def test_split_view_draws_each_camera_into_its_strip_and_shows_what_the_front_ca
     """camera="front_side_close" (a SplitView): the left half of the frame is the middle of front_close's frame,
     the right half the middle of side_close's, at their scale; a move of the cube along front_close's line of
     sight (x) barely changes the front strip and moves the cube across the side strip."""
-    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS, SplitView
+    from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_VIEWS, SplitView
 
     split = ROBOSUITE_VIEWS["front_side_close"]
     assert isinstance(split, SplitView) and split.panels == (ROBOSUITE_VIEWS["front_close"], ROBOSUITE_VIEWS["side_close"])
@@ -247,7 +248,7 @@ def test_panel_view_draws_each_camera_whole_side_by_side(monkeypatch):
     """camera="front_close+eye_in_hand" (a PanelView, what builtin:lift reads): a [64, 128, 3] frame whose left
     square is front_close's frame and right square the gripper camera's; the spec says so, unrendered steps are
     zeros of that shape; the gripper camera moves with the gripper, the front one does not."""
-    from vlmrb_torchrl.envs.robosuite import ROBOSUITE_VIEWS, PanelView
+    from vlmrb_torchrl.envs.robosuite.env import ROBOSUITE_VIEWS, PanelView
 
     view = ROBOSUITE_VIEWS["front_close+eye_in_hand"]
     assert isinstance(view, PanelView) and view.frame_shape(64) == (64, 128, 3)

@@ -645,9 +645,9 @@ class TestConfigChecks:
 
     def test_config_file_numbers_convert_like_the_command_line(self, tmp_path):
         path = tmp_path / "run.yaml"
-        path.write_text("total_frames: 3.0e+5\nlr: 1\ndefault_priority: 0.5\nthreshold: null\n")
+        path.write_text("total_frames: 3.0e+5\nlr: 1\nunscored_priority: 0.5\nthreshold: null\n")
         cfg = build_config("dqn", _train_parser("dqn").parse_intermixed_args(["--config", str(path)]))
-        assert (cfg.total_frames, cfg.lr, cfg.default_priority, cfg.threshold) == (300_000, 1.0, "0.5", None)
+        assert (cfg.total_frames, cfg.lr, cfg.unscored_priority, cfg.threshold) == (300_000, 1.0, "0.5", None)
         assert type(cfg.total_frames) is int and type(cfg.lr) is float
 
     def test_a_missing_config_file_is_named(self, tmp_path, capsys):

@@ -182,7 +182,7 @@ class TestSACLearner:
 
     @pytest.mark.parametrize("batch", [256, 7, 100])
     def test_unweighted_equals_weights_of_one_bit_for_bit(self, batch):
-        """``importance_weights=False`` (the recipe's VLM-RB with vlm_beta=0, whose weights are all ones): the
+        """``importance_weights=False`` (the recipe's VLM-RB with beta=0, whose weights are all ones): the
         same losses, gradients and parameters after two updates (actor_steps=2), bit for bit, as weighting by
         ones; other weights are then ignored."""
         gen = torch.Generator().manual_seed(batch)

@@ -37,7 +37,7 @@ class TestSACConfig:
         ("env=robosuite/Stack", "scorer='builtin:lift' is invalid: expected a scorer for this task"),
         ("frame_size=128", "frame_size=128 is invalid: expected 64 with scorer=builtin:lift"),
         ("camera=agentview", "camera='agentview' is invalid: expected front_close\\+eye_in_hand with scorer=builtin:lift"),
-        ("max_oversampling=0.5", "max_oversampling=0.5 is invalid: expected None or a number >= 1"),
+        ("max_oversampling=0.5", "max_oversampling=0.5 is invalid: max_oversampling must be None \\(no ceiling\\) or a finite number >= 1"),
         ("policy_frequency=0", "policy_frequency=0 is invalid: expected an integer >= 1"),
         ("env_backend=parallel", "async_collection=True is invalid: expected false with env_backend=parallel"),
         ("q_lr=-1", "q_lr=-1.0 is invalid"),

@@ -1,5 +1,5 @@
 """Tests for VLMPrioritizedSampler (distribution, weights, schedule, generations, state)
-and for its lock-free slot state and trees (vlmrb_torchrl._slot_state)."""
+and for its lock-free slot state and trees (vlmrb_torchrl.replay._slot_state)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from torchrl.data import (
 from torchrl.data.replay_buffers.scheduler import LinearScheduler
 
 from vlmrb_torchrl import VLMPrioritizedSampler
-from vlmrb_torchrl._slot_state import PriorityConfig, SlotState
-from vlmrb_torchrl._sumtree import torchrl_trees_available
+from vlmrb_torchrl.replay._slot_state import PriorityConfig, SlotState
+from vlmrb_torchrl.replay._sumtree import torchrl_trees_available
 
 import _slot_state_reference as reference  # tests/: the statistics' scans over every slot, before issue 38
 

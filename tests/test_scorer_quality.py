@@ -316,7 +316,7 @@ def _error(capsys, argv) -> str:
 def test_bad_arguments_exit_with_a_clear_message(capsys):
     base = ["--scorer", "oracle:minigrid", "--episodes", "1"]
     assert "--env 'MiniGrid-NoSuchEnv-v0'" in _error(capsys, [*base, "--env", "MiniGrid-NoSuchEnv-v0"])
-    assert "MiniGrid id" in _error(capsys, [*base, "--env", "CartPole-v1"])
+    assert "MiniGrid or BabyAI id" in _error(capsys, [*base, "--env", "CartPole-v1"])
     err = _error(capsys, [*base, "--env", "MiniGrid-UnlockPickup-v0", "--policy", "scripted"])
     assert "scripted policy" in err and "MiniGrid-UnlockPickup-v0" in err
     assert "--episodes must be >= 1" in _error(capsys, ["--scorer", "oracle:minigrid", "--env", DOORKEY5,

@@ -8,7 +8,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 
 from vlmrb_torchrl import ClipSpec, VLMScoreTransform
-from vlmrb_torchrl.transform import pack_frames
+from vlmrb_torchrl.scoring.transform import pack_frames
 
 
 class RecordingScorer:

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from vlmrb_torchrl.sampler import SCORE_CHECK_AFTER, UniformScoresWarning, VLMPrioritizedSampler
+from vlmrb_torchrl.replay.sampler import SCORE_CHECK_AFTER, UniformScoresWarning, VLMPrioritizedSampler
 
 
 def feed(sampler, scores, chunks=4):

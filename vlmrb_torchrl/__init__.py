@@ -11,46 +11,37 @@ works as usual): importing the package itself loads neither torch nor TorchRL, s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vlmrb_torchrl._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "AsyncScorer": "vlmrb_torchrl.worker",
-    "ClipBatch": "vlmrb_torchrl.clips",
-    "ClipScoring": "vlmrb_torchrl.clip_scoring",
-    "ClipSpec": "vlmrb_torchrl.clips",
-    "ClipStream": "vlmrb_torchrl.clips",
-    "VLMPrioritizedSampler": "vlmrb_torchrl.sampler",
-    "VLMReplayBuffer": "vlmrb_torchrl.buffer",
-    "VLMScoreTransform": "vlmrb_torchrl.transform",
-    "make_async_scorer": "vlmrb_torchrl.scoring_backends",
-    "make_clip_scoring": "vlmrb_torchrl.clip_scoring",
-    "make_vlm_replay_buffer": "vlmrb_torchrl.buffer",
+    "AsyncScorer": "vlmrb_torchrl.scoring.worker",
+    "ClipBatch": "vlmrb_torchrl.scoring.clips",
+    "ClipScoring": "vlmrb_torchrl.scoring.clip_scoring",
+    "ClipSpec": "vlmrb_torchrl.scoring.clips",
+    "ClipStream": "vlmrb_torchrl.scoring.clips",
+    "VLMPrioritizedSampler": "vlmrb_torchrl.replay.sampler",
+    "VLMReplayBuffer": "vlmrb_torchrl.replay.buffer",
+    "VLMScoreTransform": "vlmrb_torchrl.scoring.transform",
+    "make_async_scorer": "vlmrb_torchrl.scoring.backends",
+    "make_clip_scoring": "vlmrb_torchrl.scoring.clip_scoring",
+    "make_vlm_replay_buffer": "vlmrb_torchrl.replay.buffer",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from vlmrb_torchrl.buffer import VLMReplayBuffer, make_vlm_replay_buffer
-    from vlmrb_torchrl.clip_scoring import ClipScoring, make_clip_scoring
-    from vlmrb_torchrl.clips import ClipBatch, ClipSpec, ClipStream
-    from vlmrb_torchrl.sampler import VLMPrioritizedSampler
-    from vlmrb_torchrl.scoring_backends import make_async_scorer
-    from vlmrb_torchrl.transform import VLMScoreTransform
-    from vlmrb_torchrl.worker import AsyncScorer
+    from vlmrb_torchrl.replay.buffer import VLMReplayBuffer, make_vlm_replay_buffer
+    from vlmrb_torchrl.scoring.clip_scoring import ClipScoring, make_clip_scoring
+    from vlmrb_torchrl.scoring.clips import ClipBatch, ClipSpec, ClipStream
+    from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
+    from vlmrb_torchrl.scoring.backends import make_async_scorer
+    from vlmrb_torchrl.scoring.transform import VLMScoreTransform
+    from vlmrb_torchrl.scoring.worker import AsyncScorer
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -21,6 +21,7 @@ from vlmrb_torchrl.recipes.config import (
     load_config_file,
     not_utf8,
     quick_preset,
+    upgrade_keys,
 )
 
 RECIPES = {"dqn": DQNConfig, "sac": SACConfig}
@@ -29,10 +30,10 @@ _DESCRIPTION = """VLM-guided experience replay (VLM-RB) for TorchRL.
 
 Commands:
   vlmrb --version                                             print the package version
-  vlmrb train dqn [--config FILE] [--quick] [key=value ...]   train double DQN (MiniGrid, Atari)
-  vlmrb train sac [--config FILE] [--quick] [key=value ...]   train SAC (robosuite, OGBench Scene)
-  vlmrb build-scorer minigrid|lift|atari|scene --out DIR [--frames N] [--steps N] [--seed S]
-                              train a built-in scorer (MiniGrid, robosuite Lift, Atari, OGBench Scene)
+  vlmrb train dqn [--config FILE] [--quick] [key=value ...]   train double DQN (discrete actions: MiniGrid, Atari)
+  vlmrb train sac [--config FILE] [--quick] [key=value ...]   train SAC (continuous: robosuite, OGBench Scene)
+  vlmrb build-scorer NAME --out DIR [--frames N] [--steps N] [--seed S]
+                              train a built-in scorer (NAME: vlmrb build-scorer --help lists them)
 
 Run `vlmrb train dqn --help` / `vlmrb train sac --help` for every key."""
 
@@ -65,11 +66,13 @@ def _train_parser(name: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML/JSON file of key: value pairs")
+    from vlmrb_torchrl.envs.family import families
+
     quick = "a complete small run (a few minutes on 2 CPU cores): " + json.dumps(QUICK_PRESETS[name])
-    if f"{name}:atari" in QUICK_PRESETS:
-        quick += "; with env=ALE/...: " + json.dumps(QUICK_PRESETS[f"{name}:atari"]) + (
-            " (an evaluation plays at most eval_episodes x eval_max_episode_steps steps, the gallery at most "
-            "gallery_steps)")
+    for family in families(name):  # a family's own preset (Atari's: short episodes, a small gallery)
+        if family.quick_preset is not None:
+            quick += f"; with env={family.example_id} and the other {family.title} ids: " + json.dumps(
+                dict(family.quick_preset))
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     return parser
@@ -168,7 +171,8 @@ def build_config(name: str, args: argparse.Namespace):
     def build(preset: dict | None):
         cfg = cls()
         if saved is not None:
-            cfg = apply_overrides(cfg, {k: v for k, v in saved.items() if k not in _NOT_RESUMED})
+            # a run of an older version wrote some keys under their old names: read as the new ones, silently
+            cfg = apply_overrides(cfg, {k: v for k, v in upgrade_keys(saved, quiet=True).items() if k not in _NOT_RESUMED})
         if preset:
             cfg = apply_overrides(cfg, preset)
         if args.config:
@@ -198,7 +202,7 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
         description="Train a small CLIP on frames of an environment captioned from the simulator's state, on one "
                     "CPU thread (or a GPU: --device), and save it (save_pretrained + tokenizer + processor + MODEL_CARD.md) so that "
                     "make_scorer('clip:DIR') loads it offline. The defaults rebuild the shipped builtin:NAME model "
-                    "(minigrid: the family recipe, not yet shipped: see docs/builtin_scorer.md; ~2 minutes with "
+                    "(minigrid: the family recipe, not yet shipped: see its model card; ~2 minutes with "
                     "--workers 15 --device cuda on 16 cores and an H200, 3-5 s a step on a shared CPU core; lift: ~25 "
                     "minutes of robosuite rendering + ~50 of training on a free core (lift_hand, builtin:lift's gripper-camera model: "
                     "~9 + ~35); atari: "
@@ -209,34 +213,44 @@ def _build_scorer_parser() -> argparse.ArgumentParser:
     parser.add_argument("name", choices=sorted(DOMAINS),
                         help="which built-in scorer to train (lift_hand: the second model of builtin:lift)")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--frames", type=int, default=None,
-                        help="frames generated (minigrid and minigrid_agent 120000, scene and lift_hand 30000, lift 60000, atari 12000)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (minigrid and minigrid_agent 2500, scene and lift 4000, lift_hand 2000, atari 1500)")
-    parser.add_argument("--batch-size", type=int, default=None, help="frames per step (default 128; atari 64)")
+    defaults = {name: DOMAINS[name]().default_config for name in sorted(DOMAINS)}  # each model's shipped recipe
+
+    def per_model(field: str) -> str:  # (statement_texts None: every wording, 0 on the command line)
+        return ", ".join(f"{name} {0 if getattr(cfg, field) is None else getattr(cfg, field)}"
+                         for name, cfg in defaults.items())
+
+    parser.add_argument("--frames", type=int, default=None, help=f"frames generated ({per_model('frames')})")
+    parser.add_argument("--steps", type=int, default=None, help=f"training steps ({per_model('steps')})")
+    parser.add_argument("--batch-size", type=int, default=None, help=f"frames per step ({per_model('batch_size')})")
     parser.add_argument("--seed", type=int, default=None, help="seed (default 0)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop training after this many minutes (the result then depends on the machine's speed)")
     parser.add_argument("--held-out-frames", type=int, default=None,
-                        help="frames of held-out tasks for the transfer metrics (minigrid and minigrid_agent 3000, the others 0; 0 = skip)")
+                        help=f"frames of held-out tasks for the transfer metrics ({per_model('held_out_frames')}; 0 = skip)")
     parser.add_argument("--size", default=None, choices=list(MODEL_SIZES),
                         help="model size (small: 8 px patches; fine: 4 px patches, 32 channels; atari: 16 px patches; "
                              "micro: for tests)")
     parser.add_argument("--lr", type=float, default=None, help="peak AdamW learning rate (default 2e-3)")
     parser.add_argument("--statement-texts", type=int, default=None,
-                        help="statement wordings embedded per step besides the captions (minigrid and minigrid_agent 192, the others 0; 0 = all of them)")
+                        help=f"statement wordings embedded per step besides the captions ({per_model('statement_texts')}; "
+                             "0 = all of them)")
     parser.add_argument("--aux-weight", type=float, default=None,
-                        help="weight of the image tower's auxiliary classification loss (minigrid, minigrid_agent and atari 1.0, the others 0)")
+                        help=f"weight of the image tower's auxiliary classification loss ({per_model('aux_weight')})")
     parser.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"],
                         help="where the model trains (default cpu: one thread, byte-identical weights for a seed; "
                              "cuda: a GPU, recorded in training.json; auto: a GPU if torch sees one)")
     parser.add_argument("--augment", action=argparse.BooleanOptionalAction, default=None,
-                        help="flip training frames left-right and up-down (their statements mapped; minigrid only: "
-                             "the other domains' frames have an orientation)")
+                        help="flip training frames by the domain's symmetries, their statements mapped (for "
+                             + ", ".join(n for n in sorted(DOMAINS) if DOMAINS[n]().symmetries)
+                             + ": the other domains' frames have an orientation)")
     parser.add_argument("--opposite-texts", type=int, default=None,
-                        help="frames per step whose caption statement is paired with an opposite one as texts "
-                             "(minigrid: faces / does not face, ...; default 0)")
+                        help="frames per step whose caption statement is paired with an opposite one as texts (for "
+                             + ", ".join(n for n in sorted(DOMAINS) if DOMAINS[n]().opposites is not None)
+                             + ": faces / does not face, ...; default 0)")
     parser.add_argument("--workers", type=int, default=1,
-                        help="processes that generate the frames (minigrid and scene; the frames do not depend on it)")
+                        help="processes that generate the frames (for "
+                             + ", ".join(n for n in sorted(DOMAINS) if DOMAINS[n]().parallel)
+                             + "; the frames do not depend on it)")
     parser.add_argument("--cache", default=None,
                         help="keep the generated training frames in this directory and reuse them for the next build "
                              "with the same --frames and --seed (not part of the recipe: the frames are the same)")

@@ -37,7 +37,7 @@ and computes, per arm, over its seeds:
   frames to target (arm / baseline; below 1 is faster) and Welch's t-test p-values of the
   per-seed frames to target, AUC and final value against the baseline's.
 
-Writes to ``--out`` (default ``docs/results/<study>/``) ``success.png`` (curves with shaded
+Writes to ``--out`` (default ``studies/results/<study>/``) ``success.png`` (curves with shaded
 95% bands), ``replay.png`` (buffer vs sampled positive share, VLM arms only) and ``table.md``
 (also printed); another ``--metric`` names its curves and table after itself (``return.png``,
 ``table_return.md`` for ``eval_return``). ``--name X`` suffixes the files (``success_X.png``,
@@ -735,8 +735,8 @@ def plot_replay(summary: StudySummary, path: str | Path, arms: Sequence[str] | N
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--study", required=True, help="study folder, e.g. doorkey6")
-    p.add_argument("--results", default="benchmarks/learning/results", help="results root")
-    p.add_argument("--out", default=None, help="output folder (default docs/results/<study>)")
+    p.add_argument("--results", default="studies/learning/results", help="results root")
+    p.add_argument("--out", default=None, help="output folder (default studies/results/<study>)")
     p.add_argument("--arms", default=None, help="comma-separated arms to show, in this order")
     p.add_argument("--baseline", default="uniform", help="arm the frame ratios are relative to")
     p.add_argument("--metric", default=SUCCESS,

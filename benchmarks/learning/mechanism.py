@@ -1,7 +1,7 @@
 """Issue 59's analysis: why the paper's sampler slows DoorKey-12x12, read from the interventions.
 
 Reads the per-run files of the ``doorkey12`` study (``<results>/doorkey12/<arm>/seed<N>/``, as
-:mod:`analyze` does) and writes, to ``--out`` (default ``docs/results/doorkey12/``):
+:mod:`analyze` does) and writes, to ``--out`` (default ``studies/results/doorkey12/``):
 
 - ``mechanism.md``: one row per seed of every arm (ASR, frames to 50% and 80%, final success, the
   full-limit ASR where the run evaluated at MiniGrid's own limit, training-episode success and
@@ -13,13 +13,13 @@ Reads the per-run files of the ``doorkey12`` study (``<results>/doorkey12/<arm>/
 
 **ASR** (average success rate) is the trapezoid area under a seed's evaluation-success curve from
 its first evaluation to the horizon (1M frames), divided by that span: :func:`analyze.auc`, the one
-definition every ASR of docs/results.md uses. The full-limit ASR is the same area over the
+definition every ASR of studies/results.md uses. The full-limit ASR is the same area over the
 evaluations at MiniGrid's own step limit (``eval_full_success``, every 100k frames).
 
 Usage::
 
-    python benchmarks/learning/mechanism.py                 # docs/results/doorkey12/mechanism.md
-    python benchmarks/learning/mechanism.py --results /work/study59/benchmarks/learning/results --out /tmp/m
+    python benchmarks/learning/mechanism.py                 # studies/results/doorkey12/mechanism.md
+    python benchmarks/learning/mechanism.py --results /tmp/other_checkout/studies/learning/results --out /tmp/m
 
 Needs numpy and matplotlib (``pip install 'vlmrb-torchrl[bench]'``).
 """
@@ -316,7 +316,7 @@ def plot(study: dict[str, list[Run]], rows: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "learning" / "results")
+    parser.add_argument("--results", type=Path, default=ROOT / "studies" / "learning" / "results")
     parser.add_argument("--study", default="doorkey12")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "doorkey12")
     args = parser.parse_args(argv)

@@ -10,7 +10,7 @@ plain ``vlmrb train dqn`` process (``vlmrb train sac`` for the robosuite study `
   (not committed), each run's output to ``seed<N>.stdout.log`` beside it (a fresh run refuses a
   directory that holds files it did not write);
 - ``metrics.csv``, ``config.json`` and ``summary.json`` are copied, while the run goes and when
-  it ends, to ``benchmarks/learning/results/<study>/<arm>/seed<N>/`` (small, committed), so
+  it ends, to ``studies/learning/results/<study>/<arm>/seed<N>/`` (small, committed), so
   results survive a change of machine;
 - a run that was interrupted (the machine restarted, the runner was killed) resumes from its
   latest checkpoint the next time the runner is started; finished runs are skipped and their
@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "learning" / "results"
+RESULTS = ROOT / "studies" / "learning" / "results"
 RUNS = ROOT / "runs" / "learning"
 
 #: Settings every arm of every study shares (on top of the DQN recipe's defaults, which were
@@ -189,7 +189,7 @@ PAPER: dict[str, dict[str, str]] = {
     "vlm_builtin_goal": {"replay": "vlm", "scorer": "builtin:minigrid_goal"},
 }
 #: Why the paper's sampler slows DoorKey-12x12 (issue 59): one intervention per arm on vlm_goal (goal-only oracle,
-#: the paper's sampler), pre-registered in docs/results.md. vlm_oracle (key + door + goal labels) separates "the
+#: the paper's sampler), pre-registered in studies/results.md. vlm_oracle (key + door + goal labels) separates "the
 #: method" from "goal-only labels"; the ceilings 8 and 4 (with uniform = 1 and vlm_goal = none) are the
 #: over-sampling dose; L32 is the paper's clip length; rr2 a replay ratio of 2 (batch 32 every 16 frames) instead
 #: of 16, for both replays.

@@ -4,7 +4,7 @@ Offscreen rendering on a CPU (``MUJOCO_GL=egl`` with Mesa's software rasteriser)
 frame on effects a 64-pixel scorer frame does not need: reflections (a reflective floor or table
 draws the scene a second time), shadows (one depth pass per light) and multisampling (4 samples
 per pixel by default). Switched off, a robosuite Lift ``agentview`` frame cost 11 ms instead of
-41 ms, an OGBench Scene frame 20 ms instead of 219 ms (``docs/benchmarks.md``: ms per frame per
+41 ms, an OGBench Scene frame 20 ms instead of 219 ms (``studies/benchmarks.md``: ms per frame per
 camera, ``benchmarks/render_cost.py``). The image keeps every object and its colour; edges are
 aliased and there are no shadows or reflections.
 

@@ -24,13 +24,10 @@ import random
 import shutil
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from vlmrb_torchrl.recipes.run import Run
 
 __all__ = [
     "MANIFEST", "CheckpointError", "RunWarning", "check_checkpoint", "checkpointed_modules", "save_checkpoint",
@@ -447,10 +444,17 @@ def resume_counters(cfg: Any, checkpoint: Path | None, *, modules: dict[str, Any
     return counters
 
 
+class RunDir(Protocol):
+    """What a checkpoint needs of its run: the run directory (:class:`~vlmrb_torchrl.recipes.run.Run` is one; a
+    protocol, so that this module does not import the run's, which imports it)."""
+
+    dir: Path
+
+
 _UNSCORED_COUNTERS = ("scorer_drain_timeouts", "scorer_unscored_at_checkpoint", "scorer_unscored_lost")
 
 
-def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: dict[str, Any],
+def checkpoint_now(run: RunDir, replay: Any, *, modules: dict[str, Any], counters: dict[str, Any],
                    cfg: Any = None) -> Path:
     """Saves ``checkpoints/step_<env_steps>`` (with ``cfg``, the run's config) after
     ``replay.before_checkpoint()`` (in VLM modes: every score of the data before it is in, waiting at
@@ -483,7 +487,7 @@ def checkpoint_now(run: Run, replay: Any, *, modules: dict[str, Any], counters: 
     return path
 
 
-def maybe_checkpoint(run: Run, replay: Any, *, cfg: Any, counters: dict[str, Any], stop_at: int,
+def maybe_checkpoint(run: RunDir, replay: Any, *, cfg: Any, counters: dict[str, Any], stop_at: int,
                      modules: dict[str, Any]) -> Path | None:
     """Checkpoints when one is due (every ``checkpoint_every`` frames) or the run stops here
     (``stop_at``); returns the checkpoint's path, ``None`` when none was due.
@@ -523,9 +527,10 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
     The saved config is the checkpoint's own ``config.json`` (covered by its manifest, so a hand-edited
     run ``config.json`` — which the command line reads back on resume — shows up as a difference); a
     checkpoint of an older version has none, and its run's ``config.json`` is used. Keys the saved
-    config does not have (added since) are not compared.
+    config does not have (added since) are not compared; keys renamed since are compared under their new
+    names (:data:`~vlmrb_torchrl.recipes.config.RENAMED_KEYS`).
     """
-    from vlmrb_torchrl.recipes.config import ConfigError
+    from vlmrb_torchrl.recipes.config import ConfigError, upgrade_keys
 
     run_config = checkpoint.parent.parent / "config.json"
     saved_path = checkpoint / "config.json" if (checkpoint / "config.json").exists() else run_config
@@ -533,6 +538,7 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
         saved = json.loads(saved_path.read_text())
         if not isinstance(saved, dict):
             raise ValueError(f"a JSON {type(saved).__name__}, not an object of key: value pairs")
+        saved = upgrade_keys(saved, quiet=True)  # a run of an older version: its key names
     except (OSError, ValueError, RecursionError) as err:
         warnings.warn(f"{saved_path} cannot be read ({type(err).__name__}: {str(err)[:200]}): the config cannot be "
                       f"checked against the run {checkpoint} belongs to.", RunWarning, stacklevel=2)
@@ -547,7 +553,7 @@ def check_resume_config(cfg: Any, checkpoint: Path) -> None:
                 run_saved = json.loads(run_config.read_text())
             except (OSError, ValueError, RecursionError):
                 run_saved = {}
-            run_saved = run_saved if isinstance(run_saved, dict) else {}
+            run_saved = upgrade_keys(run_saved, quiet=True) if isinstance(run_saved, dict) else {}
             if any(run_saved.get(k) != saved[k] for k in saved if k not in RESUME_MAY_CHANGE and k in run_saved):
                 edited = f" ({run_config} no longer matches the checkpoint's config: edited since the run wrote it?)"
         raise ConfigError(f"resume={cfg.resume!r}: the config differs from the one {checkpoint} was written with "

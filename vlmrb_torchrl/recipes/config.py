@@ -7,12 +7,14 @@ import difflib
 import json
 import math
 import os
+import sys
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "SAC_ENV_DEFAULTS", "SAC_TASK_DEFAULTS", "LIFT_SCORER_CAMERA",
-           "LIFT_PANEL_CAMERAS", "sac_env_family", "sac_env_defaults", "ConfigError",
+from vlmrb_torchrl.envs.family import families, family_of
+
+__all__ = ["RecipeConfig", "DQNConfig", "SACConfig", "ConfigError", "RENAMED_KEYS", "upgrade_keys",
            "apply_overrides", "config_help", "load_config_file", "QUICK_PRESETS", "quick_preset", "code_loading_values",
            "not_utf8"]
 
@@ -40,6 +42,16 @@ def available_memory() -> int | None:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+#: Keys renamed to the library's names (old -> new): the sampler's ``unscored_priority``, ``eps``, ``warmup``,
+#: ``beta`` and ``spread``. The old names keep working (command line, config files, the ``config.json`` of
+#: runs resumed), with a one-line message naming the new key.
+RENAMED_KEYS: dict[str, str] = {"default_priority": "unscored_priority", "vlm_eps": "eps", "vlm_warmup": "warmup",
+                                "vlm_beta": "beta", "vlm_spread": "spread"}
+_TOLD: set[str] = set()  # renamed keys already reported in this process
+
+#: The config keys that make the :class:`~vlmrb_torchrl.ClipSpec` (config key -> ``ClipSpec`` argument).
+CLIP_SPEC_KEYS = {"clip_len": "clip_len", "clip_stride": "stride", "clip_frames": "frames", "clip_assign": "assign"}
 
 
 class ConfigError(ValueError):
@@ -90,7 +102,7 @@ class RecipeConfig:
     train_every: int = _field(4, "frames per gradient update")
     hidden: int = _field(256, "MLP width (2 layers) for vector observations")
     # replay
-    per_alpha: float = _field(0.6, "PER / vlm_td priority exponent")
+    per_alpha: float = _field(0.6, "PER / vlm_td priority exponent (the sampler's alpha)")
     per_beta: float = _field(0.4, "PER importance-sampling exponent")
     scorer: str = _field("oracle:minigrid", "scorer spec for vlm modes (oracle:minigrid, python:mod:fn, hf:<id or dir>, ...)")
     prompt: str | None = _field(None, "override the scorer's prompt (VLM scorers)")
@@ -102,23 +114,23 @@ class RecipeConfig:
     clip_frames: int | None = _field(None, "frames sent to the scorer per clip (None = all)")
     clip_assign: Literal["start", "cover_max"] = _field("start", "how a clip score maps to transitions")
     lambda_max: float = _field(0.5, "final weight of the VLM-prioritized component (paper: 0.5)")
-    vlm_warmup: int | None = _field(None, "sample calls over which lambda rises 0 -> lambda_max "
-                                          "(None = half of the run's gradient updates)")
+    warmup: int | None = _field(None, "vlm modes: sample calls over which lambda rises 0 -> lambda_max (None = the "
+                                      "sampler's default for a run of known length: half of its gradient updates)")
     threshold: float | Literal["auto"] | None = _field(
         "auto", "score binarisation threshold: auto (the scorer's own decision threshold: 0.95 for builtin:scene and "
                 "0.01 for builtin:lift with their own checks, tuned on episodes other than the held-out ones; 0.5 for "
                 "every other scorer) | a number in [0, 1] | None (continuous scores)")
-    vlm_eps: float = _field(0.01, "priority floor for VLM scores")
-    vlm_beta: float = _field(0.0, "importance-sampling exponent for vlm modes (paper: 0)")
+    eps: float = _field(0.01, "vlm modes: priority floor of the VLM scores (not exploration: eps_start, eps_end)")
+    beta: float = _field(0.0, "vlm modes: importance-sampling exponent (paper: 0; PER's is per_beta)")
     max_oversampling: float | None = _field(
         4.0, "vlm modes: ceiling on how many times as often as under uniform replay any transition is drawn; lambda "
              "is lowered while it would be exceeded (rare positives: robosuite Lift). None = the paper's sampler "
              "(docs/sampler.md); each recipe sets its own default (docs/recipes.md)")
-    vlm_spread: float | None = _field(
+    spread: float | None = _field(
         None, "vlm modes: episode credit (this package's option, not the paper's): a transition d steps before a "
-              "positive one in its episode gets priority vlm_spread**d (until it falls to vlm_eps), so a goal-only label "
+              "positive one in its episode gets priority spread**d (until it falls to eps), so a goal-only label "
               "marks the path to the goal; e.g. 0.99 (the discount). None = the paper's sampler (docs/sampler.md)")
-    default_priority: str = _field("mean", "priority of unscored transitions: mean | max | <float>")
+    unscored_priority: str = _field("mean", "vlm modes: priority of unscored transitions: mean | max | <float>")
     label_noise: float = _field(0.0, "flip scorer outputs with this probability (NoisyScorer): an imperfect VLM")
     distill: bool = _field(False, "score with a DistilledScorer: a small student on the frames, trained online from "
                                   "the scorer (the teacher), which then scores only teacher_fraction of the clips")
@@ -153,23 +165,106 @@ class RecipeConfig:
     tensorboard: bool = _field(True, "write TensorBoard events")
     progress: bool = _field(True, "show a progress bar")
 
-    # validation: (ints >= 1, ints >= 0, numbers in [0, 1], numbers > 0, numbers >= 0); subclasses extend
+    #: The recipe this config is for (``vlmrb train <RECIPE>``): the env families it takes.
+    RECIPE: ClassVar[str | None] = None
+
+    # validation of the recipe's own keys: (ints >= 1, ints >= 0, numbers in [0, 1], numbers > 0, numbers >= 0);
+    # subclasses extend. The library's keys (clip_*, the sampler's) are checked by the library (_library_checks).
     _POSITIVE_INTS = ("total_frames", "num_envs", "frames_per_batch", "batch_size", "buffer_size", "train_every",
-                      "hidden", "clip_len", "clip_stride", "eval_episodes", "eval_envs", "eval_every", "checkpoint_every",
-                      "gallery_steps",
+                      "hidden", "eval_episodes", "eval_envs", "eval_every", "checkpoint_every", "gallery_steps",
                       "torch_threads", "max_consecutive_scorer_errors")
     _NON_NEGATIVE_INTS = ("learning_starts", "gallery_clips")
-    _UNIT_NUMBERS = ("lambda_max", "label_noise", "gamma", "min_agreement")
+    _UNIT_NUMBERS = ("label_noise", "gamma", "min_agreement")
     _POSITIVE_NUMBERS = ("lr",)
-    _NON_NEGATIVE_NUMBERS = ("per_alpha", "per_beta", "vlm_eps", "vlm_beta", "scorer_drain_timeout")
+    _NON_NEGATIVE_NUMBERS = ("per_beta", "scorer_drain_timeout")
 
     def _checks(self) -> list[tuple[str, bool, str]]:
         """(name, ok, allowed) triples; a subclass adds its own and calls ``super()._checks()``."""
         return []
 
     def _resolve(self) -> None:
-        """Replaces "the env's default" values (``None``) by the env's own, before the checks; a subclass
-        with such keys overrides it (the values land in ``config.json``)."""
+        """Replaces "the env's default" values (``None``, ``scorer="auto"``) by the env family's
+        (:meth:`~vlmrb_torchrl.envs.EnvFamily.recipe_defaults`, :meth:`~vlmrb_torchrl.envs.EnvFamily.default_scorer`),
+        before the checks: the values land in ``config.json``."""
+        family = family_of(self.env) if isinstance(self.env, str) else None
+        if family is None:
+            return
+        for key, value in family.recipe_defaults(self.env).items():
+            if getattr(self, key, "absent") is None:
+                setattr(self, key, value)
+        if self.scorer == "auto":
+            self.scorer = family.default_scorer(self.env, seed=self.seed if isinstance(self.seed, int) else 0) or "auto"
+        self.scorer = family.resolve_scorer(self.scorer, self.env)
+
+    def clip_spec(self):
+        """The :class:`~vlmrb_torchrl.ClipSpec` of the run (``clip_len``, ``clip_stride``, ``clip_frames``,
+        ``clip_assign``): the one the replay cuts, the SAC envs render for and the gallery shows.
+
+        Examples:
+            >>> DQNConfig(clip_len=8, clip_stride=4).clip_spec()
+            ClipSpec(clip_len=8, stride=4, frames=None, assign='start', final_frame=True)
+        """
+        from vlmrb_torchrl.scoring.clips import ClipSpec
+
+        return ClipSpec(**{arg: getattr(self, key) for key, arg in CLIP_SPEC_KEYS.items()})
+
+    def sampler_kwargs(self, updates: int) -> dict[str, Any]:
+        """The :class:`~vlmrb_torchrl.VLMPrioritizedSampler` keyword arguments of the VLM modes, the keys named as
+        the sampler names them (``per_alpha`` is its ``alpha``; ``td_boost`` is ``replay=vlm_td``; the warm-up
+        ``None`` is the sampler's default for a run of ``updates`` gradient updates; ``threshold=auto`` the
+        scorer's decision threshold).
+
+        Examples:
+            >>> kwargs = DQNConfig(scorer="oracle:minigrid", unscored_priority="0.5").sampler_kwargs(updates=1000)
+            >>> kwargs["warmup"], kwargs["unscored_priority"], kwargs["td_boost"], kwargs["threshold"]
+            (500, 0.5, False, 0.5)
+        """
+        from vlmrb_torchrl.replay._sampler_args import default_warmup
+
+        unscored = self.unscored_priority
+        return {"lambda_max": self.lambda_max, "warmup": default_warmup(updates) if self.warmup is None else self.warmup,
+                "threshold": self.decision_threshold() if self.threshold == "auto" else self.threshold,
+                "eps": self.eps, "beta": self.beta,
+                "unscored_priority": unscored if unscored in ("mean", "max") else float(unscored),
+                "max_oversampling": self.max_oversampling, "spread": self.spread,
+                "td_boost": self.replay == "vlm_td", "alpha": self.per_alpha}
+
+    def _library_checks(self) -> list[tuple[str, str]]:
+        """``(key, the library's message)`` for each clip and sampler key the library refuses (its own checks:
+        the ranges are written once, there)."""
+        from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
+        from vlmrb_torchrl.scoring.clips import ClipSpec
+
+        problems = []
+        given: dict[str, Any] = {}
+        for key, arg in CLIP_SPEC_KEYS.items():  # one key at a time, so that the message names it
+            try:
+                ClipSpec(**given, **{arg: getattr(self, key)})
+                given[arg] = getattr(self, key)
+            except (TypeError, ValueError) as err:
+                problems.append((key, str(err)))
+        try:
+            unscored = self.unscored_priority if self.unscored_priority in ("mean", "max") else float(self.unscored_priority)
+        except ValueError:
+            unscored = self.unscored_priority  # refused below, with the sampler's message
+        names = {"lambda_max": self.lambda_max, "warmup": self.warmup, "unscored_priority": unscored,
+                 "threshold": self.threshold, "eps": self.eps, "beta": self.beta, "alpha": self.per_alpha,
+                 "max_oversampling": self.max_oversampling, "spread": self.spread}
+        config_key = {"alpha": "per_alpha"}
+        for arg, value in names.items():
+            if arg == "warmup" and value is None:
+                continue
+            try:
+                VLMPrioritizedSampler.check_arguments(**{arg: value})
+            except (TypeError, ValueError) as err:
+                key = config_key.get(arg, arg)
+                problems.append((key, str(err) if key == arg else f"(the sampler's {arg}) {err}"))
+        if not problems:
+            try:
+                VLMPrioritizedSampler.check_arguments(eps=self.eps, beta=self.beta, lambda_max=self.lambda_max)
+            except ValueError as err:
+                problems.append(("eps", str(err)))
+        return problems
 
     def scorer_frame_bytes(self) -> int:
         """Bytes of one frame the scorer reads: 64-px RGB (MiniGrid's and Atari's scorer frames); SAC: its
@@ -268,19 +363,13 @@ class RecipeConfig:
         checks.append(("frames_per_batch", self.frames_per_batch % self.num_envs == 0,
                        f"a multiple of num_envs={self.num_envs}"))
         checks.append(("seed", 0 <= self.seed < 2**32, "an integer in [0, 2**32) (NumPy's seed range)"))
-        smallest = max(self.batch_size, self.frames_per_batch, self.clip_len if self.replay in ("vlm", "vlm_td") else 0)
+        smallest = max(self.batch_size, self.frames_per_batch,
+                       self.clip_len if self.replay in ("vlm", "vlm_td") and isinstance(self.clip_len, int) else 0)
         checks.append(("buffer_size", self.buffer_size >= smallest,
                        f"at least batch_size={self.batch_size}, frames_per_batch={self.frames_per_batch}"
                        + (f" and clip_len={self.clip_len}" if self.replay in ("vlm", "vlm_td") else "")
                        + " (a smaller buffer overwrites a batch, or a clip, before it is used)"))
-        if self.threshold is not None:
-            checks.append(("threshold", 0.0 <= self.threshold <= 1.0, "a number in [0, 1] or None"))
-        checks.append(("vlm_eps", not (self.vlm_eps == 0 and self.vlm_beta > 0 and self.lambda_max == 1.0),
-                       "a number > 0 when vlm_beta > 0 and lambda_max = 1 (slots of priority 0 would leave "
-                       "the importance weights undefined)"))
         checks.append(("teacher_fraction", 0.0 < self.teacher_fraction <= 1.0, "a number in (0, 1]"))
-        if self.clip_frames is not None:
-            checks.append(("clip_frames", 1 <= self.clip_frames <= self.clip_len, f"None or 1..clip_len={self.clip_len}"))
         if self.max_episode_steps is not None:
             checks.append(("max_episode_steps", self.max_episode_steps >= 1, "None or an integer >= 1"))
         if self.stop_at is not None:
@@ -291,19 +380,6 @@ class RecipeConfig:
                            and not (self.prompt is not None and "prompt" in self.scorer_kwargs),
                            "None or a mapping of keyword names to values (give the prompt once: "
                            "prompt= or scorer_kwargs, not both)"))
-        if self.vlm_warmup is not None:
-            checks.append(("vlm_warmup", self.vlm_warmup >= 0, "None or an integer >= 0"))
-        if self.vlm_spread is not None:
-            checks.append(("vlm_spread", 0.0 < self.vlm_spread <= 1.0, "None or a number in (0, 1]"))
-        if self.max_oversampling is not None:
-            checks.append(("max_oversampling", math.isfinite(self.max_oversampling) and self.max_oversampling >= 1,
-                           "None or a number >= 1 (1 = uniform replay)"))
-        if self.default_priority not in ("mean", "max"):
-            try:
-                ok = 0 <= float(self.default_priority) < math.inf
-            except ValueError:
-                ok = False
-            checks.append(("default_priority", ok, "mean, max or a number >= 0"))
         checks += [("scorer_backend", self.scorer_backend in ("thread", "process", "ray"), "thread, process or ray"),
                    ("scorer_workers", self.scorer_workers >= 1 and (self.scorer_workers == 1 or self.scorer_backend == "ray"),
                     "an integer >= 1, above 1 only with scorer_backend=ray"),
@@ -313,15 +389,45 @@ class RecipeConfig:
                    ("distill", not (self.distill and self.scorer_backend != "thread"),
                     "false with scorer_backend=process or ray (the student would learn where the scorer runs, out of "
                     "reach of the run's checkpoints): use scorer_backend=thread")]
-        for name, ok, allowed in checks + self._checks() + self._clip_memory_check():
+        for name, ok, allowed in checks + self._family_checks() + self._checks() + self._clip_memory_check():
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: expected {allowed}.")
+        for name, message in self._library_checks():
+            raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: {message}")
         return self
+
+    def _family_checks(self) -> list[tuple[str, bool, str]]:
+        """The env: one of this recipe's families; the keys other families own at their neutral values; a
+        ``builtin:`` / ``oracle:`` scorer of the env's family; then the family's own checks."""
+        family = family_of(self.env)
+        takes = families(self.RECIPE) if self.RECIPE else families()
+        checks = [("env", family is not None and family in takes, " or ".join(f.id_help for f in takes))]
+        for other in families():
+            if other is not family:
+                for key, neutral in other.owned_keys.items():
+                    if hasattr(self, key):
+                        checks.append((key, getattr(self, key) in neutral,
+                                       " or ".join(repr(v) for v in neutral) + f" (the others are for {other.title} ids)"))
+        if family is None or family not in takes:
+            return checks
+        vlm = self.replay in ("vlm", "vlm_td")
+        kind = str(self.scorer).partition(":")[0]
+        own = ", ".join(family.specs()) or "none"
+        checks.append(("scorer", not vlm or self.scorer != "auto",
+                       f"a scorer: {self.env} has no built-in one (its family's: {own}); pass scorer=oracle:<family>, "
+                       "hf:<dir>, clip:<dir>, openai:<url>#<model> or python:<module>:<callable>"))
+        checks.append(("scorer", not vlm or kind not in ("builtin", "oracle") or self.scorer == "auto"
+                       or family.scores_with(self.scorer),
+                       f"a scorer for {family.title} envs ({own}, hf:<dir>, clip:<dir>, openai:<url>#<model> or "
+                       f"python:<module>:<callable>): {self.scorer} reads another family's frames or flags"))
+        return checks + family.config_checks(self)
 
 
 @dataclasses.dataclass
 class DQNConfig(RecipeConfig):
     """Double DQN with uniform, PER or VLM-guided replay (MiniGrid and Atari)."""
+
+    RECIPE: ClassVar[str] = "dqn"
 
     # env
     actions: str = _field("auto", "MiniGrid action subset: auto (DoorKey ids: left,right,forward,pickup,toggle; "
@@ -378,171 +484,32 @@ class DQNConfig(RecipeConfig):
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "max_grad_norm")
 
     def _checks(self) -> list[tuple[str, bool, str]]:
-        minigrid = self.env.startswith(("MiniGrid-", "BabyAI-"))
-        atari = self.env.startswith("ALE/")
-        kind, _, name = self.scorer.partition(":")
-        builtin_or_oracle = kind in ("builtin", "oracle")
-        minigrid_scorer = builtin_or_oracle and name in ("minigrid", "minigrid_goal", "minigrid_agent")
-        trained_on = scorer_frame_view(self.scorer)
-        atari_scorer = builtin_or_oracle and name == "atari"
-        vlm = self.replay in ("vlm", "vlm_td")
-        return [*super()._checks(), ("env", minigrid or atari,
-                                     "a MiniGrid or BabyAI id (MiniGrid-DoorKey-6x6-v0, ...) or an Atari id (ALE/Pong-v5, ...)"),
-                ("actions", minigrid or self.actions in ("auto", "all"),
-                                     "'auto' or 'all' (action subsets are for MiniGrid ids)"),
+        return [*super()._checks(),
                 ("observation", self.observation in ("indices", "onehot"), "'indices' or 'onehot'"),
-                ("view", self.view in ("partial", "full", "both") and (minigrid or self.view == "partial"),
-                 "'partial', 'full' or 'both' (full and both are for MiniGrid ids)"),
-                ("frame_view", self.frame_view in ("auto", "grid", "agent") and (minigrid or self.frame_view != "agent"),
-                 "'auto', 'grid' or 'agent' (agent is for MiniGrid ids)"),
-                ("frame_view", not vlm or trained_on is None or self.frame_view in ("auto", trained_on),
-                 f"{trained_on} with scorer={self.scorer} (the frames it was trained on), or auto"),
                 ("eval_max_episode_steps", self.eval_max_episode_steps is None or self.eval_max_episode_steps >= 1,
                  "None or an integer >= 1"),
-                ("eval_full_every", self.eval_full_every is None or self.eval_full_every >= 0, "None or an integer >= 0"),
-                ("scorer", not vlm or self.scorer != "auto",
-                 f"a scorer: {self.env} has no built-in one (built-in scorers: MiniGrid, ALE/Pong-v5, "
-                 "ALE/Breakout-v5); pass scorer=oracle:atari (privileged reward events), hf:<dir>, clip:<dir>, "
-                 "openai:<url>#<model> or python:<module>:<callable>"),
-                ("scorer", minigrid or not minigrid_scorer or not vlm,
-                 "a scorer for this env (builtin:minigrid and oracle:minigrid read MiniGrid frames and flags; for "
-                 "Atari pass scorer=auto, builtin:atari, oracle:atari, hf:<dir>, clip:<dir>, openai:<url>#<model> "
-                 "or python:<module>:<callable>)"),
-                ("scorer", atari or not atari_scorer or not vlm,
-                 "a scorer for this env (builtin:atari and oracle:atari read Atari frames and rewards)"),
-                ("scorer", not (vlm and kind == "builtin" and name == "atari") or _atari_builtin_game(self.env),
-                 "a scorer for this game (builtin:atari knows ALE/Pong-v5 and ALE/Breakout-v5; pass "
-                 "scorer=oracle:atari or your own)")]
+                ("eval_full_every", self.eval_full_every is None or self.eval_full_every >= 0, "None or an integer >= 0")]
 
     def validate(self) -> DQNConfig:
-        """:meth:`RecipeConfig.validate`, after resolving ``scorer=auto`` to the env's built-in scorer (the
-        resolved spec is what ``config.json`` records).
+        """:meth:`RecipeConfig.validate`, with ``scorer=auto`` resolved to the env's built-in scorer and
+        ``frame_view=auto`` to the frames that scorer was trained on (what ``config.json`` records).
 
         Examples:
             >>> DQNConfig(env="ALE/Pong-v5").validate().scorer, DQNConfig().validate().scorer
             ('builtin:atari', 'builtin:minigrid')
         """
-        if self.scorer == "auto" and isinstance(self.env, str):
-            if self.env.startswith(("MiniGrid-", "BabyAI-")):
-                try:
-                    self.scorer = minigrid_builtin_scorer(self.env, seed=self.seed if isinstance(self.seed, int) else 0)
-                except (ValueError, ImportError):  # an unknown id (or no minigrid): the env check says so
-                    self.scorer = "builtin:minigrid"
-            elif _atari_builtin_game(self.env):
-                self.scorer = "builtin:atari"
         validated = super().validate()
         if self.frame_view == "auto":
-            self.frame_view = scorer_frame_view(self.scorer) or "grid"
+            family = family_of(self.env)
+            self.frame_view = (family.scorer_frame_view(self.scorer) if family is not None else None) or "grid"
         return validated
-
-
-def minigrid_builtin_scorer(env_id: str, *, seed: int = 0) -> str:
-    """The built-in scorer ``scorer=auto`` picks for a MiniGrid / BabyAI env, from its missions
-    (:func:`~vlmrb_torchrl.envs.minigrid.minigrid_missions`): ``builtin:minigrid`` (frames of the whole grid) when a mission is
-    about reaching the goal (DoorKey, LavaCrossing, MultiRoom, LockedRoom, ...: where the agent stands
-    in the grid is what counts, and the agent-centred view does not show the cell the agent stands on),
-    else ``builtin:minigrid_agent`` (frames of the agent-centred view: what the agent faces, holds and
-    has next to it, which whole-grid frames of 64 px do not show; go to / pick up / open / put next to).
-    Measured on the family (docs/builtin_scorer.md), the model it picks has the better mean F1 of random
-    and mission play on every held-out env and every training env but GoToObject-8x8 and PutNear.
-
-    Examples:
-        >>> minigrid_builtin_scorer("MiniGrid-DoorKey-5x5-v0"), minigrid_builtin_scorer("BabyAI-GoToLocal-v0")
-        ('builtin:minigrid', 'builtin:minigrid_agent')
-    """
-    import re
-
-    from vlmrb_torchrl.envs.minigrid import minigrid_missions
-
-    goal = any(re.search(r"\bgoal\b", mission) for mission in minigrid_missions(env_id, seed=seed))
-    return "builtin:minigrid" if goal else "builtin:minigrid_agent"
-
-
-def scorer_frame_view(scorer: str) -> str | None:
-    """The MiniGrid frames a ``builtin:`` or ``clip:<dir>`` scorer's model was trained on: ``"agent"``
-    (the agent-centred view) for ``builtin:minigrid_agent`` and for models whose ``training.json``
-    says so (``vlmrb build-scorer minigrid_agent``), ``"grid"`` for the other MiniGrid models, ``None``
-    when it cannot tell (another domain's model, a hub id).
-
-    Examples:
-        >>> scorer_frame_view("builtin:minigrid_agent"), scorer_frame_view("builtin:minigrid"), scorer_frame_view("builtin:atari")
-        ('agent', 'grid', None)
-    """
-    kind, _, rest = scorer.partition(":")
-    if kind == "builtin":
-        return {"minigrid": "grid", "minigrid_goal": "grid", "minigrid_agent": "agent"}.get(rest or "minigrid")
-    if kind != "clip":
-        return None
-    report = Path(rest) / "training.json"
-    if not report.is_file():
-        return None
-    try:
-        rendered = json.loads(report.read_text()).get("frames_rendered") or {}
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return None
-    return rendered.get("frame_view")
-
-
-def _atari_builtin_game(env_id: str) -> bool:
-    """Whether ``builtin:atari`` was trained on this ALE id's game (Pong, Breakout)."""
-    return env_id.startswith("ALE/") and env_id.split("/", 1)[1].split("-", 1)[0] in ("Pong", "Breakout")
-
-
-#: The frames ``builtin:lift`` reads and the SAC recipe's default camera on ``robosuite/Lift``: a
-#: :class:`~vlmrb_torchrl.envs.robosuite.PanelView` (:data:`~vlmrb_torchrl.envs.robosuite.ROBOSUITE_VIEWS`) of the two
-#: cameras its models were trained on, :data:`LIFT_PANEL_CAMERAS`, side by side.
-LIFT_SCORER_CAMERA = "front_close+eye_in_hand"
-
-#: The cameras of ``builtin:lift``'s two models, left to right: ``front_close`` (45 cm in front of the cube, where
-#: a lift is plain; ``vlmrb build-scorer lift``) and ``robot0_eye_in_hand`` (the gripper's own camera, where the
-#: cube sits between the finger pads or not; ``vlmrb build-scorer lift_hand``).
-LIFT_PANEL_CAMERAS = ("front_close", "robot0_eye_in_hand")
-
-#: The SAC recipe's per-env defaults (``None`` in :class:`SACConfig`, ``"auto"`` for the scorer): by env
-#: family, the episode limit, the camera the scorer sees, whether the reward is shaped and the default scorer.
-SAC_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
-    # robosuite: a 200-step horizon, agentview frames (Lift: see SAC_TASK_DEFAULTS), the sparse success
-    # reward, builtin:lift
-    "robosuite/": {"max_episode_steps": 200, "camera": "agentview", "reward_shaping": False,
-                   "scorer": "builtin:lift"},
-    # OGBench Scene: OGBench's 750 steps, its pixel camera, its own reward (the subgoal count),
-    # builtin:scene with the task's prompt set
-    "ogbench/": {"max_episode_steps": 750, "camera": "front_pixels", "reward_shaping": True,
-                 "scorer": "builtin:scene"},
-}
-
-#: Per-env exceptions to :data:`SAC_ENV_DEFAULTS`, by exact env name: Lift's scorer frames come from the
-#: close front camera ``builtin:lift`` was trained on.
-SAC_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "robosuite/Lift": {"camera": LIFT_SCORER_CAMERA},
-}
-
-
-def sac_env_family(env: str) -> str | None:
-    """The key of :data:`SAC_ENV_DEFAULTS` ``env`` belongs to (``None``: not a SAC env).
-
-    Examples:
-        >>> sac_env_family("robosuite/Lift"), sac_env_family("ogbench/scene-task3"), sac_env_family("ALE/Pong-v5")
-        ('robosuite/', 'ogbench/', None)
-    """
-    return next((family for family in SAC_ENV_DEFAULTS if env.startswith(family)), None)
-
-
-def sac_env_defaults(env: str) -> dict[str, Any]:
-    """The SAC recipe's defaults for ``env``: its family's (:data:`SAC_ENV_DEFAULTS`) updated by its own
-    (:data:`SAC_TASK_DEFAULTS`); empty for an env the recipe does not take.
-
-    Examples:
-        >>> sac_env_defaults("robosuite/Lift")["camera"], sac_env_defaults("robosuite/Stack")["camera"]
-        ('front_close+eye_in_hand', 'agentview')
-    """
-    family = sac_env_family(env)
-    return {**SAC_ENV_DEFAULTS[family], **SAC_TASK_DEFAULTS.get(env, {})} if family else {}
 
 
 @dataclasses.dataclass
 class SACConfig(RecipeConfig):
     """SAC (twin Q, automatic entropy tuning) with uniform, PER or VLM-guided replay (robosuite, OGBench Scene)."""
+
+    RECIPE: ClassVar[str] = "sac"
 
     # run (SAC defaults differ from the shared ones)
     env: str = _field("robosuite/Lift", "robosuite/<Task> (any robosuite task: Lift, Stack, Door, ...) or "
@@ -605,38 +572,11 @@ class SACConfig(RecipeConfig):
     _UNIT_NUMBERS = (*RecipeConfig._UNIT_NUMBERS, "tau")
     _POSITIVE_NUMBERS = (*RecipeConfig._POSITIVE_NUMBERS, "alpha_init")
 
-    def _resolve(self) -> None:
-        for key, value in sac_env_defaults(self.env).items():  # empty for an env the check below refuses
-            if getattr(self, key) in (None, "auto"):
-                setattr(self, key, value)
-        task = _scene_task(self.env)
-        if task is not None and self.scorer == "builtin:scene":  # the task's prompt set
-            self.scorer = f"builtin:scene-task{task}"
-
     def _checks(self) -> list[tuple[str, bool, str]]:
-        family = sac_env_family(self.env)
-        task = _scene_task(self.env)
-        vlm, scorer = self.replay in ("vlm", "vlm_td"), self.scorer or ""
-        lift_scorer = vlm and scorer == "builtin:lift"
-        scene_scorer = vlm and scorer.startswith("builtin:scene")
-        builtin = lift_scorer or scene_scorer
-        trained_on = LIFT_SCORER_CAMERA if lift_scorer else "front_pixels"
         return [*super()._checks(),
-                ("env", family == "robosuite/" or task is not None,
-                 "robosuite/<Task> (e.g. robosuite/Lift) or ogbench/scene-task1 ... ogbench/scene-task5"),
                 ("env_backend", self.env_backend in ("serial", "parallel"), "'serial' or 'parallel'"),
                 ("async_collection", not (self.async_collection and self.env_backend == "parallel"),
                  "false with env_backend=parallel (the collector process steps the envs itself)"),
-                ("scorer", not lift_scorer or self.env == "robosuite/Lift",
-                 "a scorer for this task (builtin:lift knows Lift's scene only; pass scorer=oracle:robosuite, "
-                 "clip:<dir>, hf:<dir>, openai:<url>#<model> or python:<module>:<callable>)"),
-                ("scorer", not scene_scorer or scorer == f"builtin:scene-task{task}",
-                 f"the scorer of this env's task (builtin:scene on ogbench/scene-task<N> is builtin:scene-task<N>; "
-                 f"env={self.env!r}; pass scorer=oracle:ogbench, clip:<dir>, ... for another env)"),
-                ("camera", not builtin or self.camera == trained_on,
-                 f"{trained_on} with scorer={self.scorer} (the camera it was trained on)"),
-                ("frame_size", not builtin or self.frame_size == 64,
-                 f"64 with scorer={self.scorer} (the frame size it was trained on)"),
                 ("policy_lr", self.policy_lr is None or self.policy_lr > 0, "None or a number > 0"),
                 ("q_lr", self.q_lr is None or self.q_lr > 0, "None or a number > 0"),
                 ("utd_ratio", self.utd_ratio is None or (self.utd_ratio > 0 and self.train_every == 1
@@ -656,27 +596,11 @@ class SACConfig(RecipeConfig):
         return round(frames * self.utd_ratio)
 
 
-def _scene_task(env: str) -> int | None:
-    """The Scene task of an ``ogbench/scene-task<N>`` id, else ``None``."""
-    from vlmrb_torchrl.envs.ogbench import scene_task
-
-    try:
-        return scene_task(env) if env.startswith("ogbench/") else None
-    except ValueError:
-        return None
-
-
 QUICK_PRESETS: dict[str, dict[str, Any]] = {
     # the whole pipeline on DoorKey-5x5 in ~1 min on 2 CPU cores; solving it in 30k frames is seed-dependent.
     # Evaluated at the learning study's epsilon (0.05): at 0.01 a near-greedy DoorKey policy loops
     "dqn": {"total_frames": 30_000, "num_envs": 4, "frames_per_batch": 128, "learning_starts": 2_000,
             "eval_every": 10_000, "eval_episodes": 20, "eval_eps": 0.05, "checkpoint_every": 30_000},
-    # env=ALE/...: the whole pipeline in a few minutes on 2 CPU cores (a Nature-CNN update costs ~50-100 ms of
-    # CPU there), far too short to learn: one evaluation of 4 episodes cut at 500 steps (<= 2,000 steps), a
-    # gallery of <= 1,000 steps
-    "dqn:atari": {"total_frames": 6_400, "num_envs": 8, "frames_per_batch": 128, "learning_starts": 1_000,
-                  "batch_size": 32, "buffer_size": 6_400, "eval_every": 6_400, "eval_episodes": 4, "eval_envs": 4,
-                  "eval_max_episode_steps": 500, "checkpoint_every": 6_400, "gallery_steps": 1_000},
     # a complete small SAC run on robosuite Lift (a few minutes on 2 CPU cores; too short to learn Lift)
     "sac": {"total_frames": 3_000, "num_envs": 2, "frames_per_batch": 100, "learning_starts": 1_000,
             "max_episode_steps": 100, "batch_size": 128, "train_every": 2, "hidden": 128, "eval_every": 3_000,
@@ -685,7 +609,8 @@ QUICK_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def quick_preset(recipe: str, env: str) -> dict[str, Any]:
-    """The ``--quick`` keys of ``recipe`` for ``env`` (``dqn`` on an ALE id: :data:`QUICK_PRESETS`'s ``dqn:atari``).
+    """The ``--quick`` keys of ``recipe`` for ``env``: its family's own preset where it has one (Atari's,
+    :attr:`~vlmrb_torchrl.envs.EnvFamily.quick_preset`), else :data:`QUICK_PRESETS`' for the recipe.
 
     Examples:
         >>> quick_preset("dqn", "ALE/Pong-v5")["eval_max_episode_steps"]
@@ -693,8 +618,10 @@ def quick_preset(recipe: str, env: str) -> dict[str, Any]:
         >>> quick_preset("dqn", "MiniGrid-Empty-5x5-v0")["total_frames"]
         30000
     """
-    key = f"{recipe}:atari" if env.startswith("ALE/") and f"{recipe}:atari" in QUICK_PRESETS else recipe
-    return QUICK_PRESETS[key]
+    family = family_of(env) if isinstance(env, str) else None
+    if family is not None and family.recipe == recipe and family.quick_preset is not None:
+        return dict(family.quick_preset)
+    return QUICK_PRESETS[recipe]
 
 
 def _convert(name: str, text: str, annotation: Any) -> Any:
@@ -742,7 +669,7 @@ def _convert(name: str, text: str, annotation: Any) -> Any:
 def _coerce(name: str, value: Any, annotation: Any) -> Any:
     """Checks a value given as a Python object (a config file, ``config.json``, the Python API) against the field's
     type, converting losslessly (``3e5`` -> ``300000`` for an int, ``1`` -> ``1.0`` for a float, a number -> its text
-    for a str such as ``default_priority``); strings go through the command line's :func:`_convert`.
+    for a str such as ``unscored_priority``); strings go through the command line's :func:`_convert`.
 
     Examples:
         >>> _coerce("total_frames", 3e5, int), _coerce("lr", 1, float), _coerce("stop_at", None, int | None)
@@ -793,8 +720,33 @@ def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def upgrade_keys(values: dict[str, Any], *, quiet: bool = False) -> dict[str, Any]:
+    """``values`` with the keys of :data:`RENAMED_KEYS` under their new names; each old name is reported once
+    per process on stderr (one line naming the new key) unless ``quiet``. Both names at once are refused.
+
+    Examples:
+        >>> upgrade_keys({"vlm_eps": 0.02, "seed": 1}, quiet=True)
+        {'eps': 0.02, 'seed': 1}
+    """
+    out = {}
+    for key, value in values.items():
+        new = RENAMED_KEYS.get(key)
+        if new is None:
+            out[key] = value
+            continue
+        if new in values:
+            raise ConfigError(f"{key} and {new} are the same key ({key} is its old name): give {new} only.")
+        if not quiet and key not in _TOLD:
+            _TOLD.add(key)
+            print(f"vlmrb: {key} is now called {new} (the sampler's name); {key}={value} is read as {new}={value}.",
+                  file=sys.stderr)
+        out[new] = value
+    return out
+
+
 def apply_overrides(cfg: Any, overrides: dict[str, Any] | list[str]) -> Any:
-    """Returns a copy of ``cfg`` with ``key=value`` overrides applied (strings are converted)."""
+    """Returns a copy of ``cfg`` with ``key=value`` overrides applied (strings are converted; old key names,
+    :data:`RENAMED_KEYS`, are read as the new ones)."""
     names = {f.name for f in dataclasses.fields(cfg)}
     hints = _type_hints(type(cfg))
     if isinstance(overrides, list):
@@ -805,6 +757,7 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any] | list[str]) -> Any:
             key, value = item.split("=", 1)
             pairs[key.strip()] = value
         overrides = pairs
+    overrides = upgrade_keys(dict(overrides))
     values = {}
     for key, value in overrides.items():
         if key not in names:

@@ -28,10 +28,11 @@ from torchrl.modules import MLP, ConvNet, EGreedyModule, QValueActor
 from vlmrb_torchrl.modules import OneHotLinear
 from vlmrb_torchrl.recipes.config import DQNConfig
 from vlmrb_torchrl.recipes.dqn_loss import DoubleDQNLoss
-from vlmrb_torchrl.recipes.envs import env_factory, is_minigrid, make_collector, minigrid_actions, probe_env
+from vlmrb_torchrl.envs.family import family_of
+from vlmrb_torchrl.recipes.envs import env_factory, make_collector, probe_env
 from vlmrb_torchrl.recipes.gallery import attach_run_gallery, clip_gallery
 from vlmrb_torchrl.recipes.loop import Training
-from vlmrb_torchrl.recipes.replay import importance_weighted, make_replay, reads_mission
+from vlmrb_torchrl.recipes.replay import importance_weighted, make_replay
 from vlmrb_torchrl.recipes.checkpoint import checkpointed_modules, resume_counters
 from vlmrb_torchrl.recipes.run import Run, start_run
 from vlmrb_torchrl.recipes.run_dir import make_run_dir, prepare_run_dir, release_run_dir
@@ -132,7 +133,7 @@ class EGreedyQPolicy(TensorDictSequential):
     A TensorDict policy like any other (same modules, same ``state_dict``); :meth:`act` computes
     its outputs without the per-module TensorDict plumbing, which costs several times the
     network's own forward pass on a batch of 8 observations. The collectors that step arrays
-    (:class:`~vlmrb_torchrl.envs.minigrid.BatchedMiniGridCollector`) call it.
+    (:class:`~vlmrb_torchrl.envs.minigrid.env.BatchedMiniGridCollector`) call it.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -207,16 +208,10 @@ def main(cfg: DQNConfig) -> dict:
         # (or env id, below) fails with a ConfigError before the run directory is written
         start = cleanup.enter_context(start_run(cfg))
 
-        # --- envs: the agent sees symbolic (MiniGrid) or stacked grey (Atari) observations;
-        # frames for the VLM are rendered only when the scorer reads them
+        # --- envs: the agent sees symbolic (MiniGrid) or stacked grey (Atari) observations, as the env's
+        # family maps the config to its factory; frames for the VLM are rendered only when the scorer reads them
         env_kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
-        actions = minigrid_actions(cfg.env, cfg.actions)
-        if actions is not None:
-            env_kwargs["actions"] = actions
-        if is_minigrid(cfg.env):
-            env_kwargs.update(observation=cfg.observation, view=cfg.view, frame_view=cfg.frame_view)
-            if reads_mission(start.scorer):  # builtin:minigrid scores each clip with its episode's mission
-                env_kwargs["write_mission"] = True
+        env_kwargs.update(family_of(cfg.env).env_kwargs(cfg, scorer=start.scorer))
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, **env_kwargs)
         eval_limit = min((n for n in (cfg.max_episode_steps, cfg.eval_max_episode_steps) if n is not None), default=None)
         eval_env_fn = env_factory(cfg.env, train=False, render=False,
@@ -295,5 +290,5 @@ def main(cfg: DQNConfig) -> dict:
             gallery = clip_gallery(
                 run.dir / "gallery", scorer=start.scorer,
                 make_env=env_factory(cfg.env, train=False, render=True, **env_kwargs), policy=eval_policy,
-                clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, steps=cfg.gallery_steps)
+                clip_spec=cfg.clip_spec(), clips=cfg.gallery_clips, seed=cfg.seed, steps=cfg.gallery_steps)
         return run.write_summary(counters, training.metrics_last, gallery)

@@ -1,17 +1,19 @@
-"""The recipes' env and collector factories (MiniGrid, Atari, robosuite, OGBench Scene)."""
+"""The recipes' env and collector factories, for any registered env family (:mod:`vlmrb_torchrl.envs.family`)."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable
 
-__all__ = ["env_factory", "probe_env", "has_batched_env", "is_atari", "is_minigrid", "make_batched_env",
-           "minigrid_actions", "make_collector"]
+from vlmrb_torchrl.envs.family import EnvFamily, families, family_of, load
+
+__all__ = ["env_factory", "probe_env", "has_batched_env", "make_batched_env", "make_collector"]
 
 
 def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> Callable[[], Any]:
-    """A picklable zero-argument env constructor for MiniGrid (``MiniGrid-*``, ``BabyAI-*``), ALE,
-    robosuite (``robosuite/<Task>``) or OGBench Scene (``ogbench/scene-task<N>``) ids.
+    """A picklable zero-argument env constructor for ``env_id``, from its family
+    (:func:`~vlmrb_torchrl.envs.family_of`: MiniGrid ``MiniGrid-*`` / ``BabyAI-*``, Atari ``ALE/<Game>-v5``,
+    robosuite ``robosuite/<Task>``, OGBench Scene ``ogbench/scene-task<N>``, or a registered one).
 
     Args:
         env_id (str): the env id.
@@ -22,38 +24,20 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
         **kwargs: passed to the env's constructor.
 
     Raises:
-        ConfigError: ``env_id`` is of no supported family (a ``ValueError``).
+        ConfigError: ``env_id`` is of no registered family (a ``ValueError``).
 
     Examples:
         >>> env_factory("CartPole-v1")
         Traceback (most recent call last):
         ...
-        vlmrb_torchrl.recipes.config.ConfigError: env='CartPole-v1' is not supported: ...
+        vlmrb_torchrl.recipes.config.ConfigError: env='CartPole-v1' is not supported: use ...
     """
     from vlmrb_torchrl.recipes.config import ConfigError
 
-    if env_id.startswith("robosuite/"):
-        from vlmrb_torchrl.envs.robosuite import make_robosuite_env
-
-        return functools.partial(make_robosuite_env, env_id, render=render, **kwargs)
-    if env_id.startswith("ogbench/"):
-        from vlmrb_torchrl.envs.ogbench import make_ogbench_env, scene_task
-
-        scene_task(env_id)  # an unknown id fails here, not in a collector's worker
-        return functools.partial(make_ogbench_env, env_id, render=render, **kwargs)
-    if is_minigrid(env_id):
-        from vlmrb_torchrl.envs.minigrid import make_minigrid_env
-
-        return functools.partial(make_minigrid_env, env_id, render=render, **kwargs)
-    if is_atari(env_id):
-        from vlmrb_torchrl.envs.atari import make_atari_env
-
-        return functools.partial(make_atari_env, env_id, train=train, render=render, **kwargs)
-    raise ConfigError(
-        f"env={env_id!r} is not supported: use a MiniGrid id (e.g. MiniGrid-DoorKey-6x6-v0) "
-        "an Atari id (e.g. ALE/Pong-v5), robosuite/<Task> (e.g. robosuite/Lift) or ogbench/scene-task<N> "
-        "(OGBench Scene, N = 1..5)."
-    )
+    family = family_of(env_id)
+    if family is None:
+        raise ConfigError(f"env={env_id!r} is not supported: use " + ", ".join(f.id_help for f in families()) + ".")
+    return family.env_fn(env_id, train=train, render=render, **kwargs)
 
 
 def probe_env(env_fn: Callable[[], Any], env_id: str) -> Any:
@@ -75,36 +59,17 @@ def probe_env(env_fn: Callable[[], Any], env_id: str) -> Any:
         raise ConfigError(f"env={env_id!r}: {err}") from err
 
 
-def is_minigrid(env_id: str) -> bool:
-    """Whether ``env_id`` is a MiniGrid (or BabyAI) id.
-
-    Examples:
-        >>> is_minigrid("MiniGrid-DoorKey-8x8-v0"), is_minigrid("ALE/Pong-v5")
-        (True, False)
-    """
-    return env_id.startswith(("MiniGrid-", "BabyAI-"))
-
-
-def is_atari(env_id: str) -> bool:
-    """Whether ``env_id`` is an ALE id (``ALE/<Game>-v5``).
-
-    Examples:
-        >>> is_atari("ALE/Pong-v5"), is_atari("MiniGrid-DoorKey-8x8-v0")
-        (True, False)
-    """
-    return env_id.startswith("ALE/")
-
-
 def make_batched_env(env_fn: Callable[[], Any], num_envs: int, *, parallel: bool = False):
     """``num_envs`` copies of ``env_fn``'s env stepped together.
 
-    A MiniGrid factory from :func:`env_factory` gives a
-    :class:`~vlmrb_torchrl.envs.minigrid.BatchedMiniGridEnv` (the data ``SerialEnv`` gives, with
-    less overhead per step), an Atari one a :class:`~vlmrb_torchrl.envs.atari.BatchedAtariEnv`
-    (ale-py's vector env: the emulator in C++ threads, one RGB screen per step for the agent's
-    gray stack and the scorer's frame; ``parallel`` is ignored: it steps in parallel already);
-    any other factory a ``SerialEnv``, or a ``ParallelEnv`` (one process per copy) with
-    ``parallel=True``. See :func:`has_batched_env`.
+    A factory from :func:`env_factory` whose family has a batched env class of its own
+    (:attr:`~vlmrb_torchrl.envs.EnvFamily.batched_env`) gives that class: MiniGrid's
+    :class:`~vlmrb_torchrl.envs.BatchedMiniGridEnv` (the data ``SerialEnv`` gives, with less overhead per
+    step), Atari's :class:`~vlmrb_torchrl.envs.BatchedAtariEnv` (ale-py's vector env: the emulator in C++
+    threads, one RGB screen per step for the agent's gray stack and the scorer's frame). Any other
+    factory gives a ``SerialEnv``, or a ``ParallelEnv`` (one process per copy) with ``parallel=True``,
+    which also replaces a batched class that steps its copies in one thread (a class with
+    ``steps_in_parallel = True`` is kept). See :func:`has_batched_env`.
 
     Examples:
         >>> type(make_batched_env(env_factory("MiniGrid-DoorKey-5x5-v0"), 2)).__name__
@@ -113,7 +78,7 @@ def make_batched_env(env_fn: Callable[[], Any], num_envs: int, *, parallel: bool
     from torchrl.envs import ParallelEnv, SerialEnv
 
     batched = _batched_env_class(env_fn)
-    if batched is not None and not (parallel and batched.__name__ == "BatchedMiniGridEnv"):
+    if batched is not None and not (parallel and not getattr(batched, "steps_in_parallel", False)):
         return batched(num_envs, *env_fn.args, **env_fn.keywords)
     return _closing_keeps_threads(ParallelEnv if parallel else SerialEnv)(num_envs, env_fn)
 
@@ -145,10 +110,10 @@ def _closing_keeps_threads(base: type) -> type:
 
 
 def has_batched_env(env_fn: Callable[[], Any]) -> bool:
-    """Whether :func:`make_batched_env` steps ``env_fn``'s copies in an env class of its own (MiniGrid,
-    Atari) rather than in a ``SerialEnv``. For Atari that class also preprocesses frames its own way
-    (see :class:`~vlmrb_torchrl.envs.atari.BatchedAtariEnv`): evaluations and galleries use it, with
-    one copy if need be, so that the agent sees what it saw in training.
+    """Whether :func:`make_batched_env` steps ``env_fn``'s copies in an env class of its family's own (MiniGrid,
+    Atari) rather than in a ``SerialEnv``. Such a class may preprocess frames its own way (Atari's,
+    :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`): evaluations and galleries use it, with one copy if
+    need be, so that the agent sees what it saw in training.
 
     Examples:
         >>> has_batched_env(env_factory("MiniGrid-DoorKey-5x5-v0")), has_batched_env(lambda: None)
@@ -157,32 +122,17 @@ def has_batched_env(env_fn: Callable[[], Any]) -> bool:
     return _batched_env_class(env_fn) is not None
 
 
+def _env_family(env_fn: Any) -> EnvFamily | None:
+    """The family of a factory :func:`env_factory` made (a ``functools.partial`` of its family's env factory)."""
+    if not isinstance(env_fn, functools.partial) or not env_fn.args or not isinstance(env_fn.args[0], str):
+        return None
+    family = family_of(env_fn.args[0])
+    return family if family is not None and env_fn.func is load(family.env_factory) else None
+
+
 def _batched_env_class(env_fn):
-    if not isinstance(env_fn, functools.partial):
-        return None
-    from vlmrb_torchrl.envs.atari import BatchedAtariEnv, make_atari_env
-    from vlmrb_torchrl.envs.minigrid import BatchedMiniGridEnv, make_minigrid_env
-
-    return {make_minigrid_env: BatchedMiniGridEnv, make_atari_env: BatchedAtariEnv}.get(env_fn.func)
-
-
-def minigrid_actions(env_id: str, actions: str) -> tuple[str, ...] | None:
-    """The ``actions=`` of a MiniGrid env for the config value ``actions`` (auto | all | a,b,c);
-    ``None`` (all actions, or not a MiniGrid id) means the env's full action set.
-
-    Examples:
-        >>> minigrid_actions("MiniGrid-Empty-5x5-v0", "left, right,forward")
-        ('left', 'right', 'forward')
-        >>> minigrid_actions("ALE/Pong-v5", "auto") is None
-        True
-    """
-    if not is_minigrid(env_id) or actions == "all":
-        return None
-    if actions == "auto":
-        from vlmrb_torchrl.envs.minigrid import DOORKEY_ACTIONS
-
-        return DOORKEY_ACTIONS if "DoorKey" in env_id else None
-    return tuple(name.strip() for name in actions.split(",") if name.strip())
+    family = _env_family(env_fn)
+    return None if family is None or family.batched_env is None else load(family.batched_env)
 
 
 def make_collector(env_fn, policy, *, num_envs: int, frames_per_batch: int, total_frames: int, seed: int,
@@ -193,20 +143,20 @@ def make_collector(env_fn, policy, *, num_envs: int, frames_per_batch: int, tota
     from a checkpoint re-creates exactly the collector the uninterrupted run re-created there.
     ``parallel=True`` steps each env in its own process (``ParallelEnv``).
 
-    MiniGrid copies stepped in this process with a policy that acts on tensors (``policy.act``,
-    e.g. the DQN recipe's :class:`~vlmrb_torchrl.recipes.dqn.EGreedyQPolicy`) get a
-    :class:`~vlmrb_torchrl.envs.minigrid.BatchedMiniGridCollector` (TorchRL's ``Collector``'s
-    batches, ~4x less overhead per step); everything else TorchRL's ``Collector``.
+    Copies stepped in this process in a family's batched env, with a policy that acts on tensors
+    (``policy.act``, e.g. the DQN recipe's :class:`~vlmrb_torchrl.recipes.dqn.EGreedyQPolicy`), get the
+    family's collector where it has one (MiniGrid's
+    :class:`~vlmrb_torchrl.envs.minigrid.env.BatchedMiniGridCollector`: TorchRL's ``Collector``'s batches,
+    ~4x less overhead per step); everything else TorchRL's ``Collector``.
     """
     env = make_batched_env(env_fn, num_envs, parallel=parallel)
     env.set_seed(seed * 1_000_003 + env_steps)
     remaining = total_frames - env_steps
     total = -(-remaining // frames_per_batch) * frames_per_batch
-    if init_random_frames == 0 and callable(getattr(policy, "act", None)):
-        from vlmrb_torchrl.envs.minigrid import BatchedMiniGridCollector, BatchedMiniGridEnv
-
-        if isinstance(env, BatchedMiniGridEnv):
-            return BatchedMiniGridCollector(env, policy, frames_per_batch=frames_per_batch, total_frames=total)
+    family = _env_family(env_fn)
+    if init_random_frames == 0 and callable(getattr(policy, "act", None)) and family is not None \
+            and family.batched_collector is not None and isinstance(env, load(family.batched_env)):
+        return load(family.batched_collector)(env, policy, frames_per_batch=frames_per_batch, total_frames=total)
     from torchrl.collectors import Collector
 
     kwargs = {"init_random_frames": init_random_frames} if init_random_frames > 0 else {}

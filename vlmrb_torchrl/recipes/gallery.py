@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from vlmrb_torchrl.clip_scoring import make_clip_scoring
-from vlmrb_torchrl.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.scoring.clip_scoring import make_clip_scoring
+from vlmrb_torchrl.scoring.clips import ClipBatch, ClipSpec
 from vlmrb_torchrl.recipes.envs import has_batched_env, make_batched_env
 from vlmrb_torchrl.recipes.evaluate import on_env_device
 from vlmrb_torchrl.recipes.replay import FRAME_KEY, needs_frames
@@ -52,7 +52,7 @@ class RunGallery:
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from vlmrb_torchrl.clips import ClipBatch
+        >>> from vlmrb_torchrl.scoring.clips import ClipBatch
         >>> gallery = RunGallery(1, capacity=100, clip_len=2)
         >>> clips = TensorDict({"pixels": torch.zeros(3, 2, 4, 4, 3, dtype=torch.uint8),
         ...                     "mask": torch.ones(3, 2, dtype=torch.bool),
@@ -148,10 +148,12 @@ def save_gif(path: Path, frames: torch.Tensor, title: str, subtitle: str = "") -
 
 
 @torch.no_grad()
-def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clips: int, seed: int,
+def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_spec: ClipSpec, clips: int, seed: int,
                  episodes: int = 6, steps: int = 2_000) -> list[Path]:
     """Scores clips from a few rendered evaluation episodes and saves the top/bottom ``clips`` as GIFs:
     the gallery of a scorer that reads no frames (its training clips carry none; see :class:`RunGallery`).
+    The clips are cut as the run's training clips are (``clip_spec``: the run's
+    :meth:`~vlmrb_torchrl.recipes.config.RecipeConfig.clip_spec`).
 
     Plays at most ``episodes`` episodes and ``steps`` env steps in all: an episode still running
     when the budget is spent is cut there (its clips so far count). Each GIF carries its score and
@@ -163,8 +165,8 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
     env.set_seed(seed)
     # the GIFs read clips[FRAME_KEY] inline (not pooled), also when the scorer reads no frames
     extra_keys = [] if needs_frames(scorer) else [FRAME_KEY]
-    stream, transform = make_clip_scoring(scorer, ClipSpec(clip_len=clip_len), frame_key=FRAME_KEY,
-                                          pool_frames=False, extra_keys=extra_keys)
+    stream, transform = make_clip_scoring(scorer, clip_spec, frame_key=FRAME_KEY, pool_frames=False,
+                                          extra_keys=extra_keys)
     batches = []
     offset = 0
     for episode in range(episodes):
@@ -190,7 +192,7 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_len: int, clip
     prompt = getattr(scorer, "prompt", "") or ""
     for rank, (kind, i) in enumerate(picks):
         shown = batch.clips["mask"][i].clone()
-        shown[clip_len:] = True  # the outcome frame after the last step, when the stream carries one
+        shown[clip_spec.clip_len:] = True  # the outcome frame after the last step, when the stream carries one
         frames = batch.clips[FRAME_KEY][i][shown]
         path = out_dir / f"{kind}_{rank % clips if clips else rank}_score{scores[i]:.2f}.gif"
         save_gif(path, frames, f"score {scores[i]:.2f} (evaluation episode)", prompt)

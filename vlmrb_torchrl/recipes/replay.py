@@ -23,12 +23,12 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey, expand_as_right, unravel_key
 from torchrl.data import LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
 
-from vlmrb_torchrl.clip_scoring import reads_frames
+from vlmrb_torchrl.scoring.clip_scoring import reads_frames
 from vlmrb_torchrl.scorers.base import scorer_stats
 
 __all__ = ["FRAME_KEY", "VLM_MODES", "Replay", "UniformReplay", "PrioritizedReplay", "VLMReplay", "make_replay",
-           "make_scorer_from_config", "uses_scorer", "importance_weighted", "needs_frames", "sample_tensordict", "scorer_task_kwargs",
-           "reads_mission", "scorer_checks", "MISSION_KEY"]
+           "make_scorer_from_config", "uses_scorer", "importance_weighted", "needs_frames", "sample_tensordict",
+           "scorer_task_kwargs", "scorer_checks"]
 
 #: Where the recipe envs write rendered frames (when the scorer reads them).
 FRAME_KEY = "pixels"
@@ -48,17 +48,17 @@ def uses_scorer(replay: str) -> bool:
 
 def importance_weighted(cfg) -> bool:
     """Whether the replay's samples carry importance weights that can differ from 1: PER, and VLM-RB with
-    ``vlm_beta > 0``. VLM-RB with ``vlm_beta=0`` (the default, the paper's setting) weights every draw by 1, so
+    ``beta > 0``. VLM-RB with ``beta=0`` (the default, the paper's setting) weights every draw by 1, so
     the recipes' losses take plain means (the same numbers, bit for bit, without the weighting's operations).
 
     Examples:
         >>> from vlmrb_torchrl.recipes.config import DQNConfig
-        >>> importance_weighted(DQNConfig(replay="vlm")), importance_weighted(DQNConfig(replay="vlm", vlm_beta=0.4))
+        >>> importance_weighted(DQNConfig(replay="vlm")), importance_weighted(DQNConfig(replay="vlm", beta=0.4))
         (False, True)
         >>> importance_weighted(DQNConfig(replay="per"))
         True
     """
-    return not (uses_scorer(cfg.replay) and cfg.vlm_beta == 0)
+    return not (uses_scorer(cfg.replay) and cfg.beta == 0)
 
 
 def needs_frames(scorer) -> bool:
@@ -72,27 +72,10 @@ def needs_frames(scorer) -> bool:
     return scorer is not None and reads_frames(scorer, FRAME_KEY)
 
 
-#: What :func:`scorer_task_kwargs` tells ``builtin:minigrid`` of the task; the env writes each step's
-#: mission under this key when the scorer reads it.
-MISSION_KEY = "mission"
-
-
 def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
-    """What the recipe tells ``builtin:minigrid`` (and ``builtin:minigrid_agent``) about its MiniGrid / BabyAI task, so that its
-    checks follow the task (:mod:`vlmrb_torchrl.scorers.minigrid_prompts`):
-
-    - the env's mission as ``task=`` when every episode has the same one (DoorKey, Unlock, Empty,
-      ...: one prompt set, derived from it);
-    - ``mission_key="mission"`` when the mission changes from episode to episode (GoToObject,
-      Fetch, most BabyAI levels, ...): the envs then write each step's mission
-      (:func:`reads_mission`) and each clip is scored with its own mission's checks.
-
-    plus ``doors=False`` when no layout of those episodes has a door (single rooms: GoToObj, PutNext,
-    Fetch, LavaCrossing, ...), so that the door checks a mission only implies are left out.
-
-    Nothing for other scorers and envs, or when the config gives the scorer a prompt, a prompt
-    set, a task or a mission key itself (or ``doors``). The first 8 episodes decide (seeds from
-    ``cfg.seed``).
+    """What the recipe tells its scorer about the task of ``cfg.env``: the env family's
+    (:meth:`~vlmrb_torchrl.envs.EnvFamily.scorer_task_kwargs`; MiniGrid tells ``builtin:minigrid`` the mission),
+    nothing for an env of no family.
 
     Examples:
         >>> from vlmrb_torchrl.recipes.config import DQNConfig
@@ -103,19 +86,10 @@ def scorer_task_kwargs(cfg: Any) -> dict[str, Any]:
         >>> scorer_task_kwargs(DQNConfig(env="BabyAI-GoToLocal-v0", scorer="oracle:minigrid"))
         {}
     """
-    from vlmrb_torchrl.envs.minigrid import minigrid_has_doors, minigrid_missions
-    from vlmrb_torchrl.recipes.envs import is_minigrid
-    from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
+    from vlmrb_torchrl.envs.family import family_of
 
-    given = dict(cfg.scorer_kwargs or {})
-    if cfg.scorer not in [f"builtin:{name}" for name in MISSION_MODELS] or not is_minigrid(cfg.env) or cfg.prompt is not None or any(
-            k in given for k in ("task", "prompt", "prompt_set", "mission_key")):
-        return {}
-    missions = minigrid_missions(cfg.env, seed=cfg.seed)
-    told = {"task": missions[0]} if len(missions) == 1 else {"mission_key": MISSION_KEY}
-    if "doors" not in given and not minigrid_has_doors(cfg.env, seed=cfg.seed):
-        told["doors"] = False
-    return told
+    family = family_of(cfg.env)
+    return {} if family is None else family.scorer_task_kwargs(cfg)
 
 
 def resolved_threshold(cfg: Any) -> float | None:
@@ -129,11 +103,6 @@ def resolved_threshold(cfg: Any) -> float | None:
         (0.95, None)
     """
     return cfg.decision_threshold() if cfg.threshold == "auto" else cfg.threshold
-
-
-def reads_mission(scorer: Any) -> bool:
-    """Whether ``scorer`` reads each clip's mission (the envs must then write it: ``write_mission=True``)."""
-    return scorer is not None and MISSION_KEY in list(getattr(scorer, "in_keys", []))
 
 
 def scorer_checks(scorer: Any) -> dict[str, Any] | None:
@@ -460,7 +429,8 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
 
     Keyword Args:
         generator (torch.Generator): the buffer's sampling generator.
-        updates (int): gradient updates of the whole run (the default VLM warm-up is half of them).
+        updates (int): gradient updates of the whole run (the sampler's default warm-up is half of them:
+            :meth:`~vlmrb_torchrl.recipes.config.RecipeConfig.sampler_kwargs`).
         scorer: the VLM modes' scorer (see :func:`make_scorer_from_config`).
     """
     storage = LazyTensorStorage(cfg.buffer_size)  # CPU: TorchRL's PyPI wheel has no CUDA trees
@@ -473,22 +443,14 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
                                                         generator=generator))
     if cfg.replay not in VLM_MODES:
         raise ValueError(f"replay={cfg.replay!r} is not a replay mode: use uniform, per, {' or '.join(VLM_MODES)}.")
-    from vlmrb_torchrl.buffer import make_vlm_replay_buffer
-    from vlmrb_torchrl.clips import ClipSpec
+    from vlmrb_torchrl.replay.buffer import make_vlm_replay_buffer
 
-    default = cfg.default_priority if cfg.default_priority in ("mean", "max") else float(cfg.default_priority)
-    warmup = cfg.vlm_warmup if cfg.vlm_warmup is not None else max(1, updates // 2)
     buffer = make_vlm_replay_buffer(
         cfg.buffer_size, scorer, on_scorer_error=cfg.on_scorer_error,
-        max_consecutive_scorer_errors=cfg.max_consecutive_scorer_errors,
-        clip_spec=ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames,
-                           assign=cfg.clip_assign),
+        max_consecutive_scorer_errors=cfg.max_consecutive_scorer_errors, clip_spec=cfg.clip_spec(),
         storage=storage, batch_size=cfg.batch_size, generator=generator, frame_key=FRAME_KEY,
         backend=cfg.scorer_backend, scorer_options=_ray_options(cfg) if cfg.scorer_backend == "ray" else None,
-        sampler_kwargs={"lambda_max": cfg.lambda_max, "warmup": warmup, "threshold": resolved_threshold(cfg),
-                        "eps": cfg.vlm_eps, "beta": cfg.vlm_beta, "unscored_priority": default,
-                        "max_oversampling": cfg.max_oversampling, "spread": cfg.vlm_spread,
-                        "td_boost": cfg.replay == "vlm_td", "alpha": cfg.per_alpha},
+        sampler_kwargs=cfg.sampler_kwargs(updates),
     )
     return VLMReplay(buffer, sync=not cfg.async_scoring, drain_timeout=cfg.scorer_drain_timeout)
 

@@ -169,7 +169,7 @@ def _writer_state(writer: Any) -> dict[str, int]:
 
 
 def _save_sampler(sampler: Any, n: int, tensors: dict[str, Any]) -> dict[str, Any]:
-    from vlmrb_torchrl.sampler import VLMPrioritizedSampler
+    from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
 
     if isinstance(sampler, VLMPrioritizedSampler):
         state = sampler.state_dict()
@@ -195,7 +195,7 @@ def _save_sampler(sampler: Any, n: int, tensors: dict[str, Any]) -> dict[str, An
 
 
 def _load_sampler(sampler: Any, meta: dict[str, Any], tensors: dict[str, Any], n: int) -> None:
-    from vlmrb_torchrl.sampler import VLMPrioritizedSampler
+    from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
 
     kind = meta["kind"]
     if kind == "vlm":

@@ -29,7 +29,7 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal
 
-from vlmrb_torchrl.clips import ClipSpec
+from vlmrb_torchrl.envs.family import family_of
 from vlmrb_torchrl.modules import EnsembleMLP
 from vlmrb_torchrl.recipes.config import SACConfig
 from vlmrb_torchrl.recipes.envs import env_factory, make_collector, probe_env
@@ -99,14 +99,15 @@ def main(cfg: SACConfig) -> dict:
         # --- envs: the agent sees proprio + object state; camera frames for the VLM are rendered only
         # when the scorer reads them, and then only on the steps some clip sends to it (the env's
         # defaults, e.g. its camera and episode limit, were filled in by cfg.validate())
-        spec = ClipSpec(clip_len=cfg.clip_len, stride=cfg.clip_stride, frames=cfg.clip_frames, assign=cfg.clip_assign)
+        spec = cfg.clip_spec()
         # seed: robosuite draws the scene (Lift: the cube's size) when it builds the model, before any
         # set_seed; an unseeded build made two runs of one seed differ from the first update on
         env_kwargs = {"max_episode_steps": cfg.max_episode_steps, "camera": cfg.camera, "frame_size": cfg.frame_size,
-                      "fast_render": cfg.fast_render, "reward_shaping": cfg.reward_shaping, "seed": cfg.seed}
+                      "fast_render": cfg.fast_render, "reward_shaping": cfg.reward_shaping, "seed": cfg.seed,
+                      **family_of(cfg.env).env_kwargs(cfg, scorer=start.scorer)}
         render_steps = None
         if start.needs_frames and cfg.render_clip_frames_only:
-            from vlmrb_torchrl.envs.robosuite import ClipRenderSteps
+            from vlmrb_torchrl.envs import ClipRenderSteps
 
             render_steps = ClipRenderSteps(spec, horizon=cfg.max_episode_steps)
         train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, render_steps=render_steps,
@@ -188,6 +189,6 @@ def main(cfg: SACConfig) -> dict:
             gallery = clip_gallery(
                 run.dir / "gallery", scorer=start.scorer,
                 make_env=env_factory(cfg.env, train=False, render=True, **env_kwargs), policy=eval_policy,
-                clip_len=cfg.clip_len, clips=cfg.gallery_clips, seed=cfg.seed, episodes=2, steps=cfg.gallery_steps)
+                clip_spec=spec, clips=cfg.gallery_clips, seed=cfg.seed, episodes=2, steps=cfg.gallery_steps)
         return run.write_summary(counters, {**training.metrics_last, "q_ceiling_exceeded_at": ceiling.exceeded_at},
                                  gallery)

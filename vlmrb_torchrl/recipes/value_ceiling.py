@@ -22,7 +22,7 @@ class SoftValueCeiling:
     Critics whose batch mean
     (``q_value``) stays above that ceiling by more than ``tolerance * max(|r_min|, |r_max|, 1) / (1 -
     gamma)`` for ``patience`` checks in a row are diverging — as SAC's did on OGBench Scene under the
-    paper's uncapped, TD-boosted VLM-RB sampler (``docs/results.md``), while ``alpha`` climbed with
+    paper's uncapped, TD-boosted VLM-RB sampler (``studies/results.md``), while ``alpha`` climbed with
     them. There is no such floor: the entropy has no lower bound.
 
     Keyword Args:

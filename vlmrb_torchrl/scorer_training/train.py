@@ -2,13 +2,12 @@
 
 :func:`build_scorer` takes a :class:`~vlmrb_torchrl.scorer_training.domains.Domain` (what is
 environment-specific: how frames are generated, the statements a state makes true, their
-wordings, the validation questions, the model card's description; ``"minigrid"`` and ``"lift"``
-ship), generates frames, captions them from the simulator's state, trains a transformers
+wordings, the validation questions, the model card's description; each env family supplies
+its own), generates frames, captions them from the simulator's state, trains a transformers
 ``CLIPModel`` on one CPU thread (or a GPU: ``BuildConfig.device``) and saves it with ``save_pretrained``, its tokenizer and
 processor, ``training.json`` (the recipe and metrics) and ``MODEL_CARD.md``. The directory loads
-with ``make_scorer("clip:DIR")`` and ``HF_HUB_OFFLINE=1``. :func:`build_minigrid_scorer` is the
-MiniGrid build (``builtin:minigrid``), :func:`build_lift_scorer` the robosuite Lift one
-(``builtin:lift``).
+with ``make_scorer("clip:DIR")`` and ``HF_HUB_OFFLINE=1``. The domains are the env families'
+(:data:`~vlmrb_torchrl.scorer_training.domains.DOMAINS`, e.g. ``vlmrb_torchrl/envs/minigrid/domain.py``).
 
 The loss: every true caption of a frame must beat every false one,
 ``softplus(logsumexp(false captions) - true caption)`` averaged over the frame's true captions,
@@ -40,21 +39,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlmrb_torchrl.scorer_training.captions import Statement
-from vlmrb_torchrl.scorer_training.data import TRAIN_LAYOUTS, FrameSet, Layout
-from vlmrb_torchrl.scorer_training.domains import (DOMAINS, MINIGRID_QUESTIONS, BuildConfig, Domain, get_domain,
-                                                   load_frames, minigrid_domain, save_frames)
+from vlmrb_torchrl.scorer_training.domains import (DOMAINS, BuildConfig, Domain, FrameSet, Statement, get_domain,
+                                                   load_frames, save_frames)
 from vlmrb_torchrl.scorer_training.model import MODEL_SIZES, build_model, build_processor, build_tokenizer
 
-__all__ = ["BuildConfig", "build_scorer", "build_minigrid_scorer", "build_lift_scorer", "QUESTIONS", "weights_sha256",
-           "resolve_device", "BUILD_MARKER", "check_build_dir"]
+__all__ = ["BuildConfig", "build_scorer", "weights_sha256", "resolve_device", "BUILD_MARKER", "check_build_dir"]
 
 #: Written into every directory a build saves a model to, with the build's id (also in its ``training.json``): what
 #: lets the next build write over that model's files without ``overwrite=True`` (``--overwrite``).
 BUILD_MARKER = ".vlmrb-scorer"
-
-#: MiniGrid's frame-level validation questions (see :data:`~vlmrb_torchrl.scorer_training.domains.MINIGRID_QUESTIONS`).
-QUESTIONS = MINIGRID_QUESTIONS
 
 
 def resolve_device(device: str) -> torch.device:
@@ -390,52 +383,6 @@ def build_scorer(
         return _build(out, cfg, domain, say, command, None if cache is None else Path(cache), device, workers)
     finally:
         torch.set_num_threads(threads)
-
-
-def build_minigrid_scorer(
-    out_dir: str | Path,
-    config: BuildConfig | None = None,
-    *,
-    layouts: tuple[Layout, ...] = TRAIN_LAYOUTS,
-    log: Callable[[str], None] | None = print,
-    command: str | None = None,
-) -> dict[str, Any]:
-    """Generates captioned MiniGrid frames, trains a small CLIP and saves it to ``out_dir`` (``builtin:minigrid``).
-
-    :func:`build_scorer` with the MiniGrid domain; ``layouts`` is its training mixture
-    (defaults to :data:`~vlmrb_torchrl.scorer_training.data.TRAIN_LAYOUTS`). The defaults rebuild
-    the shipped model.
-
-    Examples:
-        >>> import tempfile
-        >>> from vlmrb_torchrl.scorers import make_scorer
-        >>> out = tempfile.mkdtemp()
-        >>> cfg = BuildConfig(frames=300, steps=2, batch_size=16, size="micro", held_out_frames=0)
-        >>> report = build_minigrid_scorer(out, cfg, log=None)
-        >>> scorer = make_scorer(f"clip:{out}", prompt="the agent holds the yellow key",
-        ...                      negatives=["the key is on the floor"])
-        >>> scorer.provenance["model_type"]
-        'clip'
-    """
-    return build_scorer(minigrid_domain(layouts), out_dir, config, log=log, command=command)
-
-
-def build_lift_scorer(
-    out_dir: str | Path,
-    config: BuildConfig | None = None,
-    *,
-    log: Callable[[str], None] | None = print,
-    command: str | None = None,
-    cache: str | Path | None = None,
-) -> dict[str, Any]:
-    """Generates captioned robosuite Lift frames, trains a small CLIP and saves it to ``out_dir`` (``builtin:lift``'s
-    front-camera model).
-
-    :func:`build_scorer` with the Lift domain (``front_close`` fast frames at 64 px, the left panel of the SAC
-    recipe's Lift frames, :mod:`~vlmrb_torchrl.scorer_training.lift`); robosuite is needed. The defaults rebuild the
-    shipped model; ``build_scorer("lift_hand", ...)`` builds the gripper-camera one.
-    """
-    return build_scorer("lift", out_dir, config, log=log, command=command, cache=cache)
 
 
 def _frames(domain: Domain, cfg: BuildConfig, cache: Path | None, say, workers: int = 1) -> FrameSet:

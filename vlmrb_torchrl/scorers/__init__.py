@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # imported lazily at run time: see __getattr__
     from vlmrb_torchrl.scorers.builtin import MINIGRID_PROMPT_SET, builtin_model_dir, make_builtin_scorer
     from vlmrb_torchrl.scorers.distill import ClipStudent, DistilledScorer
     from vlmrb_torchrl.scorers.openai import OpenAIScorer, OpenAIScorerError
-    from vlmrb_torchrl.scorers.minigrid_prompts import MissionScorer, mission_prompt_set, with_mission
+    from vlmrb_torchrl.envs.minigrid.prompts import MissionScorer, mission_prompt_set, with_mission
     from vlmrb_torchrl.scorers.panels import PanelScorer, mean_logit
 
 #: names of the backend modules, imported on first access: name -> module.
@@ -55,9 +55,9 @@ _LAZY_NAMES = {
     "MINIGRID_PROMPT_SET": "vlmrb_torchrl.scorers.builtin",
     "DistilledScorer": "vlmrb_torchrl.scorers.distill",
     "ClipStudent": "vlmrb_torchrl.scorers.distill",
-    "MissionScorer": "vlmrb_torchrl.scorers.minigrid_prompts",
-    "mission_prompt_set": "vlmrb_torchrl.scorers.minigrid_prompts",
-    "with_mission": "vlmrb_torchrl.scorers.minigrid_prompts",
+    "MissionScorer": "vlmrb_torchrl.envs.minigrid.prompts",
+    "mission_prompt_set": "vlmrb_torchrl.envs.minigrid.prompts",
+    "with_mission": "vlmrb_torchrl.envs.minigrid.prompts",
     "PanelScorer": "vlmrb_torchrl.scorers.panels",
     "mean_logit": "vlmrb_torchrl.scorers.panels",
 }

@@ -4,7 +4,7 @@
 ``vlmrb build-scorer minigrid`` on MiniGrid and BabyAI frames captioned from the simulator's
 state (see ``docs/builtin_scorer.md`` and the ``MODEL_CARD.md`` next to the weights), scored
 with a prompt set. Given the env's mission (``task=env.mission``, what the recipes pass), the
-set is derived from it (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.mission_prompt_set`: one
+set is derived from it (:func:`~vlmrb_torchrl.envs.minigrid.prompts.mission_prompt_set`: one
 check per sub-goal of the mission and per sub-goal it implies; a mission outside the MiniGrid /
 BabyAI grammar gives the generic checks and a warning). Without a task, and for DoorKey's
 mission, it is the best of three checks on the clip's frames,
@@ -29,7 +29,7 @@ the VLM-RB paper's labels, where only reaching the goal is progress (``oracle:mi
 
 ``builtin:lift`` is two models of the same kind, one per camera, reading the two panels of the frames the
 SAC recipe renders for it on Lift (``camera="front_close+eye_in_hand"``, a
-:class:`~vlmrb_torchrl.envs.robosuite.PanelView`: 64 px each, fast rendering): ``vlmrb build-scorer lift``
+:class:`~vlmrb_torchrl.envs.robosuite.env.PanelView`: 64 px each, fast rendering): ``vlmrb build-scorer lift``
 trains the one for ``front_close`` (a camera 45 cm in front of the cube, where a lift is plain) and ``vlmrb
 build-scorer lift_hand`` the one for ``robot0_eye_in_hand`` (the gripper's own camera, where the cube sits
 between the finger pads or not), each on frames of its camera captioned from the simulator's state
@@ -86,9 +86,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vlmrb_torchrl.envs.atari.prompts import ATARI_BUILTIN_GAMES, ATARI_PROMPT_SET
+from vlmrb_torchrl.envs.minigrid.prompts import MINIGRID_GOAL_PROMPT_SET, MINIGRID_PROMPT_SET, MISSION_MODELS
+from vlmrb_torchrl.envs.ogbench.prompts import SCENE_CUBE_HOLD, SCENE_GOALS, SCENE_PROMPT_SETS, scene_prompt_set
+from vlmrb_torchrl.envs.robosuite.prompts import LIFT_HOLD, LIFT_PROMPT_SET, lift_prompt_set
 from vlmrb_torchrl.scorers._model_digests import BUILTIN_MODEL_DIGESTS
 from vlmrb_torchrl.scorers.base import register_scorer
-from vlmrb_torchrl.scorers.minigrid_prompts import MISSION_MODELS
 from vlmrb_torchrl.scorers.prompts import PromptCheck
 
 __all__ = ["ATARI_BUILTIN_GAMES", "ATARI_PROMPT_SET", "BUILTIN_MODELS", "BUILTIN_PROMPT_SETS", "LIFT_HOLD",
@@ -113,31 +116,6 @@ BUILTIN_MODELS: dict[str, str] = {"minigrid": "minigrid", "minigrid_goal": "mini
 #: lift_hand``), the panels of ``camera="front_close+eye_in_hand"``.
 BUILTIN_PANEL_MODELS: dict[str, tuple[str, ...]] = {"lift": ("lift", "lift_hand")}
 
-#: The checks ``builtin:minigrid`` scores with (score = max over checks). The wordings are the
-#: canonical ones of the training captions (``vlmrb_torchrl.scorer_training.captions``).
-MINIGRID_PROMPT_SET: tuple[PromptCheck, ...] = (
-    PromptCheck("the agent holds the key", ("the key is on the floor",), "progress"),
-    PromptCheck("the door is unlocked", ("the door is locked",), "progress"),
-    PromptCheck("the agent is on the goal", ("the agent is next to the goal", "the agent is far from the goal"), "max"),
-)
-
-#: ``builtin:minigrid_goal``: the same model asked only the VLM-RB paper's question, "a clear instance of
-#: goal satisfaction": the goal check of :data:`MINIGRID_PROMPT_SET` alone, the labels of
-#: ``oracle:minigrid_goal`` (key pickups and door openings score 0).
-MINIGRID_GOAL_PROMPT_SET: tuple[PromptCheck, ...] = (MINIGRID_PROMPT_SET[2],)
-
-#: The frames ``builtin:lift``'s checks need a grasp or a lift to last (``PromptCheck.hold``). The model
-#: reads single frames as a grasp or a lift where there is none (the fingers closing around the cube a
-#: frame before contact, a close beside it): with ``hold=1`` each such frame puts every clip that holds
-#: it (~17) above 0.5. 3 was picked on episodes other than the held-out ones (scorer-quality runs from
-#: seed 3000, 30 episodes, scripted and random alternating): all-progress F1 at hold 1/2/3/4 was
-#: 0.675/0.724/0.739/0.731. On the held-out episodes (seeds 1000-1029) it moved F1 from 0.579 to 0.677
-#: (precision 0.424 -> 0.610, recall 0.913 -> 0.762). The 30,000-frame model: tuning F1
-#: 0.808/0.882/0.898/0.904, held-out 0.786 at hold 3. The first 4-px-patch model: best F1 on 90 tuning
-#: episodes 0.884 at hold 2 and at hold 3; the 60,000-frame one shipped since: 0.875 at hold 2, 0.882 at hold 3.
-#: So 3 stays. See ``docs/builtin_scorer.md``.
-LIFT_HOLD = 3
-
 #: Decision thresholds picked for a built-in model with its own prompt set (``score > threshold`` is a
 #: positive; the others use 0.5): the recipes' ``threshold=auto`` and ``scorer_quality.py`` read them.
 #: ``lift`` (the two cameras' models, their readings combined by :func:`~vlmrb_torchrl.scorers.mean_logit`): picked
@@ -150,117 +128,9 @@ LIFT_HOLD = 3
 #: (every task's prompt set): picked on the clips of the five tasks' tuning episodes pooled (4 per task from
 #: seed 2**20; 0.95 was also each task's best), held-out F1 (4 episodes per task from seed 1000) at 0.5 -> 0.95:
 #: task 1 0.883 -> 0.883, 2 0.800 -> 0.992, 3 0.984 -> 0.984, 4 0.991 -> 0.991, 5 0.596 -> 0.800. See
-#: ``docs/builtin_scorer.md``.
+#: ``studies/builtin_scorer_builds.md``.
 BUILTIN_DECISION_THRESHOLDS: dict[str, float] = {"lift": 0.01, "scene": 0.95}
 
-
-def lift_prompt_set(*, hold: int = LIFT_HOLD) -> tuple[PromptCheck, ...]:
-    """The checks ``builtin:lift`` scores with (score = max over checks): the canonical wordings of
-    ``vlmrb_torchrl.scorer_training.lift``. ``max`` over frames: the oracle labels a clip by whether
-    any of its steps grasps or lifts the cube (a state, not a first-time event).
-
-    Keyword Args:
-        hold (int, optional): the frames a grasp or a lift must last to count, on both checks
-            (:class:`~vlmrb_torchrl.scorers.prompts.PromptCheck`'s ``hold``). Defaults to
-            :data:`LIFT_HOLD`; ``1`` is the plain ``max``.
-
-    Examples:
-        >>> [(check.positive, check.hold) for check in lift_prompt_set()]
-        [('the robot grasps the cube', 3), ('the cube is lifted off the table', 3)]
-        >>> [check.hold for check in lift_prompt_set(hold=1)]
-        [1, 1]
-    """
-    return (
-        PromptCheck("the robot grasps the cube", ("the robot does not hold the cube",), "max", hold),
-        PromptCheck("the cube is lifted off the table", ("the cube is on the table",), "max", hold),
-    )
-
-
-#: ``builtin:lift``'s prompt set: :func:`lift_prompt_set` with its default hold (:data:`LIFT_HOLD`).
-LIFT_PROMPT_SET: tuple[PromptCheck, ...] = lift_prompt_set()
-
-#: The score digits' words (the training captions').
-_DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-
-
-def _score_checks(template: str, other_game: str) -> tuple[PromptCheck, ...]:
-    return tuple(PromptCheck(template.format(d), tuple(template.format(o) for o in _DIGITS if o != d)
-                             + (f"this is a game of {other_game}",), "progress") for d in _DIGITS)
-
-
-#: The checks ``builtin:atari`` scores with (score = max over checks): the canonical wordings of
-#: ``vlmrb_torchrl.scorer_training.atari``. One check per game and last digit of the agent's score,
-#: ``progress`` (the clip's last frame minus its first): a clip in which the digit turns into ``d``
-#: scores high on ``d``'s check, one in which it stays the same scores ~0 on every check. Each
-#: check's negatives include the other game, so a Breakout clip scores low on the Pong checks and
-#: the other way round.
-ATARI_PROMPT_SET: tuple[PromptCheck, ...] = (_score_checks("the green score ends in {}", "breakout")
-                                             + _score_checks("the score ends in {}", "pong"))
-
-#: The Atari games ``builtin:atari`` was trained on (``ALE/<Game>-v5``).
-ATARI_BUILTIN_GAMES: tuple[str, ...] = ("Pong", "Breakout")
-
-
-#: OGBench Scene's goals by task (OGBench 1.2's ``task_infos``; a test checks them against it): button 0
-#: (the drawer's lock) and button 1 (the window's) in state 1 = unlocked or 0 = locked, the drawer and
-#: the window open or closed. Every task also has a target for the cube.
-SCENE_GOALS: dict[int, dict[str, Any]] = {
-    1: {"drawer_unlocked": True, "window_unlocked": True, "drawer": "open", "window": "open"},
-    2: {"drawer_unlocked": False, "window_unlocked": False, "drawer": "closed", "window": "closed"},
-    3: {"drawer_unlocked": True, "window_unlocked": True, "drawer": "open", "window": "closed"},
-    4: {"drawer_unlocked": True, "window_unlocked": False, "drawer": "closed", "window": "closed"},
-    5: {"drawer_unlocked": False, "window_unlocked": False, "drawer": "closed", "window": "open"},
-}
-
-
-#: The frames ``builtin:scene``'s cube check needs a state to last (``PromptCheck.hold``). The model reads
-#: the cube on or off its target from a few pixels, and that reading flips for single frames while the
-#: arm sweeps over the cube: with ``hold=1`` each flip is a ``rise``, a false positive in every clip
-#: that holds it. 2 was picked on episodes of the model's own seed range (scorer-quality runs from
-#: seed 2**20, 4 episodes per task, never the held-out seeds from 1000): all-progress F1 per task
-#: 1-5 went from 0.985/0.845/0.872/0.742/0.456 to 0.985/0.988/0.987/0.979/0.549 at the same recall
-#: but task 5's; 3 or more dropped real cube events that last 2 frames (task 3's recall 1.0 -> 0.875).
-#: The drawer, window and lock checks keep ``hold=1``: their readings do not flicker, and a window
-#: swinging shut for one frame is a real event the oracle labels. See ``docs/builtin_scorer.md``.
-SCENE_CUBE_HOLD = 2
-
-
-def scene_prompt_set(task: int, *, cube_hold: int = SCENE_CUBE_HOLD) -> tuple[PromptCheck, ...]:
-    """The checks ``builtin:scene`` scores task ``task``'s clips with (score = max over checks): for each
-    of the five subgoals, its goal state against the others, ``rise`` over the clip's frames (a subgoal
-    that becomes satisfied in the clip, even if undone before its end: what ``oracle:ogbench`` labels).
-    The wordings are the canonical ones of ``vlmrb_torchrl.scorer_training.scene``.
-
-    Args:
-        task (int): the Scene task, 1-5.
-
-    Keyword Args:
-        cube_hold (int, optional): the frames the cube check's states must last
-            (:class:`~vlmrb_torchrl.scorers.prompts.PromptCheck`'s ``hold``). Defaults to
-            :data:`SCENE_CUBE_HOLD`; ``1`` is the plain ``rise``.
-
-    Examples:
-        >>> [check.positive for check in scene_prompt_set(4)][1:3]
-        ['the drawer is unlocked', 'the window is locked']
-        >>> [check.hold for check in scene_prompt_set(4)], scene_prompt_set(4, cube_hold=1)[0].hold
-        ([2, 1, 1, 1, 1], 1)
-    """
-    if task not in SCENE_GOALS:
-        raise ValueError(f"builtin:scene: unknown task={task!r}; Scene's tasks are 1-5.")
-    goal = SCENE_GOALS[task]
-    checks = [PromptCheck("the cube is on its target", ("the cube is off its target",), "rise", cube_hold)]
-    for thing in ("drawer", "window"):
-        lock, other = ("unlocked", "locked") if goal[f"{thing}_unlocked"] else ("locked", "unlocked")
-        checks.append(PromptCheck(f"the {thing} is {lock}", (f"the {thing} is {other}",), "rise"))
-    for thing in ("drawer", "window"):
-        states = {"open": f"the {thing} is open", "half": f"the {thing} is half open", "closed": f"the {thing} is closed"}
-        positive = states.pop(goal[thing])
-        checks.append(PromptCheck(positive, tuple(states.values()), "rise"))
-    return tuple(checks)
-
-
-#: ``builtin:scene``'s prompt set for each Scene task.
-SCENE_PROMPT_SETS: dict[int, tuple[PromptCheck, ...]] = {task: scene_prompt_set(task) for task in SCENE_GOALS}
 
 #: Each built-in model's default prompt set (``builtin:scene``'s depends on the task: :data:`SCENE_PROMPT_SETS`).
 BUILTIN_PROMPT_SETS: dict[str, tuple[PromptCheck, ...]] = {
@@ -394,7 +264,7 @@ def make_builtin_scorer(
     Keyword Args:
         task (str or int, optional): the env's mission / task text. ``builtin:minigrid`` derives its
             checks from it when neither ``prompt_set`` nor ``prompt`` is given
-            (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.minigrid_task_checks`; an
+            (:func:`~vlmrb_torchrl.envs.minigrid.prompts.minigrid_task_checks`; an
             unparsable mission falls back to the generic checks with a warning); it also fills
             ``{task}`` placeholders of given prompts. Recorded in the provenance (``task``,
             ``checks_from``: ``"mission"``, ``"generic"``, ``"default"`` or ``"given"``).
@@ -403,11 +273,11 @@ def make_builtin_scorer(
         mission_key (NestedKey, optional): ``builtin:minigrid`` only: read each clip's mission
             from this entry (a :class:`~vlmrb_torchrl.envs.MiniGridEnv` built with
             ``write_mission=True`` writes ``"mission"``) and score it with that mission's checks:
-            a :class:`~vlmrb_torchrl.scorers.minigrid_prompts.MissionScorer`, for envs whose
+            a :class:`~vlmrb_torchrl.envs.minigrid.prompts.MissionScorer`, for envs whose
             mission changes every episode. Not with ``task``, ``prompt`` or ``prompt_set``.
         doors (bool, optional): the mission-reading models (``minigrid``, ``minigrid_agent``): whether the
             env's layouts have doors; ``False`` leaves out the door and key checks a mission only implies
-            (:func:`~vlmrb_torchrl.scorers.minigrid_prompts.mission_prompt_set`; the DQN recipe passes it for
+            (:func:`~vlmrb_torchrl.envs.minigrid.prompts.mission_prompt_set`; the DQN recipe passes it for
             an env whose first episodes show no door). Defaults to ``True``.
         prompt_set (sequence of PromptCheck, optional): replace the checks. Defaults to the
             mission's (above), else the model's (:data:`BUILTIN_PROMPT_SETS`:
@@ -465,12 +335,12 @@ def make_builtin_scorer(
             raise ValueError(f"builtin:{name}: mission_key= reads each clip's mission (builtin:minigrid and "
                              "builtin:minigrid_agent only); "
                              "do not pass task=, prompt= or prompt_set= with it.")
-        from vlmrb_torchrl.scorers.minigrid_prompts import GENERIC_CHECKS, MissionScorer
+        from vlmrb_torchrl.envs.minigrid.prompts import GENERIC_CHECKS, MissionScorer
 
         base = HFContrastiveScorer(str(path), prompt_set=list(GENERIC_CHECKS), dtype=dtype, **kwargs)
         return MissionScorer(base, mission_key, doors=doors)
     if prompt_set is None and name in MISSION_MODELS:
-        from vlmrb_torchrl.scorers.minigrid_prompts import minigrid_task_checks
+        from vlmrb_torchrl.envs.minigrid.prompts import minigrid_task_checks
 
         prompt_set, source = minigrid_task_checks(task, owner=f"builtin:{name}", doors=doors)
     elif prompt_set is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -14,16 +15,32 @@ from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_sc
 
 __all__ = ["OracleScorer", "ORACLE_EVENT_KEYS"]
 
-#: Event keys of the environments shipped with vlmrb_torchrl, by ``"oracle:<name>"`` spec.
-ORACLE_EVENT_KEYS: dict[str, NestedKey] = {"minigrid": ("next", "progress_event")}
-# the VLM-RB paper's labels: its prompt asks for "a clear instance of goal satisfaction", so only clips in
-# which the agent reaches the goal are positive (key pickups and door openings are not)
-ORACLE_EVENT_KEYS["minigrid_goal"] = ("next", "goal_reached")
-ORACLE_EVENT_KEYS["robosuite"] = ("next", "progress_event")  # envs.robosuite: grasping | lifted | success
-ORACLE_EVENT_KEYS["atari"] = ("next", "progress_event")  # envs.atari: a positive reward on the step
-# envs.ogbench (Scene): a subgoal becomes satisfied (the cube on its target, a button in its goal state, the
-# drawer or the window at its goal position) | the task is solved
-ORACLE_EVENT_KEYS["ogbench"] = ("next", "progress_event")
+
+class _OracleEventKeys(Mapping):
+    """``oracle:<name>`` -> the event key it reads, from the env families' records (read when asked, so that a
+    family registered at run time has its oracle too)."""
+
+    def _table(self) -> dict[str, NestedKey]:
+        from vlmrb_torchrl.envs.family import families
+
+        return {name: key for family in families() for name, key in family.oracles.items()}
+
+    def __getitem__(self, name: str) -> NestedKey:
+        return self._table()[name]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return repr(self._table())
+
+
+#: The event key each ``"oracle:<name>"`` spec reads: the oracles of the env families
+#: (:attr:`~vlmrb_torchrl.envs.EnvFamily.oracles`), e.g. ``oracle:minigrid`` reads ``("next", "progress_event")``.
+ORACLE_EVENT_KEYS: Mapping[str, NestedKey] = _OracleEventKeys()
 
 DEFAULT_ORACLE_PROMPT = "privileged oracle: does any step of the clip have a progress event?"
 

@@ -1,6 +1,6 @@
 """Scoring frames that hold several cameras side by side: a model per camera, their readings combined.
 
-A :class:`~vlmrb_torchrl.envs.robosuite.PanelView` renders each step as one frame made of several cameras'
+A :class:`~vlmrb_torchrl.envs.robosuite.env.PanelView` renders each step as one frame made of several cameras'
 full pictures, left to right (``[H, n * H, 3]``), so the clip pipeline (replay, clips, the scoring
 transform, the asynchronous worker) carries one image per step as usual. :class:`PanelScorer` cuts each
 frame back into its panels, lets one contrastive scorer read each panel, and combines their per-frame

@@ -1,0 +1,83 @@
+"""The Atari family: ALE ids (``ALE/<Game>-v5``), trained by the DQN recipe.
+
+- ``env.py``: :class:`~vlmrb_torchrl.envs.AtariEnv` (DQN-preprocessed frames for the agent, RGB frames
+  for the VLM, positive-reward events for the oracle) and :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`
+  (ale-py's vector env), per-game VLM prompts;
+- ``policies.py``: the scripted agent of Pong and Breakout, and what the RAM says (ball, score digit);
+- ``prompts.py``: ``builtin:atari``'s prompt set;
+- ``training.py``, ``domain.py``: what ``vlmrb build-scorer atari`` trains on;
+- this module: the family's record, :data:`FAMILY`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from vlmrb_torchrl.envs.family import EnvFamily, load
+
+__all__ = ["ATARI_BUILTIN_GAMES", "FAMILY", "AtariFamily", "atari_game"]
+
+_ENV = "vlmrb_torchrl.envs.atari.env"
+
+#: The Atari games ``builtin:atari`` was trained on (``ALE/<Game>-v5``).
+ATARI_BUILTIN_GAMES: tuple[str, ...] = ("Pong", "Breakout")
+
+
+def atari_game(env_id: str) -> str:
+    """The game of an ALE id: ``"ALE/Pong-v5"`` -> ``"Pong"``.
+
+    Examples:
+        >>> atari_game("ALE/Breakout-v5")
+        'Breakout'
+    """
+    return env_id.split("/", 1)[-1].split("-", 1)[0]
+
+
+class AtariFamily(EnvFamily):
+    """Atari 2600 games through the ALE (:class:`~vlmrb_torchrl.envs.AtariEnv`): ``ALE/<Game>-v5`` ids.
+
+    Examples:
+        >>> FAMILY.default_scorer("ALE/Pong-v5"), FAMILY.default_scorer("ALE/Tennis-v5")
+        ('builtin:atari', None)
+    """
+
+    name = "atari"
+    title = "Atari"
+    id_prefixes = ("ALE/",)
+    example_id = "ALE/Pong-v5"
+    recipe = "dqn"
+    env_factory = f"{_ENV}:make_atari_env"
+    batched_env = f"{_ENV}:BatchedAtariEnv"
+    event_keys = ("progress_event",)  # a positive reward on the step: the player scored
+    oracles = {"atari": ("next", "progress_event")}
+    builtin_scorers = ("atari",)
+    training_domains = {"atari": "vlmrb_torchrl.envs.atari.domain:atari_domain"}
+    frame_states = {"AtariFrameState": "vlmrb_torchrl.envs.atari.training"}
+    policies = {"scripted": "vlmrb_torchrl.envs.atari.policies:AtariPolicy"}
+    # the whole pipeline in a few minutes on 2 CPU cores (a Nature-CNN update costs ~50-100 ms of CPU there), far
+    # too short to learn: one evaluation of 4 episodes cut at 500 steps (<= 2,000 steps), a gallery of <= 1,000 steps
+    quick_preset = {"total_frames": 6_400, "num_envs": 8, "frames_per_batch": 128, "learning_starts": 1_000,
+                    "batch_size": 32, "buffer_size": 6_400, "eval_every": 6_400, "eval_episodes": 4, "eval_envs": 4,
+                    "eval_max_episode_steps": 500, "checkpoint_every": 6_400, "gallery_steps": 1_000}
+
+    def env_fn(self, env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> functools.partial:
+        """Training envs end episodes on a lost life and clip rewards; evaluation envs play whole games."""
+        return functools.partial(load(self.env_factory), env_id, train=train, render=render, **kwargs)
+
+    def scripted_policy(self, env: Any, name: str = "scripted", *, seed: int = 0, epsilon: float = 0.0,
+                        burst_prob: float = 0.0) -> Any:
+        return self.policy_class(name)(env, seed=seed, random_share=0.0, epsilons=(epsilon,))
+
+    def default_scorer(self, env_id: str, *, seed: int = 0) -> str | None:
+        return "builtin:atari" if atari_game(env_id) in ATARI_BUILTIN_GAMES else None
+
+    def config_checks(self, cfg: Any) -> list[tuple[str, bool, str]]:
+        vlm = cfg.replay in ("vlm", "vlm_td")
+        return [("scorer", not (vlm and cfg.scorer == "builtin:atari") or atari_game(cfg.env) in ATARI_BUILTIN_GAMES,
+                 "a scorer for this game (builtin:atari knows ALE/Pong-v5 and ALE/Breakout-v5; pass "
+                 "scorer=oracle:atari or your own)")]
+
+
+#: The family's record (:func:`~vlmrb_torchrl.envs.family.family_of` finds it).
+FAMILY = AtariFamily()
