@@ -143,7 +143,7 @@ def test_builtin_atari_scores_clips_where_the_agent_scores_higher():
     """Breakout score boxes rendered as the DQN recipe renders them for builtin:atari (held-out seed):
     8-step clips (9 frames, the outcome frame included) with a positive reward score higher on average
     than clips without one, and the clips above 0.5 are mostly positive (the model card's clip-level
-    numbers: F1 ~0.98 on held-out episodes, docs/builtin_scorer.md)."""
+    numbers: F1 0.983 on held-out Breakout games, docs/builtin_scorer.md)."""
     pytest.importorskip("transformers")
     scorer = make_scorer("builtin:atari")
     assert [c.positive for c in scorer.prompt_set] == [c.positive for c in ATARI_PROMPT_SET]
