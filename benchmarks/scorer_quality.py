@@ -453,10 +453,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="truncate episodes after this many steps (default: MiniGrid's own max_steps; "
                         f"robosuite: 200, the SAC recipe's; Atari: {ATARI_MAX_STEPS}; OGBench Scene: 750, OGBench's)")
     parser.add_argument("--frame-size", type=int, default=64, help="rendered frame size (recipes: 64)")
-    parser.add_argument("--frame-view", default="auto", choices=["auto", "grid", "agent"],
-                        help="MiniGrid: what the frames show: grid (the whole grid) or agent (the agent-centred view, "
-                             "MiniGridEnv(frame_view='agent')); auto: the scorer's (agent for builtin:minigrid_agent "
-                             "and clip:<dir> models built on it, as the DQN recipe picks), else grid")
+    parser.add_argument("--frame-view", default="auto", choices=["auto", "grid", "agent", "screen", "score"],
+                        help="what the frames show: MiniGrid grid (the whole grid) or agent (the agent-centred view, "
+                             "MiniGridEnv(frame_view='agent')); Atari screen (the whole screen) or score (the box of "
+                             "the agent's score, AtariEnv(frame_view='score')); auto: the scorer's (agent for "
+                             "builtin:minigrid_agent, score for builtin:atari, and clip:<dir> models built on them, as "
+                             "the DQN recipe picks), else the family's first")
     parser.add_argument("--camera", default=None,
                         help="robosuite: the camera (default: the SAC recipe's, front_close+eye_in_hand on Lift; agentview, "
                              "frontview, ... or any RobosuiteEnv camera)")
@@ -579,7 +581,7 @@ def _make_env(parser: argparse.ArgumentParser, args: argparse.Namespace, *, rend
         kwargs["fast_render"] = False
     if family.recipe == "sac":
         kwargs["seed"] = args.seed
-    if family.owned_keys:  # the keys its recipe maps to its env (MiniGrid: the action set, the frames' view)
+    if family.owned_keys or family.frame_views:  # what its recipe maps to its env (MiniGrid: the action set; views)
         config = argparse.Namespace(env=args.env, actions=args.actions, observation="onehot", view="partial",
                                     frame_view=_frame_view(args))
         kwargs.update(family.env_kwargs(config))
@@ -598,7 +600,7 @@ def _frame_view(args: argparse.Namespace) -> str:
     from vlmrb_torchrl.envs import family_of
 
     family = family_of(args.env)
-    return (family.scorer_frame_view(args.scorer) if family is not None else None) or "grid"
+    return family.frame_view(args.scorer) if family is not None else "grid"
 
 
 def _task_scorers(parser: argparse.ArgumentParser, args: argparse.Namespace, scorer_kwargs: dict, base,

@@ -512,6 +512,8 @@ class TestBatchedAtariEnv:
         ({"env_kwargs": {"mode": 1}}, r"\['mode'\] not supported by ale-py's vector env"),
         ({"num_threads": 0}, "num_threads must be None or an int >= 1"),
         ({"frame_skip": 0}, "frame_skip must be an int >= 1"),
+        ({"frame_view": "grid"}, r"frame_view must be one of \('screen', 'score'\)"),
+        ({"env_id": "ALE/Tennis-v5", "frame_view": "score"}, "knows where .* draw the score, not 'ALE/Tennis-v5'"),
     ])
     def test_construction_errors(self, kwargs, match):
         kwargs = {"num_envs": 2, "env_id": BREAKOUT, **kwargs}
@@ -525,6 +527,53 @@ class TestBatchedAtariEnv:
         env = make_batched_env(factory, 3)
         assert type(env) is BatchedAtariEnv and env.batch_size == (3,) and not env.train_mode
         assert env.max_episode_steps == 50 and has_batched_env(factory)
+
+
+# ---------------------------------------------------------------------------------- the score view
+class TestScoreView:
+    """``frame_view="score"``: the scorer's frames are the box of the agent's score, read at 2x."""
+
+    def test_score_frames_are_the_score_box_of_the_max_pooled_screen(self):
+        env = make_atari_env(BREAKOUT, seed=0, frame_view="score")
+        for nxt in play(env, random_actions(4, 30, seed=1)):
+            screen = np.maximum(env._rgb[0], env._rgb[1])
+        top, left, side = atari_module.ATARI_SCORE_BOXES["Breakout"]
+        box = screen[top:top + side, left:left + side]
+        # every screen pixel becomes a 2x2 block of the 64-px frame
+        assert np.array_equal(nxt["pixels"].numpy(), box.repeat(2, axis=0).repeat(2, axis=1))
+        env.close()
+
+    def test_batched_score_frames_match_atari_env(self):
+        kw = dict(noop_max=0, env_kwargs={"repeat_action_probability": 0.0}, train=False, frame_view="score", seed=3)
+        batched, single = BatchedAtariEnv(1, "ALE/Pong-v5", **kw), make_atari_env("ALE/Pong-v5", **kw)
+        for g, w in zip(batched_play(batched, [[a] for a in random_actions(6, 40, seed=2)]),
+                        play(single, random_actions(6, 40, seed=2))):
+            assert torch.equal(g["pixels"][0], w["pixels"])
+        batched.close()
+        single.close()
+
+    def test_pong_score_box_shows_the_green_points_only(self):
+        """The box changes when the agent's (green) points change, and not when the opponent's do."""
+        env = make_atari_env("ALE/Pong-v5", seed=0, train=False, frame_view="score")
+        ale = env.unwrapped.ale
+        td = env.reset()
+        frames = {}
+        for orange, green in ((0, 0), (7, 0), (7, 5)):
+            ale.setRAM(13, orange)
+            ale.setRAM(14, green)
+            td["action"] = torch.tensor(0)
+            td = env.step(td)["next"]
+            frames[orange, green] = td["pixels"]
+        assert torch.equal(frames[0, 0], frames[7, 0]) and not torch.equal(frames[7, 0], frames[7, 5])
+        env.close()
+
+    def test_scorer_frames_checks_its_view(self):
+        screens = np.zeros((2, 210, 160, 3), dtype=np.uint8)
+        assert atari_module.scorer_frames(screens, 32).shape == (2, 32, 32, 3)
+        with pytest.raises(ValueError, match="frame_view must be one of"):
+            atari_module.scorer_frames(screens, 32, frame_view="box")
+        with pytest.raises(ValueError, match="not 'Tennis'"):
+            atari_module.scorer_frames(screens, 32, frame_view="score", game="Tennis")
 
 
 if __name__ == "__main__":

@@ -157,8 +157,10 @@ def test_dqn_auto_scorer_and_frame_view_follow_the_mission():
         apply_overrides(DQNConfig(), ["scorer=builtin:minigrid_agent", "frame_view=grid"]).validate()
     with pytest.raises(ConfigError, match="frame_view='agent' is invalid: expected grid with scorer=builtin:minigrid"):
         apply_overrides(DQNConfig(), ["frame_view=agent"]).validate()
-    with pytest.raises(ConfigError, match="expected 'auto' or 'grid' \\(the others are for MiniGrid or BabyAI ids\\)"):
+    with pytest.raises(ConfigError, match="frame_view='agent' is invalid: expected auto or screen or score on Atari envs"):
         apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "frame_view=agent"]).validate()
+    with pytest.raises(ConfigError, match="frame_view='score' is invalid: expected auto or grid or agent on MiniGrid"):
+        apply_overrides(DQNConfig(), ["frame_view=score", "replay=uniform"]).validate()
 
 
 def test_scorer_quality_reads_the_scorers_frames():

@@ -82,6 +82,8 @@ class EnvFamily:
             name -> module (nothing else is rebuilt from a cache file).
         policies (mapping): scripted policy name -> ``"module:factory"``, ``factory(env, **kwargs)``.
         quick_preset (mapping, optional): ``--quick``'s keys for this family's envs, in place of the recipe's.
+        frame_views (tuple of str): what the scorer's frames of this family's envs can show (the recipes'
+            ``frame_view`` key, the env's ``frame_view=``), the default first; empty: one view, nothing to pick.
         owned_keys (mapping): recipe config keys only this family reads -> the values a run on another
             family's env must keep.
         has_missions (bool): its episodes carry a mission text a scorer can be told.
@@ -109,6 +111,7 @@ class EnvFamily:
     frame_states: ClassVar[Mapping[str, str]] = {}
     policies: ClassVar[Mapping[str, Any]] = {}
     quick_preset: ClassVar[Mapping[str, Any] | None] = None
+    frame_views: ClassVar[tuple[str, ...]] = ()
     owned_keys: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
     has_missions: ClassVar[bool] = False
 
@@ -167,6 +170,16 @@ class EnvFamily:
     def scorer_frame_view(self, scorer: str) -> str | None:
         """The view of this family's frames the model of ``scorer`` was trained on; ``None``: the default."""
         return None
+
+    def frame_view(self, scorer: str) -> str:
+        """What ``frame_view=auto`` means on this family's envs with ``scorer``: the view its model was trained
+        on, else the family's default view (``"grid"`` for a family with one view, as config.json records it).
+
+        Examples:
+            >>> get_family("atari").frame_view("builtin:atari"), get_family("atari").frame_view("oracle:atari")
+            ('score', 'screen')
+        """
+        return self.scorer_frame_view(scorer) or (self.frame_views[0] if self.frame_views else "grid")
 
     def scorer_task_kwargs(self, cfg: Any) -> dict[str, Any]:
         """What the recipe tells its scorer about the task of ``cfg.env`` (``make_scorer`` keyword arguments)."""

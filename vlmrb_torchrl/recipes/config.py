@@ -420,6 +420,10 @@ class RecipeConfig:
                        or family.scores_with(self.scorer),
                        f"a scorer for {family.title} envs ({own}, hf:<dir>, clip:<dir>, openai:<url>#<model> or "
                        f"python:<module>:<callable>): {self.scorer} reads another family's frames or flags"))
+        if hasattr(self, "frame_view"):
+            views = family.frame_views or ("grid",)
+            checks.append(("frame_view", self.frame_view in ("auto", *views),
+                           f"auto or {' or '.join(views)} on {family.title} envs"))
         return checks + family.config_checks(self)
 
 
@@ -440,10 +444,12 @@ class DQNConfig(RecipeConfig):
         "partial", "what the MiniGrid agent observes: partial (MiniGrid's egocentric 7x7 view) | full (the whole grid, "
                    "the agent's cell, direction and carried object: the fully observed state the VLM-RB paper's DoorKey "
                    "agents see; learns DoorKey-12x12/16x16, where the partial view's memoryless MLP does not)")
-    frame_view: Literal["auto", "grid", "agent"] = _field(
-        "auto", "what the MiniGrid frames the scorer reads show: auto (the scorer's: agent for "
-                "builtin:minigrid_agent and clip:<dir> models built on the agent-centred view, else grid) | grid (the "
-                "whole grid) | agent (the agent-centred 7x7 view, MiniGridEnv(frame_view='agent'))")
+    frame_view: Literal["auto", "grid", "agent", "screen", "score"] = _field(
+        "auto", "what the frames the scorer reads show: auto (the scorer's: on MiniGrid agent for "
+                "builtin:minigrid_agent and clip:<dir> models built on the agent-centred view, else grid; on Atari "
+                "score for builtin:atari, else screen) | MiniGrid: grid (the whole grid) or agent (the agent-centred "
+                "7x7 view, MiniGridEnv(frame_view='agent')) | Atari: screen (the whole screen) or score (the box of "
+                "the agent's score, Pong and Breakout: AtariEnv(frame_view='score'))")
     # replay
     scorer: str = _field("auto", "scorer spec for vlm modes: auto (the env's built-in scorer: on MiniGrid "
                                  "builtin:minigrid when the mission is about reaching the goal, else "
@@ -498,10 +504,14 @@ class DQNConfig(RecipeConfig):
             >>> DQNConfig(env="ALE/Pong-v5").validate().scorer, DQNConfig().validate().scorer
             ('builtin:atari', 'builtin:minigrid')
         """
+        family = family_of(self.env) if isinstance(self.env, str) else None
+        if family is not None and family.frame_views and self.frame_view == "grid" and "grid" not in family.frame_views:
+            # "grid" is what frame_view=auto became on every family but MiniGrid before families had views of their
+            # own (config.json of older Atari runs): there it meant the one view there was, the family's default
+            self.frame_view = family.frame_views[0]
         validated = super().validate()
         if self.frame_view == "auto":
-            family = family_of(self.env)
-            self.frame_view = (family.scorer_frame_view(self.scorer) if family is not None else None) or "grid"
+            self.frame_view = family.frame_view(self.scorer) if family is not None else "grid"
         return validated
 
 

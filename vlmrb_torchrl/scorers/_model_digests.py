@@ -10,7 +10,7 @@ from __future__ import annotations
 BUILTIN_MODEL_DIGESTS: dict[str, dict[str, str]] = {
     'atari': {
         'config.json': '24bfeadc7cfb3dbddeb656c85875f2a90d7cc5a557c590ecd398578a16d5307a',
-        'model.safetensors': '1f080c5845b3c57b1a22f10072a26da1c77e69cf8c4020632683d7e7c2407666',
+        'model.safetensors': '5867e83a5391aaa1734e412bf4e89fbe0c01296914a72e3e4a8786180313a28e',
         'processor_config.json': 'fee6c42e8b2018a331f286c8c16eace3b698dd30b523552ee97695d0ec433fbd',
         'tokenizer.json': '950c8c74786d8a816e70f8f3dbbf57da1d96d5f303ce8fe609ed07b077a56897',
         'tokenizer_config.json': '70afafb852183accc38c67ee3105fce2a73b9f41e2fc9da9acdd8b82e2ba511e',

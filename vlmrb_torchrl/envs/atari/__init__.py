@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 from typing import Any
 
 from vlmrb_torchrl.envs.family import EnvFamily, load
 
-__all__ = ["ATARI_BUILTIN_GAMES", "FAMILY", "AtariFamily", "atari_game"]
+__all__ = ["ATARI_BUILTIN_GAMES", "FAMILY", "AtariFamily", "atari_game", "atari_scorer_frame_view"]
 
 _ENV = "vlmrb_torchrl.envs.atari.env"
 
@@ -32,6 +34,29 @@ def atari_game(env_id: str) -> str:
         'Breakout'
     """
     return env_id.split("/", 1)[-1].split("-", 1)[0]
+
+
+def atari_scorer_frame_view(scorer: str) -> str | None:
+    """The Atari frames a scorer's model was trained on: ``"score"`` (the box of the agent's score,
+    ``AtariEnv(frame_view="score")``) for ``builtin:atari`` and for ``clip:<dir>`` models whose ``training.json``
+    says so (``vlmrb build-scorer atari``), ``None`` when it cannot tell (a hub id, an oracle, a model trained on
+    something else): then the whole screen.
+
+    Examples:
+        >>> atari_scorer_frame_view("builtin:atari"), atari_scorer_frame_view("oracle:atari")
+        ('score', None)
+    """
+    kind, _, rest = str(scorer).partition(":")
+    if kind == "builtin":
+        return "score" if rest == "atari" else None
+    report = Path(rest) / "training.json"
+    if kind != "clip" or not report.is_file():
+        return None
+    try:
+        view = (json.loads(report.read_text()).get("frames_rendered") or {}).get("atari_frame_view")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+    return view if view in ("screen", "score") else None
 
 
 class AtariFamily(EnvFamily):
@@ -55,6 +80,7 @@ class AtariFamily(EnvFamily):
     training_domains = {"atari": "vlmrb_torchrl.envs.atari.domain:atari_domain"}
     frame_states = {"AtariFrameState": "vlmrb_torchrl.envs.atari.training"}
     policies = {"scripted": "vlmrb_torchrl.envs.atari.policies:AtariPolicy"}
+    frame_views = ("screen", "score")
     # the whole pipeline in a few minutes on 2 CPU cores (a Nature-CNN update costs ~50-100 ms of CPU there), far
     # too short to learn: one evaluation of 4 episodes cut at 500 steps (<= 2,000 steps), a gallery of <= 1,000 steps
     quick_preset = {"total_frames": 6_400, "num_envs": 8, "frames_per_batch": 128, "learning_starts": 1_000,
@@ -69,14 +95,30 @@ class AtariFamily(EnvFamily):
                         burst_prob: float = 0.0) -> Any:
         return self.policy_class(name)(env, seed=seed, random_share=0.0, epsilons=(epsilon,))
 
+    def env_kwargs(self, cfg: Any, *, scorer: Any = None) -> dict[str, Any]:
+        """The scorer's frames: the whole screen, or the box of the agent's score (``frame_view``)."""
+        view = getattr(cfg, "frame_view", None)
+        return {"frame_view": view} if view in self.frame_views else {}
+
     def default_scorer(self, env_id: str, *, seed: int = 0) -> str | None:
         return "builtin:atari" if atari_game(env_id) in ATARI_BUILTIN_GAMES else None
 
+    def scorer_frame_view(self, scorer: str) -> str | None:
+        return atari_scorer_frame_view(scorer)
+
     def config_checks(self, cfg: Any) -> list[tuple[str, bool, str]]:
+        from vlmrb_torchrl.envs.atari.env import ATARI_SCORE_BOXES
+
         vlm = cfg.replay in ("vlm", "vlm_td")
+        trained_on = atari_scorer_frame_view(cfg.scorer)
+        view = getattr(cfg, "frame_view", "auto")
         return [("scorer", not (vlm and cfg.scorer == "builtin:atari") or atari_game(cfg.env) in ATARI_BUILTIN_GAMES,
                  "a scorer for this game (builtin:atari knows ALE/Pong-v5 and ALE/Breakout-v5; pass "
-                 "scorer=oracle:atari or your own)")]
+                 "scorer=oracle:atari or your own)"),
+                ("frame_view", view != "score" or atari_game(cfg.env) in ATARI_SCORE_BOXES,
+                 f"screen or auto on {cfg.env} (the score box is known for {', '.join(sorted(ATARI_SCORE_BOXES))})"),
+                ("frame_view", not vlm or trained_on is None or view in ("auto", trained_on),
+                 f"{trained_on} with scorer={cfg.scorer} (the frames it was trained on), or auto")]
 
 
 #: The family's record (:func:`~vlmrb_torchrl.envs.family.family_of` finds it).

@@ -21,6 +21,10 @@ the contrastive loss's negatives are exact):
   contains step ``t``, which is what ``oracle:atari`` labels (a positive reward on one of the
   clip's steps).
 
+``builtin:atari`` is trained on the game and score statements alone, on frames of the score box
+(``frame_view="score"``): a score box shows neither the ball nor the paddles. The ball and event
+statements stay for models of the whole screen (``frame_view="screen"``).
+
 Frames are rendered by :class:`~vlmrb_torchrl.envs.AtariEnv` (``frame_size=64``, evaluation
 mode: whole games), whose ``"pixels"`` are those of :class:`~vlmrb_torchrl.envs.BatchedAtariEnv`,
 the recipe's env, for the same emulator state; episodes are played by
@@ -194,6 +198,7 @@ def generate_atari_frames(
     episode_steps: tuple[int, int] = (400, 2500),
     random_share: float = 0.2,
     pong_score_share: float = 0.5,
+    frame_view: str = "screen",
 ) -> FrameSet:
     """Plays Pong and Breakout episodes (alternating) until ``n_frames`` frames are collected.
 
@@ -216,6 +221,8 @@ def generate_atari_frames(
             (0-19 each, written into the RAM at the reset and every :data:`PONG_RESCORE_EVERY`
             steps without a point), so that every digit of the green score appears, next to
             many orange ones.
+        frame_view (str, optional): what the frames show, ``"screen"`` or ``"score"``
+            (:class:`~vlmrb_torchrl.envs.AtariEnv`'s ``frame_view``). Defaults to ``"screen"``.
 
     Returns:
         FrameSet: the frames with their :class:`AtariFrameState` (``layouts`` are
@@ -230,7 +237,7 @@ def generate_atari_frames(
     from vlmrb_torchrl.envs.atari.policies import AtariPolicy, ball_position, score_digit
 
     rng = np.random.default_rng(seed)
-    envs = {game: AtariEnv(f"ALE/{game}-v5", train=False, render=True, frame_size=frame_size,
+    envs = {game: AtariEnv(f"ALE/{game}-v5", train=False, render=True, frame_size=frame_size, frame_view=frame_view,
                            max_episode_steps=episode_steps[1]) for game in games}
     policies = {game: AtariPolicy(env, seed=int(rng.integers(2**31)), random_share=random_share)
                 for game, env in envs.items()}

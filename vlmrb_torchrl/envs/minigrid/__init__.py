@@ -134,7 +134,8 @@ class MiniGridFamily(EnvFamily):
     policies = {"scripted": f"{_POLICIES}:DoorKeyPolicy", "mission": f"{_POLICIES}:MissionPolicy",
                 "subgoal": f"{_POLICIES}:SubgoalPolicy"}
     # the DQN keys only MiniGrid reads, and what another family's run keeps them at
-    owned_keys = {"actions": ("auto", "all"), "view": ("partial",), "frame_view": ("auto", "grid")}
+    owned_keys = {"actions": ("auto", "all"), "view": ("partial",)}
+    frame_views = ("grid", "agent")
     has_missions = True
 
     def env_kwargs(self, cfg: Any, *, scorer: Any = None) -> dict[str, Any]:
