@@ -91,3 +91,17 @@ def test_the_report_orders_the_dose_and_reads_each_seed(tmp_path):
     # a perfect decreasing trend over 3 x 3 seeds: the smallest exact p, 1 / (9! / 3!^3)
     assert f"one-sided p = {6 ** 3 / math.factorial(9):.4f}" in text
     assert "| vlm_goal_cap4 | vlm_goal | 3 / 3 |" in text
+    assert "over 6 seeds" in text  # the correlation reads the goal-label arms' 6 seeds
+
+
+def test_the_correlation_leaves_out_episode_credit(tmp_path):
+    """vlm_goal_spread was chosen after prediction b': its seeds are compared, not correlated."""
+    ramp = lambda start: [min(1.0, max(0.0, (i - start) / 4)) for i in range(20)]  # noqa: E731
+    for seed in range(3):
+        _write(tmp_path, "uniform", seed, ramp(4 + seed * 0.1))
+        _write(tmp_path, "vlm_goal", seed, ramp(8 + seed * 0.1), oversampling=10.0 + seed)
+        _write(tmp_path, "vlm_goal_cap8", seed, ramp(6 + seed * 0.1), oversampling=8.0)
+        _write(tmp_path, "vlm_goal_spread", seed, ramp(3 + seed * 0.1), oversampling=20.0)
+    text, _ = mechanism.report(mechanism.load_study(tmp_path, "doorkey12"))
+    assert "over 6 seeds" in text
+    assert "| vlm_goal_spread | uniform | 3 / 3 |" in text and "| vlm_goal_spread | vlm_goal | 3 / 3 |" in text
