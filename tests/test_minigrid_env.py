@@ -730,7 +730,7 @@ def _shipped_grid_model_envs() -> list[str]:
     from vlmrb_torchrl.envs.minigrid.training import (
         BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS, TRAIN_LAYOUTS)
 
-    report = json.loads((Path(minigrid_module.__file__).parents[1] / "scorers/models/minigrid/training.json").read_text())
+    report = json.loads((Path(minigrid_module.__file__).parents[2] / "scorers/models/minigrid/training.json").read_text())
     ids = [lay["env_id"] for lay in report["layouts"]] + list(report["held_out_layouts"])
     ids += [*BENCHMARK_TRAIN_ENVS, *HELD_OUT_LAYOUTS, *LARGE_GRID_ENVS, *(lay.env_id for lay in TRAIN_LAYOUTS)]
     return sorted(set(ids) - {"MiniGrid-DoorKey-12x12-v0"})  # the one grid redrawn on purpose (above)
