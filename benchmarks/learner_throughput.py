@@ -11,6 +11,8 @@ each), so that a machine getting busier or idler moves every arm alike. Arms:
   ``vlm`` / ``vlm_td`` with a scorer: ``oracle`` = ``oracle:minigrid``, ``builtin`` =
   ``builtin:minigrid``, the pixel scorer; ``backend`` = the recipe's ``scorer_backend``, ``thread`` by
   default, ``process`` to score in a child process on another core);
+- ``recipe:...+key=value[+key=value]``: the recipe arm with more config keys (e.g.
+  ``recipe:vlm:builtin+frames_from_state=false``: the envs render and pass frames);
 - ``before:<replay>[:<scorer>]``: the same command run from ``--before REV`` (a temporary ``git worktree``).
 
 Modes (DoorKey-5x5, 8 envs, batch 64, one update per 4 frames, 2x256 MLP, 3-step double DQN):
@@ -56,10 +58,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SCORERS = {"oracle": "oracle:minigrid", "builtin": "builtin:minigrid"}
 
 
-def recipe_command(replay: str, scorer: str, frames: int, out: Path, mode: str, backend: str = "") -> list[str]:
+def recipe_command(replay: str, scorer: str, frames: int, out: Path, mode: str, backend: str = "",
+                   extra: tuple[str, ...] = ()) -> list[str]:
     common = [sys.executable, "-m", "vlmrb_torchrl.cli", "train", "dqn", f"replay={replay}",
               f"scorer={SCORERS.get(scorer, scorer or 'oracle:minigrid')}", f"total_frames={frames}",
-              "progress=false", "gallery_clips=0", "seed=0", f"output_dir={out}", "overwrite=true"]
+              "progress=false", "gallery_clips=0", "seed=0", f"output_dir={out}", "overwrite=true", *extra]
     if backend:
         common.append(f"scorer_backend={backend}")
     if mode == "whole":  # the settings; everything else the recipe's defaults
@@ -97,6 +100,7 @@ def _timed(command: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, f
 
 
 def run_arm(arm: str, *, frames: int, before: Path | None, work: Path, mode: str) -> dict[str, float]:
+    arm, *extra = arm.split("+")
     kind, _, rest = arm.partition(":")
     replay, _, scorer = rest.partition(":")
     scorer, _, backend = scorer.partition(":")
@@ -108,8 +112,9 @@ def run_arm(arm: str, *, frames: int, before: Path | None, work: Path, mode: str
         return {"env_steps_per_s": result["env_steps_per_s"], "wall_s": wall, "cpu_s": cpu}
     cwd = ROOT if kind == "recipe" else before
     env["PYTHONPATH"] = str(cwd)  # the checkout's package, not the installed one
-    out_dir = work / arm.replace(":", "_")
-    _, wall, cpu = _timed(recipe_command(replay, scorer, frames, out_dir, mode, backend), cwd=cwd, env=env)
+    out_dir = work / "_".join([arm.replace(":", "_"), *extra]).replace("=", "-")
+    _, wall, cpu = _timed(recipe_command(replay, scorer, frames, out_dir, mode, backend, tuple(extra)), cwd=cwd,
+                          env=env)
     return {"env_steps_per_s": float(last_row(out_dir / "metrics.csv")["env_steps_per_s"]), "wall_s": wall,
             "cpu_s": cpu}
 

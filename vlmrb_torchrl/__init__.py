@@ -24,6 +24,7 @@ _EXPORTS = {
     "ClipScoring": "vlmrb_torchrl.scoring.clip_scoring",
     "ClipSpec": "vlmrb_torchrl.scoring.clips",
     "ClipStream": "vlmrb_torchrl.scoring.clips",
+    "StateRenderer": "vlmrb_torchrl.scoring.render",
     "VLMPrioritizedSampler": "vlmrb_torchrl.replay.sampler",
     "VLMReplayBuffer": "vlmrb_torchrl.replay.buffer",
     "VLMScoreTransform": "vlmrb_torchrl.scoring.transform",
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vlmrb_torchrl.replay.buffer import VLMReplayBuffer, make_vlm_replay_buffer
     from vlmrb_torchrl.scoring.clip_scoring import ClipScoring, make_clip_scoring
     from vlmrb_torchrl.scoring.clips import ClipBatch, ClipSpec, ClipStream
+    from vlmrb_torchrl.scoring.render import StateRenderer
     from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
     from vlmrb_torchrl.scoring.backends import make_async_scorer
     from vlmrb_torchrl.scoring.transform import VLMScoreTransform

@@ -29,7 +29,7 @@ _EXPORTS = {
     "make_atari_env": _ATARI,
     "DOORKEY_ACTIONS": _MINIGRID, "FRAME_VIEWS": _MINIGRID, "MINIGRID_EVENT_KEYS": _MINIGRID,
     "BatchedMiniGridCollector": _MINIGRID, "BatchedMiniGridEnv": _MINIGRID, "MiniGridEnv": _MINIGRID,
-    "make_minigrid_env": _MINIGRID, "register_extra_envs": _MINIGRID,
+    "FRAME_STATE_KEY": _MINIGRID, "MiniGridStateRenderer": _MINIGRID, "make_minigrid_env": _MINIGRID, "register_extra_envs": _MINIGRID,
     "MissionTracker": "vlmrb_torchrl.envs.minigrid.missions", "parse_mission": "vlmrb_torchrl.envs.minigrid.missions",
     "OGBENCH_EVENT_KEYS": _OGBENCH, "SCENE_SUBGOALS": _OGBENCH, "SCENE_TASKS": _OGBENCH, "SceneEnv": _OGBENCH,
     "make_ogbench_env": _OGBENCH,
@@ -47,9 +47,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vlmrb_torchrl.envs.atari.env import ATARI_PROMPTS, AtariEnv, BatchedAtariEnv, atari_prompt, make_atari_env
     from vlmrb_torchrl.envs.family import (FAMILY_MODULES, EnvFamily, families, family_of, get_family,
                                            register_family, unregister_family)
-    from vlmrb_torchrl.envs.minigrid.env import (DOORKEY_ACTIONS, FRAME_VIEWS, MINIGRID_EVENT_KEYS,
+    from vlmrb_torchrl.envs.minigrid.env import (DOORKEY_ACTIONS, FRAME_STATE_KEY, FRAME_VIEWS, MINIGRID_EVENT_KEYS,
                                                  BatchedMiniGridCollector, BatchedMiniGridEnv, MiniGridEnv,
-                                                 make_minigrid_env, register_extra_envs)
+                                                 MiniGridStateRenderer, make_minigrid_env, register_extra_envs)
     from vlmrb_torchrl.envs.minigrid.missions import MissionTracker, parse_mission
     from vlmrb_torchrl.envs.ogbench.env import OGBENCH_EVENT_KEYS, SCENE_SUBGOALS, SCENE_TASKS, SceneEnv, make_ogbench_env
     from vlmrb_torchrl.envs.robosuite.env import (ROBOSUITE_EVENT_KEYS, ROBOSUITE_VIEWS, CameraView, PanelView,

@@ -511,7 +511,7 @@ def maybe_checkpoint(run: RunDir, replay: Any, *, cfg: Any, counters: dict[str, 
 RESUME_MAY_CHANGE = ("total_frames", "stop_at", "resume", "output_dir", "overwrite", "trust_checkpoint", "device",
                      "torch_threads",
                      "async_scoring", "scorer_drain_timeout", "on_scorer_error", "max_consecutive_scorer_errors",
-                     "scorer_backend", "scorer_workers", "scorer_gpus", "ray_address",
+                     "scorer_backend", "scorer_workers", "scorer_gpus", "ray_address", "frames_from_state",
                      "eval_every", "eval_episodes", "eval_envs", "eval_eps", "eval_full_every",
                      "checkpoint_every", "gallery_clips", "gallery_steps", "tensorboard", "progress")
 

@@ -212,7 +212,6 @@ def main(cfg: DQNConfig) -> dict:
         # family maps the config to its factory; frames for the VLM are rendered only when the scorer reads them
         env_kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
         env_kwargs.update(family_of(cfg.env).env_kwargs(cfg, scorer=start.scorer))
-        train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, **env_kwargs)
         eval_limit = min((n for n in (cfg.max_episode_steps, cfg.eval_max_episode_steps) if n is not None), default=None)
         eval_env_fn = env_factory(cfg.env, train=False, render=False,
                                   **{**env_kwargs, **({} if eval_limit is None else {"max_episode_steps": eval_limit})})
@@ -225,7 +224,12 @@ def main(cfg: DQNConfig) -> dict:
         obs_spec = probe.observation_spec["observation"]
         action_spec = probe.action_spec
         step = probe.fake_tensordict()  # what a stored transition weighs: the replay's memory, a checkpoint's disk
+        # ψ: an env that can draw its frames from a few bytes of state stores those, and the scorer's side renders
+        # the frames its clips show (the same pixels); other envs render and pass frames
+        renderer = getattr(probe, "state_renderer", None) if start.needs_frames and cfg.frames_from_state else None
         probe.close()
+        train_env_fn = env_factory(cfg.env, train=True, render="state" if renderer is not None else start.needs_frames,
+                                   **env_kwargs)
         make_run_dir(cfg, checkpoint, recipe="dqn", step=step)  # scorer and env built: a failed start wrote nothing
         cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
 
@@ -245,9 +249,9 @@ def main(cfg: DQNConfig) -> dict:
 
         # --- replay: the only thing that differs between replay modes
         replay = cleanup.enter_context(make_replay(cfg, generator=start.generator, updates=start.updates_total,
-                                                   scorer=start.scorer))
+                                                   scorer=start.scorer, renderer=renderer))
         # the gallery's best and worst clips of the whole run, kept as they are scored (a scorer reading frames)
-        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed)
+        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed, renderer=renderer)
                        if start.needs_frames and cfg.gallery_clips > 0 else None)
 
         # --- resume

@@ -15,6 +15,7 @@ import torch
 
 from vlmrb_torchrl.scoring.clip_scoring import make_clip_scoring
 from vlmrb_torchrl.scoring.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.scoring.render import StateRenderer, render_states
 from vlmrb_torchrl.recipes.envs import has_batched_env, make_batched_env
 from vlmrb_torchrl.recipes.evaluate import on_env_device
 from vlmrb_torchrl.recipes.replay import FRAME_KEY, needs_frames
@@ -26,7 +27,7 @@ class _Kept(NamedTuple):
     score: float
     tiebreak: float  # a uniform draw: among equal scores, a uniform sample of the run's clips is kept
     step: int  # rows the buffer had stored when the clip's first step was stored (the env step)
-    frames: torch.Tensor  # uint8 [n, H, W, 3], the real frames and the outcome frame
+    frames: torch.Tensor  # uint8 [n, H, W, 3], the real frames and the outcome frame (or the states they are drawn from)
 
 
 class RunGallery:
@@ -48,6 +49,8 @@ class RunGallery:
     Keyword Args:
         frame_key (NestedKey): the frames in the clips. Defaults to ``"pixels"``.
         seed (int): seeds the tie-breaking draws. Defaults to 0.
+        renderer (StateRenderer, optional): ψ, when the clips carry states (its ``state_key``) in place of
+            frames: the kept clips' states are rendered by :meth:`write`, only theirs. Defaults to ``None``.
 
     Examples:
         >>> import torch
@@ -63,11 +66,13 @@ class RunGallery:
         ([(0.75, 7)], [(0.25, 6)])
     """
 
-    def __init__(self, clips: int, *, capacity: int, clip_len: int, frame_key: Any = FRAME_KEY, seed: int = 0) -> None:
+    def __init__(self, clips: int, *, capacity: int, clip_len: int, frame_key: Any = FRAME_KEY, seed: int = 0,
+                 renderer: StateRenderer | None = None) -> None:
         self.clips = clips
         self.capacity = capacity
         self.clip_len = clip_len
-        self.frame_key = frame_key
+        self.renderer = renderer
+        self.frame_key = frame_key if renderer is None else renderer.state_key
         self.top: list[_Kept] = []
         self.bottom: list[_Kept] = []
         self.observed = 0
@@ -116,17 +121,19 @@ class RunGallery:
         paths = []
         for kind, rank, kept in picks:
             path = out_dir / f"{kind}_{rank}_score{kept.score:.2f}_step{kept.step}.gif"
-            save_gif(path, kept.frames, f"score {kept.score:.2f} | step {kept.step:,}", prompt)
+            frames = kept.frames if self.renderer is None else render_states(self.renderer, kept.frames)
+            save_gif(path, frames, f"score {kept.score:.2f} | step {kept.step:,}", prompt)
             paths.append(path)
         (out_dir / "prompt.txt").write_text(prompt)
         return paths
 
 
-def attach_run_gallery(buffer: Any, clips: int, *, frame_key: Any = FRAME_KEY, seed: int = 0) -> RunGallery:
+def attach_run_gallery(buffer: Any, clips: int, *, frame_key: Any = FRAME_KEY, seed: int = 0,
+                       renderer: StateRenderer | None = None) -> RunGallery:
     """A :class:`RunGallery` fed by ``buffer``'s scoring worker (a
-    :class:`~vlmrb_torchrl.VLMReplayBuffer`, whose scorer reads ``frame_key``)."""
+    :class:`~vlmrb_torchrl.VLMReplayBuffer`, whose scorer reads ``frame_key``, drawn by ``renderer`` when given)."""
     gallery = RunGallery(clips, capacity=buffer.sampler.max_size, clip_len=buffer.clip_stream.spec.clip_len,
-                         frame_key=frame_key, seed=seed)
+                         frame_key=frame_key, seed=seed, renderer=renderer)
     buffer.async_scorer.on_scored = gallery.observe
     return gallery
 

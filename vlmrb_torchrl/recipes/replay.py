@@ -421,7 +421,7 @@ def sample_tensordict(buffer: TensorDictReplayBuffer) -> TensorDictBase:
     return out
 
 
-def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=None) -> Replay:
+def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=None, renderer=None) -> Replay:
     """The :class:`Replay` for ``cfg.replay``; everything but the sampler is identical across modes.
 
     Args:
@@ -432,6 +432,8 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
         updates (int): gradient updates of the whole run (the sampler's default warm-up is half of them:
             :meth:`~vlmrb_torchrl.recipes.config.RecipeConfig.sampler_kwargs`).
         scorer: the VLM modes' scorer (see :func:`make_scorer_from_config`).
+        renderer (StateRenderer, optional): ψ, when the training envs write states in place of frames
+            (:func:`~vlmrb_torchrl.make_vlm_replay_buffer`'s ``renderer=``).
     """
     storage = LazyTensorStorage(cfg.buffer_size)  # CPU: TorchRL's PyPI wheel has no CUDA trees
     if cfg.replay == "uniform":
@@ -450,7 +452,7 @@ def make_replay(cfg: Any, *, generator: torch.Generator, updates: int, scorer=No
         max_consecutive_scorer_errors=cfg.max_consecutive_scorer_errors, clip_spec=cfg.clip_spec(),
         storage=storage, batch_size=cfg.batch_size, generator=generator, frame_key=FRAME_KEY,
         backend=cfg.scorer_backend, scorer_options=_ray_options(cfg) if cfg.scorer_backend == "ray" else None,
-        sampler_kwargs=cfg.sampler_kwargs(updates),
+        sampler_kwargs=cfg.sampler_kwargs(updates), renderer=renderer,
     )
     return VLMReplay(buffer, sync=not cfg.async_scoring, drain_timeout=cfg.scorer_drain_timeout)
 

@@ -13,6 +13,7 @@ from torchrl.data.replay_buffers.storages import Storage
 
 from vlmrb_torchrl.scoring.clip_scoring import make_clip_scoring
 from vlmrb_torchrl.scoring.clips import ClipSpec, ClipStream
+from vlmrb_torchrl.scoring.render import StateRenderer
 from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
 from vlmrb_torchrl.scoring.transform import VLMScoreTransform
 from vlmrb_torchrl.scoring.backends import make_async_scorer
@@ -312,6 +313,7 @@ def make_vlm_replay_buffer(
     generator: torch.Generator | None = None,
     sampler_kwargs: dict[str, Any] | None = None,
     sync: bool = True,
+    renderer: StateRenderer | None = None,
     **rb_kwargs: Any,
 ) -> VLMReplayBuffer:
     """Builds a VLM-RB replay buffer: storage, sampler, clip stream and async scorer in one call.
@@ -350,6 +352,10 @@ def make_vlm_replay_buffer(
             clips from the stored rows). Initialise the storage in the owner (one ``extend``) or use a
             ``LazyMemmapStorage`` before sending the buffer, so that every process writes the same memory.
             Defaults to ``True``.
+        renderer (StateRenderer, optional): ψ: the envs write ``renderer.state_key`` (a few bytes per
+            step) instead of ``frame_key``, and the frames a clip shows are rendered from those states
+            in the scorer's thread, process or Ray actor (:func:`~vlmrb_torchrl.make_clip_scoring`).
+            Defaults to ``None``: frames are passed.
         **rb_kwargs: other :class:`~torchrl.data.TensorDictReplayBuffer` arguments (``shared=True``, ...).
 
     Examples:
@@ -378,6 +384,7 @@ def make_vlm_replay_buffer(
     sampler.provenance = dict(getattr(scorer, "provenance", {}) or {})
     clip_stream, transform = make_clip_scoring(
         scorer, clip_spec, frame_key=frame_key, traj_key=traj_key, frame_size=frame_size, grid=grid,
+        renderer=renderer,
     )
     storage = storage if storage is not None else LazyTensorStorage(capacity)
     if not sync and getattr(storage, "ndim", 1) != 1:
@@ -386,7 +393,8 @@ def make_vlm_replay_buffer(
     async_scorer = make_async_scorer(transform, sampler, backend=backend, max_pending=max_pending,
                                      batch_size=scorer_batch_size, on_full=on_full, on_error=on_scorer_error,
                                      max_consecutive_errors=max_consecutive_scorer_errors, **(scorer_options or {}))
-    frame_keys = [frame_key, unravel_key(("next", frame_key))]
+    carried = frame_key if renderer is None else renderer.state_key  # what the envs write for the scorer
+    frame_keys = [carried, unravel_key(("next", carried))]
     return VLMReplayBuffer(
         clip_stream=clip_stream, scoring_transform=transform, async_scorer=async_scorer,
         frame_keys=frame_keys, store_frames=store_frames or not sync,

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from tensordict.utils import NestedKey
 
 from vlmrb_torchrl.scoring.clips import ClipSpec, ClipStream
+from vlmrb_torchrl.scoring.render import StateRenderer
 from vlmrb_torchrl.scoring.transform import VLMScoreTransform
 
 __all__ = ["ClipScoring", "make_clip_scoring", "reads_frames"]
@@ -65,6 +66,7 @@ def make_clip_scoring(
     frame_size: int | tuple[int, int] | None = None,
     grid: bool = False,
     pool_frames: bool = True,
+    renderer: StateRenderer | None = None,
     **stream_kwargs: Any,
 ) -> ClipScoring:
     """Builds the :class:`ClipStream` and :class:`VLMScoreTransform` that feed ``scorer``.
@@ -93,6 +95,9 @@ def make_clip_scoring(
         frame_size, grid: passed to :class:`VLMScoreTransform`.
         pool_frames (bool): passed to :class:`ClipStream`. Defaults to ``True`` (each frame
             kept once, whatever the number of clips showing it).
+        renderer (StateRenderer, optional): ψ (:mod:`vlmrb_torchrl.scoring.render`): the envs write
+            ``renderer.state_key`` instead of ``frame_key``; the stream carries those states and the
+            transform renders the frames it shows from them. Defaults to ``None`` (frames are passed).
         **stream_kwargs: other :class:`ClipStream` arguments (``done_key``; ``extra_keys``
             are added to the scorer's own).
 
@@ -106,6 +111,20 @@ def make_clip_scoring(
         (True, [('next', 'progress_event')])
         >>> transform.in_keys, transform.clip_spec.num_frames  # no frames, so no outcome frame either
         ([], 4)
+
+    Frames drawn from stored states where the scorer runs (a toy ψ):
+
+        >>> import torch
+        >>> from vlmrb_torchrl.scorers import CallableScorer
+        >>> class Shade:
+        ...     state_key = "shade"
+        ...     def __call__(self, states):
+        ...         return states.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 4, 4, 3)
+        >>> scorer = CallableScorer(lambda clips: clips["pixels"].float().amax((1, 2, 3, 4)) / 255,
+        ...                         in_keys=["pixels"])
+        >>> stream, transform = make_clip_scoring(scorer, ClipSpec(clip_len=4), renderer=Shade())
+        >>> stream.frame_key, transform.in_keys  # the stream carries states; the scorer reads frames
+        ('shade', ['pixels'])
     """
     if isinstance(scorer, str):
         from vlmrb_torchrl.scorers import make_scorer
@@ -113,15 +132,16 @@ def make_clip_scoring(
         scorer = make_scorer(scorer)
     clip_spec = clip_spec if clip_spec is not None else ClipSpec()
     needs_frames = reads_frames(scorer, frame_key)
+    renderer = renderer if needs_frames else None
     transform = VLMScoreTransform(scorer, clip_spec=clip_spec, in_keys=[frame_key] if needs_frames else [],
-                                  frame_size=frame_size, grid=grid)
+                                  frame_size=frame_size, grid=grid, renderer=renderer)
     user_extras = stream_kwargs.pop("extra_keys", ())
     if isinstance(user_extras, str):
         user_extras = [user_extras]
     extra_keys = transform.score_key_list()
     extra_keys += [k for k in user_extras if k not in extra_keys]
     stream = ClipStream(
-        clip_spec, frame_key=frame_key if needs_frames else None, traj_key=traj_key,
+        clip_spec, frame_key=transform.source_keys[0] if needs_frames else None, traj_key=traj_key,
         extra_keys=extra_keys, pool_frames=pool_frames, **stream_kwargs,
     )
     max_frames = getattr(scorer, "max_frames", None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,7 @@ from torchrl.envs.transforms import Transform
 from vlmrb_torchrl._frames import evenly_spaced, step_owners, tile_frames
 from vlmrb_torchrl._keys import FRAME_ROW_KEY, MASK_KEY
 from vlmrb_torchrl.scoring.clips import ClipBatch, ClipSpec
+from vlmrb_torchrl.scoring.render import StateRenderer, render_states
 from vlmrb_torchrl.scorers.base import validate_scores
 
 __all__ = ["VLMScoreTransform", "pack_frames"]
@@ -45,6 +46,7 @@ def pack_frames(
     grid: bool = False,
     frame_pool: TensorDictBase | None = None,
     final_frame: bool = False,
+    renderers: Mapping[NestedKey, StateRenderer] | None = None,
 ) -> TensorDictBase:
     """Packs ``[B, L]`` clips into what a scorer receives: ``[B, F]`` (or ``[B, 1]`` with ``grid``).
 
@@ -63,6 +65,9 @@ def pack_frames(
     it through ``("clip", "frame_row")``, only at ``positions``
     (:meth:`~vlmrb_torchrl.ClipBatch.pooled_frames`). Tiling follows
     :func:`vlmrb_torchrl._frames.tile_frames`, the rule the scorer backends use too.
+    ``renderers`` maps a frame key to the :class:`~vlmrb_torchrl.scoring.render.StateRenderer` that
+    draws it: the clips (or the pool) then hold its ``state_key`` instead, and only the states at
+    ``positions`` are rendered, each pooled row once.
 
     Examples:
         >>> import torch
@@ -89,8 +94,10 @@ def pack_frames(
         mask[orphan, -1] = True
     owners = None
     out = {MASK_KEY: mask}
+    renderers = renderers or {}
+    state_keys = [r.state_key for r in renderers.values()]
     for key, value in clips.items(include_nested=True, leaves_only=True):
-        if key in frame_keys or key in (FRAME_ROW_KEY, MASK_KEY):
+        if key in frame_keys or key in state_keys or key in (FRAME_ROW_KEY, MASK_KEY):
             continue
         if value.dtype == torch.bool:  # OR over the real steps each kept position stands for
             if owners is None:
@@ -104,7 +111,10 @@ def pack_frames(
             value = value[:, positions]
         out[key] = value
     for key in frame_keys:
-        if frame_pool is None:
+        renderer = renderers.get(key)
+        if renderer is not None:
+            frames = _rendered(clips, frame_pool, renderer, positions)
+        elif frame_pool is None:
             frames = clips.get(key)[:, positions]
         else:
             frames = ClipBatch.pooled_frames(clips, frame_pool, key, positions)
@@ -128,6 +138,22 @@ def pack_frames(
             out[key] = value.any(1, keepdim=True) if value.dtype == torch.bool else value[:, -1:]
         out[MASK_KEY] = packed_mask
     return TensorDict(out, batch_size=[b, 1 if grid else len(positions)])
+
+
+def _rendered(clips: TensorDictBase, frame_pool: TensorDictBase | None, renderer: StateRenderer,
+              positions: Tensor) -> Tensor:
+    """``[B, F, H, W, C]`` frames drawn from the states at ``positions``: a pooled state once however
+    many clips show it; inline states (no pool) once per clip position."""
+    if frame_pool is None:
+        states = clips.get(renderer.state_key)[:, positions]
+        b, f = states.shape[:2]
+        frames = render_states(renderer, states.reshape(b * f, *states.shape[2:]))
+        return frames.reshape(b, f, *frames.shape[1:])
+    rows = clips.get(FRAME_ROW_KEY)[:, positions]
+    unique, inverse = torch.unique(rows, return_inverse=True)
+    pool = frame_pool.get(renderer.state_key)
+    frames = render_states(renderer, torch.index_select(pool, 0, unique.to(pool.device)))
+    return frames[inverse.to(frames.device)]
 
 
 class VLMScoreTransform(Transform):
@@ -190,12 +216,17 @@ class VLMScoreTransform(Transform):
         frame_size (int or (int, int), optional): resize frames to this size; ``None`` keeps them.
         grid (bool): tile the frames into one image per clip. Defaults to ``False``.
         final_frame (bool, optional): show each clip's outcome frame (see above). Defaults to ``True``.
+        renderer (StateRenderer, optional): ψ, drawing the frame key (``in_keys[0]``, one frame key) from
+            the states the env stored under ``renderer.state_key``: the clips carry those states, and
+            the frames the scorer is shown are rendered here, only at the positions it is shown
+            (:mod:`vlmrb_torchrl.scoring.render`). Defaults to ``None``: the clips carry frames.
 
     Attributes:
         clip_spec (ClipSpec): the clip geometry the transform expects (``clip_spec``, or
             ``ClipSpec(clip_len, frames=frames, final_frame=...)``); its ``final_frame`` is ``False``
             when the transform reads no frames.
         scorer: the scorer (not a submodule).
+        renderer (StateRenderer or None): ψ, see above.
 
     Examples:
         >>> import torch
@@ -241,6 +272,7 @@ class VLMScoreTransform(Transform):
         frame_size: int | tuple[int, int] | None = None,
         grid: bool = False,
         final_frame: bool | None = None,
+        renderer: StateRenderer | None = None,
     ) -> None:
         if not callable(getattr(scorer, "score", None)):
             raise TypeError(
@@ -269,11 +301,25 @@ class VLMScoreTransform(Transform):
             raise ValueError(f"frame_size must be an int or (height, width) >= 1, got {frame_size!r}.")
         if len(out_keys) != 1:
             raise ValueError(f"VLMScoreTransform writes one score key; got out_keys={out_keys!r}.")
+        if renderer is not None and (len(in_keys) != 1 or not isinstance(renderer, StateRenderer)):
+            raise ValueError(f"VLMScoreTransform(renderer=...) draws one frame key from a StateRenderer (state_key "
+                             f"and __call__); got in_keys={list(in_keys)!r}, renderer={type(renderer).__name__}.")
         super().__init__(in_keys=list(in_keys), out_keys=list(out_keys))
         self.clip_spec = clip_spec
         self.frame_size = frame_size
         self.grid = grid
+        self.renderer = renderer
         self.__dict__["scorer"] = scorer  # not a submodule: see the class note
+
+    @property
+    def source_keys(self) -> list[NestedKey]:
+        """What the clips carry for each frame key: the frames themselves, or ``renderer.state_key``."""
+        if self.renderer is None:
+            return list(self.in_keys)
+        return [self.renderer.state_key]
+
+    def _renderers(self) -> dict[NestedKey, StateRenderer]:
+        return {} if self.renderer is None else {self.in_keys[0]: self.renderer}
 
     @property
     def positions(self) -> Tensor:
@@ -290,7 +336,8 @@ class VLMScoreTransform(Transform):
     def _with_outcome(self, clips: TensorDictBase) -> TensorDictBase | None:
         """``[B, L]`` clips + their ``("next", frame)`` entries → the ``[B, L + 1]`` stream layout;
         ``None`` when an outcome frame is absent."""
-        next_keys = [unravel_key(("next", key)) for key in self.in_keys]
+        sources = self.source_keys
+        next_keys = [unravel_key(("next", key)) for key in sources]
         present = set(clips.keys(include_nested=True, leaves_only=True))
         if any(k not in present for k in next_keys):
             return None
@@ -307,7 +354,7 @@ class VLMScoreTransform(Transform):
             tail = value[rows, last][:, None]  # per-step entries repeat the last real step
             if key == MASK_KEY:
                 tail = torch.zeros_like(tail)
-            elif key in self.in_keys:
+            elif key in sources:
                 tail = clips.get(unravel_key(("next", key)))[rows, last][:, None]
             extended[key] = torch.cat([value, tail], 1)
         if MASK_KEY not in extended:
@@ -318,7 +365,7 @@ class VLMScoreTransform(Transform):
 
     def score_key_list(self) -> list[NestedKey]:
         """Keys the scorer needs besides frames and the mask (carried per step by clips)."""
-        frame_keys = set(self.in_keys)
+        frame_keys = set(self.in_keys) | set(self.source_keys)
         return [k for k in getattr(self.scorer, "in_keys", []) if k not in frame_keys and k != MASK_KEY]
 
     def score_clips(self, clips: TensorDictBase, frames: TensorDictBase | None = None) -> Tensor:
@@ -345,11 +392,12 @@ class VLMScoreTransform(Transform):
             extended = self._with_outcome(clips)
             if extended is not None:
                 clips, outcome = extended, True
-        needed = list(self.in_keys) + self.score_key_list()
+        sources = self.source_keys
+        needed = sources + self.score_key_list()
         present = set(clips.keys(include_nested=True, leaves_only=True))
         if frames is not None:
             present |= set(frames.keys(include_nested=True, leaves_only=True))
-            needed_in_clips = [k for k in needed if k not in self.in_keys] + [FRAME_ROW_KEY]
+            needed_in_clips = [k for k in needed if k not in sources] + [FRAME_ROW_KEY]
         else:
             needed_in_clips = needed
         missing = [k for k in needed if k not in present and (k,) not in present]
@@ -367,7 +415,7 @@ class VLMScoreTransform(Transform):
             raise ValueError(f"clips must have batch [B, T]; got {tuple(clips.batch_size)}.")
         packed = pack_frames(selected, positions=self._positions(outcome), frame_keys=self.in_keys,
                              frame_size=self.frame_size, grid=self.grid, frame_pool=frames,
-                             final_frame=outcome)
+                             final_frame=outcome, renderers=self._renderers())
         # checked here too: a scorer written to the protocol need not validate what it returns
         return validate_scores(self.scorer.score(packed), clips.batch_size[0], scorer=self.scorer)
 
@@ -416,4 +464,5 @@ class VLMScoreTransform(Transform):
         spec = self.clip_spec
         return (f"{type(self).__name__}(scorer={type(self.scorer).__name__}, clip_len={spec.clip_len}, "
                 f"frames={spec.frames}, final_frame={spec.final_frame}, frame_size={self.frame_size}, grid={self.grid}, "
-                f"in_keys={self.in_keys}, out_keys={self.out_keys})")
+                f"in_keys={self.in_keys}, out_keys={self.out_keys}"
+                + ("" if self.renderer is None else f", renderer={type(self.renderer).__name__}") + ")")

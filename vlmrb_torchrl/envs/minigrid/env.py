@@ -27,7 +27,7 @@ from vlmrb_torchrl.envs.minigrid.missions import MISSION_BYTES, Mission, Mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
            "DOORKEY_ACTIONS", "FRAME_VIEWS", "OBSERVATION_ENCODINGS", "OBSERVATION_VIEWS", "GridFrame", "grid_frame_layout",
-           "minigrid_has_doors", "minigrid_missions", "register_extra_envs"]
+           "minigrid_has_doors", "minigrid_missions", "register_extra_envs", "FRAME_STATE_KEY", "MiniGridStateRenderer"]
 
 _has_minigrid = (
     importlib.util.find_spec("minigrid") is not None
@@ -59,6 +59,10 @@ OBSERVATION_VIEWS = ("partial", "full", "both")
 #: What ``"pixels"`` shows: ``"grid"``, the whole grid from above; ``"agent"``, MiniGrid's agent-centred
 #: ``V x V`` view (the agent at the bottom centre, facing up: the cell it faces is always the one above it).
 FRAME_VIEWS = ("grid", "agent")
+
+#: Where ``MiniGridEnv(render="state")`` writes each step's frame state (:class:`MiniGridStateRenderer`
+#: draws the frame from it where the scorer runs).
+FRAME_STATE_KEY = "frame_state"
 
 #: The actions DoorKey needs. Dropping ``drop`` and ``done`` (no-ops there) lifts a random
 #: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes
@@ -484,6 +488,62 @@ class _FullGridRenderer:
             self._atlas = np.stack(self._tiles)
         return idx
 
+    def _code_index(self, code: tuple[int, int, int], agent_dir: int | None = None) -> int:
+        """The atlas index of the tile of a cell encoded as ``code`` (MiniGrid's ``(type, colour, state)``), with
+        the agent on it facing ``agent_dir`` unless that is ``None``."""
+        from minigrid.core.world_object import WorldObj
+
+        obj = WorldObj.decode(*code)  # None for an empty cell, whose key is None as in __call__
+        key = None if obj is None else obj.encode()
+        if agent_dir is None:
+            idx = self._index.get(key)
+            return self._tile_index(obj) if idx is None else idx
+        tile_key = ("agent", key, agent_dir)
+        if tile_key not in self._index:
+            self._index[tile_key] = len(self._tiles)
+            self._tiles.append(self._agent_tile(obj, (key, agent_dir)))
+            self._atlas = np.stack(self._tiles)
+        return self._index[tile_key]
+
+    def _agent_tile(self, cell, key) -> np.ndarray:
+        tile = self._agent_tiles.get(key)
+        if tile is None:
+            tile = self._agent_tiles[key] = self._render_tile(cell, key[1])
+        return tile
+
+    def _placed(self, frames: np.ndarray) -> np.ndarray:
+        """``[..., h * t, w * t, 3]`` grid pixels in the layout's frame."""
+        lay = self.layout
+        if lay is None or (lay.height, lay.width) == frames.shape[-3:-1]:
+            return frames
+        out = np.zeros((*frames.shape[:-3], lay.height, lay.width, 3), dtype=np.uint8)
+        out[..., lay.top : lay.top + frames.shape[-3], lay.left : lay.left + frames.shape[-2], :] = frames
+        return out
+
+    def render_codes(self, codes: np.ndarray, agent: np.ndarray, width: int, height: int) -> np.ndarray:
+        """``[N, H, W, 3]`` frames of ``N`` states: cell codes ``[N, height * width, 3]`` (row-major, as
+        ``grid.grid``) and the agent's ``[N, 3]`` ``(x, y, direction)``; the same pixels as :meth:`__call__`.
+
+        One fancy index for the whole batch: each distinct code (and agent cell) is looked up once.
+        """
+        n, t = len(codes), self.tile_size
+        wide = codes.astype(np.int64)
+        keys = (wide[..., 0] << 16) | (wide[..., 1] << 8) | wide[..., 2]  # codes are uint8
+        agent = agent.astype(np.int64)
+        cell = agent[:, 1] * width + agent[:, 0]
+        # the agent's cell: its code and direction, a key no plain cell has (bit 24 set)
+        keys[np.arange(n), cell] = (1 << 26) | (agent[:, 2] << 24) | keys[np.arange(n), cell]
+        unique, inverse = np.unique(keys, return_inverse=True)
+        lut = np.array([self._code_index((int(k) >> 16 & 255, int(k) >> 8 & 255, int(k) & 255),
+                                         int(k) >> 24 & 3 if k >> 26 else None) for k in unique], dtype=np.int64)
+        frames = (
+            self._atlas[lut[inverse.reshape(n, -1)]]
+            .reshape(n, height, width, t, t, 3)
+            .transpose(0, 1, 3, 2, 4, 5)
+            .reshape(n, height * t, width * t, 3)
+        )
+        return self._placed(frames)
+
     def __call__(self, env) -> np.ndarray:
         grid = env.grid
         w, h, t = grid.width, grid.height, self.tile_size
@@ -501,16 +561,8 @@ class _FullGridRenderer:
         ax, ay = int(env.agent_pos[0]), int(env.agent_pos[1])
         cell = grid.get(ax, ay)
         key = (None if cell is None else cell.encode(), int(env.agent_dir))
-        agent_tile = self._agent_tiles.get(key)
-        if agent_tile is None:
-            agent_tile = self._agent_tiles[key] = self._render_tile(cell, int(env.agent_dir))
-        frame[ay * t : (ay + 1) * t, ax * t : (ax + 1) * t] = agent_tile
-        lay = self.layout
-        if lay is None or (lay.height, lay.width) == frame.shape[:2]:
-            return frame
-        out = np.zeros((lay.height, lay.width, 3), dtype=np.uint8)
-        out[lay.top : lay.top + h * t, lay.left : lay.left + w * t] = frame
-        return out
+        frame[ay * t : (ay + 1) * t, ax * t : (ax + 1) * t] = self._agent_tile(cell, key)
+        return self._placed(frame)
 
 
 class _AgentViewRenderer:
@@ -523,6 +575,144 @@ class _AgentViewRenderer:
 
     def __call__(self, env) -> np.ndarray:
         return np.asarray(env.get_pov_render(self.tile_size), dtype=np.uint8)
+
+
+#: The code MiniGrid's ``Grid.encode`` gives an empty cell (and the state gives "carrying nothing").
+_EMPTY_CODE = (1, 0, 0)
+
+
+class _FrameStateEncoder:
+    """Writes the state a :class:`MiniGridStateRenderer` draws a frame from: uint8 ``[H * W * 3 + 6]``.
+
+    The cells' ``(type, colour, state)`` codes in ``grid.grid`` order (row-major), re-encoded only when a
+    cell may have changed (:class:`_GridWatcher`), then the agent's ``x, y, direction`` and the code of
+    what it carries (:data:`_EMPTY_CODE` for nothing).
+    """
+
+    def __init__(self) -> None:
+        self._watcher = _GridWatcher()
+        self._cells = np.zeros(0, dtype=np.uint8)
+
+    def __call__(self, menv) -> np.ndarray:
+        if self._watcher.changed(menv.grid):
+            self._cells = np.array([_EMPTY_CODE if o is None else o.encode() for o in menv.grid.grid],
+                                   dtype=np.uint8).reshape(-1)
+        carrying = menv.carrying
+        tail = (int(menv.agent_pos[0]), int(menv.agent_pos[1]), int(menv.agent_dir),
+                *(carrying.encode() if carrying is not None else _EMPTY_CODE))
+        return np.concatenate([self._cells, np.asarray(tail, dtype=np.uint8)])
+
+
+@functools.lru_cache(maxsize=1)
+def _state_view_class():
+    """A stand-in for a MiniGrid env holding only what ``get_pov_render`` reads (the grid, the agent, what it
+    carries, the view's size and occlusion): MiniGrid's own view code runs on it, unchanged."""
+    from minigrid.minigrid_env import MiniGridEnv as _Raw
+
+    class _StateView:
+        get_view_exts = _Raw.get_view_exts
+        gen_obs_grid = _Raw.gen_obs_grid
+        get_pov_render = _Raw.get_pov_render
+
+        def __init__(self, grid, agent_pos, agent_dir, carrying, agent_view_size, see_through_walls) -> None:
+            self.grid, self.agent_pos, self.agent_dir, self.carrying = grid, agent_pos, agent_dir, carrying
+            self.agent_view_size, self.see_through_walls = agent_view_size, see_through_walls
+
+    return _StateView
+
+
+class MiniGridStateRenderer:
+    """ψ for MiniGrid: draws the frames a :class:`MiniGridEnv` renders from the states it writes with
+    ``render="state"`` (:data:`FRAME_STATE_KEY`), pixel for pixel (tested for every frame view and layout).
+
+    A state is uint8 ``[H * W * 3 + 6]``: every cell's MiniGrid code ``(type, colour, state)`` in row-major
+    order, the agent's ``x, y, direction`` and the code of what it carries (``(1, 0, 0)``: nothing), 81
+    bytes on DoorKey-5x5 where its frame is 10,800. Cells are drawn as MiniGrid draws the object its code
+    decodes to (``WorldObj.decode``), which is what the env's own renderer draws for MiniGrid's objects.
+    A :class:`~vlmrb_torchrl.StateRenderer`: get it from :attr:`MiniGridEnv.state_renderer` and give it to
+    :func:`~vlmrb_torchrl.make_vlm_replay_buffer` (``renderer=``); it pickles small (its tile caches are
+    rebuilt where it renders).
+
+    Args:
+        width (int): grid width in cells.
+        height (int): grid height in cells.
+
+    Keyword Args:
+        tile_size (int): cell size in pixels.
+        frame_view (str): ``"grid"`` or ``"agent"`` (:data:`FRAME_VIEWS`).
+        layout (GridFrame, optional): where a ``"grid"`` frame puts the grid (:func:`grid_frame_layout`).
+        agent_view_size (int): the ``"agent"`` view's size in cells. Defaults to ``7``.
+        see_through_walls (bool): whether the ``"agent"`` view ignores occlusion. Defaults to ``False``.
+
+    Examples:
+        >>> env = MiniGridEnv("MiniGrid-DoorKey-5x5-v0", seed=0, render="state")
+        >>> psi = env.state_renderer
+        >>> states = env.reset()[FRAME_STATE_KEY][None]
+        >>> states.shape, psi(states).shape, psi.state_key
+        (torch.Size([1, 81]), torch.Size([1, 60, 60, 3]), 'frame_state')
+        >>> frame = MiniGridEnv("MiniGrid-DoorKey-5x5-v0", seed=0, render=True).reset()["pixels"]
+        >>> bool((psi(states)[0] == frame).all())  # the frame render=True writes
+        True
+    """
+
+    state_key = FRAME_STATE_KEY
+
+    def __init__(self, width: int, height: int, *, tile_size: int, frame_view: str = "grid",
+                 layout: GridFrame | None = None, agent_view_size: int = 7, see_through_walls: bool = False) -> None:
+        if frame_view not in FRAME_VIEWS:
+            raise ValueError(f"MiniGridStateRenderer.frame_view must be one of {FRAME_VIEWS}, got {frame_view!r}.")
+        self.width, self.height, self.tile_size = int(width), int(height), int(tile_size)
+        self.frame_view = frame_view
+        self.layout = layout
+        self.agent_view_size = int(agent_view_size)
+        self.see_through_walls = bool(see_through_walls)
+        self._grid_renderer: _FullGridRenderer | None = None
+        self._objects: dict[tuple[int, int, int], Any] = {}
+
+    @property
+    def state_size(self) -> int:
+        """Bytes of one state: ``H * W * 3 + 6``."""
+        return self.width * self.height * 3 + 6
+
+    def __call__(self, states: torch.Tensor) -> torch.Tensor:
+        """uint8 ``[N, H', W', 3]`` frames of ``[N, state_size]`` states."""
+        array = states.detach().cpu().numpy().astype(np.uint8, copy=False).reshape(len(states), self.state_size)
+        n_cells = self.width * self.height
+        codes = array[:, : n_cells * 3].reshape(len(array), n_cells, 3)
+        agent = array[:, n_cells * 3 :]
+        if self.frame_view == "grid":
+            if self._grid_renderer is None:
+                _import_minigrid()
+                self._grid_renderer = _FullGridRenderer(self.tile_size, self.layout)
+            frames = self._grid_renderer.render_codes(codes, agent[:, :3], self.width, self.height)
+        else:
+            frames = np.stack([self._pov(c, a) for c, a in zip(codes, agent)])
+        return torch.from_numpy(np.ascontiguousarray(frames))
+
+    def _object(self, code) -> Any:
+        key = tuple(int(c) for c in code)
+        if key not in self._objects:  # objects are only read while drawing: one per code is enough
+            from minigrid.core.world_object import WorldObj
+
+            self._objects[key] = WorldObj.decode(*key)
+        return self._objects[key]
+
+    def _pov(self, codes: np.ndarray, agent: np.ndarray) -> np.ndarray:
+        _import_minigrid()
+        from minigrid.core.grid import Grid
+
+        grid = Grid(self.width, self.height)
+        grid.grid = [self._object(code) for code in codes]
+        view = _state_view_class()(grid, (int(agent[0]), int(agent[1])), int(agent[2]), self._object(agent[3:6]),
+                                   self.agent_view_size, self.see_through_walls)
+        return np.asarray(view.get_pov_render(self.tile_size), dtype=np.uint8)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_grid_renderer": None, "_objects": {}}  # caches: rebuilt where it renders
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(width={self.width}, height={self.height}, tile_size={self.tile_size}, "
+                f"frame_view={self.frame_view!r})")
 
 
 class MiniGridEnv(EnvBase):
@@ -539,7 +729,9 @@ class MiniGridEnv(EnvBase):
 
     Keyword Args:
         seed (int, optional): seed of the first reset (see :meth:`set_seed`). Defaults to ``None``.
-        render (bool, optional): write ``"pixels"`` every step. Defaults to ``True``.
+        render (bool or str, optional): write ``"pixels"`` every step; ``"state"``: write, in its place,
+            the few bytes the frame is drawn from (:data:`FRAME_STATE_KEY`, uint8 ``[H * W * 3 + 6]``), which
+            :attr:`state_renderer` turns into the same pixels where the scorer runs. Defaults to ``True``.
         frame_size (int, optional): target frame width/height in pixels. Tiles are
             ``max(4, frame_size // max(grid_width, grid_height))`` px, so a frame is
             ``[grid_height * tile, grid_width * tile, 3]`` (DoorKey-5x5: 60x60, 8x8 and 16x16:
@@ -658,7 +850,7 @@ class MiniGridEnv(EnvBase):
         env_id: str = "MiniGrid-DoorKey-5x5-v0",
         *,
         seed: int | None = None,
-        render: bool = True,
+        render: bool | str = True,
         frame_size: int = 64,
         max_episode_steps: int | None = None,
         device: torch.device | str | None = "cpu",
@@ -685,8 +877,11 @@ class MiniGridEnv(EnvBase):
                 f"got max_episode_steps={max_episode_steps!r}."
             )
         super().__init__(device=device, batch_size=torch.Size([]))
+        if render not in (True, False, "state"):
+            raise ValueError(f"MiniGridEnv.render must be True, False or 'state', got render={render!r}.")
         self.env_id = env_id
-        self.from_pixels = render
+        self.from_pixels = render is True
+        self.from_state = render == "state"
         self.frame_size = frame_size
         self.frame_view = frame_view
         self.max_episode_steps = max_episode_steps
@@ -739,11 +934,15 @@ class MiniGridEnv(EnvBase):
         if frame_view == "agent":
             self.frame_layout = None
             self.tile_size = max(4, frame_size // menv.agent_view_size)
-            self._renderer = _AgentViewRenderer(self.tile_size) if render else None
+            self._renderer = _AgentViewRenderer(self.tile_size) if self.from_pixels else None
         else:
             self.frame_layout = grid_frame_layout(menv.width, menv.height, frame_size)
             self.tile_size = self.frame_layout.tile
-            self._renderer = _FullGridRenderer(self.tile_size, self.frame_layout) if render else None
+            self._renderer = _FullGridRenderer(self.tile_size, self.frame_layout) if self.from_pixels else None
+        if self.from_state and self.state_renderer is None:
+            raise ValueError(f"MiniGridEnv(render='state', frame_view='agent') needs MiniGrid's own view code; "
+                             f"{type(menv).__name__} overrides it: use render=True.")
+        self._state_encoder = _FrameStateEncoder() if self.from_state else None
         self._pending_seed: int | None = None
         self._elapsed = 0
         self._doors: list = []
@@ -775,6 +974,9 @@ class MiniGridEnv(EnvBase):
             else:
                 h, w = self.frame_layout.height, self.frame_layout.width
             obs["pixels"] = Bounded(0, 255, shape=(h, w, 3), dtype=torch.uint8, device=self.device)
+        if self.from_state:
+            obs[FRAME_STATE_KEY] = Bounded(0, 255, shape=(menv.width * menv.height * 3 + 6,), dtype=torch.uint8,
+                                           device=self.device)
         if self.write_mission:
             obs["mission"] = Bounded(0, 255, shape=(MISSION_BYTES,), dtype=torch.uint8, device=self.device)
         for key in MINIGRID_EVENT_KEYS:
@@ -791,6 +993,18 @@ class MiniGridEnv(EnvBase):
     def mission(self) -> str:
         """The current mission string of the underlying MiniGrid env (set at each reset)."""
         return self._menv.mission
+
+    @property
+    def state_renderer(self) -> MiniGridStateRenderer | None:
+        """ψ: the :class:`MiniGridStateRenderer` that draws this env's frames from the states it writes with
+        ``render="state"`` (whatever ``render`` it was built with); ``None`` where it cannot (the ``"agent"``
+        view of an env with its own view code)."""
+        menv = self._menv
+        if self.frame_view == "agent" and not _uses_stock_view(menv):
+            return None
+        return MiniGridStateRenderer(menv.width, menv.height, tile_size=self.tile_size, frame_view=self.frame_view,
+                                     layout=self.frame_layout, agent_view_size=menv.agent_view_size,
+                                     see_through_walls=bool(menv.see_through_walls))
 
     @property
     def mission_tracker(self) -> MissionTracker | None:
@@ -829,6 +1043,8 @@ class MiniGridEnv(EnvBase):
         out = {"observation": self._obs(obs)}
         if self._renderer is not None:
             out["pixels"] = self._renderer(self._menv)
+        elif self._state_encoder is not None:
+            out[FRAME_STATE_KEY] = self._state_encoder(self._menv)
         if self.write_mission:
             mission = self._menv.mission
             code = self._mission_codes.get(mission)
@@ -915,7 +1131,8 @@ class MiniGridEnv(EnvBase):
         super().close(raise_if_closed=raise_if_closed)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(env_id={self.env_id!r}, render={self.from_pixels}, device={self.device})"
+        render = "'state'" if self.from_state else self.from_pixels
+        return f"{type(self).__name__}(env_id={self.env_id!r}, render={render}, device={self.device})"
 
 
 class BatchedMiniGridEnv(EnvBase):
@@ -1154,7 +1371,7 @@ def make_minigrid_env(
     env_id: str = "MiniGrid-DoorKey-5x5-v0",
     *,
     seed: int | None = None,
-    render: bool = True,
+    render: bool | str = True,
     frame_size: int = 64,
     max_episode_steps: int | None = None,
     device: torch.device | str | None = "cpu",
@@ -1178,8 +1395,8 @@ def make_minigrid_env(
 
     Keyword Args:
         seed (int, optional): seed of the first reset. Defaults to ``None``.
-        render (bool, optional): write ``"pixels"`` (full-grid RGB uint8) every step.
-            Defaults to ``True``.
+        render (bool or str, optional): write ``"pixels"`` (full-grid RGB uint8) every step;
+            ``"state"``: the state it is drawn from (:class:`MiniGridEnv`). Defaults to ``True``.
         frame_size (int, optional): target frame size in pixels. Defaults to ``64``.
         max_episode_steps (int, optional): extra time limit (reported as ``truncated``).
             Defaults to ``None`` (MiniGrid's own ``max_steps`` only).
