@@ -111,8 +111,8 @@ def test_a_registered_family_is_known_to_the_registry_oracles_and_config(corrido
     assert isinstance(env_fn, functools.partial) and not has_batched_env(env_fn)
     assert env_fn().rollout(3)["next", "pixels"].shape == (3, 4, 28, 3)
     assert DQNConfig(env="Corridor-7-v0", scorer="oracle:corridor").validate().frame_view == "grid"
-    with pytest.raises(ConfigError, match="a scorer: Corridor-7-v0 has no built-in one"):
-        DQNConfig(env="Corridor-7-v0").validate()  # scorer=auto: no built-in model knows corridors
+    # scorer=auto: no built-in model knows corridors, so the family's oracle
+    assert DQNConfig(env="Corridor-7-v0").validate().scorer == "oracle:corridor"
     with pytest.raises(ConfigError, match="a scorer for Corridor envs \\(oracle:corridor, "):
         DQNConfig(env="Corridor-7-v0", scorer="oracle:minigrid").validate()
     with pytest.raises(ConfigError, match="env='Corridor-7-v0' is invalid: expected robosuite"):

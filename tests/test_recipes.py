@@ -179,6 +179,11 @@ class TestConfig:
     def test_cli_reports_errors_and_help(self, capsys):
         assert cli_main(["train", "dqn", "replay=nope"]) == 2
         assert "replay='nope' is invalid" in capsys.readouterr().err
+        # a typo in env is blamed on env (it used to surface as the built-in scorer's mission error)
+        assert cli_main(["train", "dqn", "env=MiniGrid-DoorKy-8x8-v0", "output_dir=unused"]) == 2
+        err = capsys.readouterr().err
+        assert "env='MiniGrid-DoorKy-8x8-v0' is invalid" in err and "did you mean 'MiniGrid-DoorKey-8x8-v0'" in err
+        assert "scorer" not in err
         assert cli_main(["--help"]) == 0
         assert "vlmrb train dqn" in capsys.readouterr().out
         with pytest.raises(SystemExit):
