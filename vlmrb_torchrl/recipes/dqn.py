@@ -227,7 +227,8 @@ def main(cfg: DQNConfig) -> dict:
         step = probe.fake_tensordict()  # what a stored transition weighs: the replay's memory, a checkpoint's disk
         probe.close()
         make_run_dir(cfg, checkpoint, recipe="dqn", step=step)  # scorer and env built: a failed start wrote nothing
-        cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
+        # the lock and SIGTERM, once all else is closed; a run that fails before its first checkpoint is deleted
+        cleanup.push(lambda error, *_: release_run_dir(cfg.output_dir, failed=error is not None))
 
         # --- networks, loss, optimizer
         q_values = make_q_network(obs_spec, action_spec.space.n, cfg.hidden).to(start.device)

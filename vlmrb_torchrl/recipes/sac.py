@@ -119,7 +119,8 @@ def main(cfg: SACConfig) -> dict:
         fake = probe.fake_tensordict()
         probe.close()
         make_run_dir(cfg, checkpoint, recipe="sac", step=fake)  # scorer and env built: a failed start wrote nothing
-        cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
+        # the lock and SIGTERM, once all else is closed; a run that fails before its first checkpoint is deleted
+        cleanup.push(lambda error, *_: release_run_dir(cfg.output_dir, failed=error is not None))
 
         # --- networks, learner, optimizer
         actor = make_actor(obs_dim, action_spec, cfg.hidden).to(start.device)
