@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -213,6 +214,20 @@ class TestConfig:
         assert says in out.stdout + out.stderr
         assert "HEAVY []" in out.stderr
 
+    def test_third_party_info_lines_stay_out_of_the_progress_bar(self):
+        # issue 63: TorchRL's INFO lines (and transformers' "Loading weights" bar) were printed inside the bar
+        script = ("import sys, torch\nfrom vlmrb_torchrl.cli import quiet_third_party\n"
+                  "if sys.argv[1] == 'quiet':\n    quiet_third_party()\n"
+                  "from torchrl.data import LazyTensorStorage, ReplayBuffer\n"
+                  "ReplayBuffer(storage=LazyTensorStorage(10)).extend(torch.zeros(3, 2))\n")
+        env = {k: v for k, v in os.environ.items() if k not in ("RL_LOGGING_LEVEL", "TORCHRL_CONSOLE_STREAM")}
+        said = {arm: subprocess.run([sys.executable, "-c", script, arm], capture_output=True, text=True, timeout=300,
+                                    env=env, cwd=Path(__file__).resolve().parents[1])
+                for arm in ("quiet", "default")}
+        assert all(out.returncode == 0 for out in said.values()), said
+        assert "Initialized LazyTensorStorage" in said["default"].stdout  # TorchRL's own default: the line
+        assert "[INFO]" not in said["quiet"].stdout + said["quiet"].stderr
+
     def test_console_script_installed(self):
         # the `vlmrb` entry point pip generates next to the interpreter (or anywhere on PATH)
         script = Path(sys.executable).parent / "vlmrb"
@@ -362,6 +377,7 @@ def test_a_task_that_changes_every_episode_is_scored_per_clip(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "derived for each clip from its episode's mission" in out and "agent-centred view" in out
     assert "the door checks a mission only implies are left out" in out
+    assert sum(line.startswith("builtin:minigrid_agent: ") for line in out.splitlines()) == 1  # one line per scorer
     rows = read_metrics(tmp_path / "run")
     assert float(rows[-1]["fraction_scored"]) > 0
 

@@ -141,26 +141,35 @@ def _build_scorer(cfg: Any) -> Any:
         for said in (f"make_scorer({cfg.scorer!r}): ", f"make_scorer({cfg.scorer!r}) "):  # the spec is named once
             message = message[len(said):] if message.startswith(said) else message
         raise ConfigError(f"scorer={cfg.scorer!r}: {message}") from err
-def describe_checks(spec: str, checks: dict[str, Any]) -> str:
-    """The log lines of a scorer's checks (:func:`~vlmrb_torchrl.recipes.replay.scorer_checks`).
+def describe_checks(spec: str, checks: dict[str, Any], *, frame_view: str | None = None, shown: int = 3) -> str:
+    """The one start-up line of a scorer's checks (:func:`~vlmrb_torchrl.recipes.replay.scorer_checks`): where they
+    come from and the first ``shown`` of them; all of them are in ``config.json``'s ``scorer_checks``.
 
     Examples:
         >>> print(describe_checks("builtin:minigrid", {"checks_from": "mission", "task": "pick up the red ball",
         ...                                            "checks": ['progress("the agent holds the red ball" vs "the red ball is on the floor")']}))
-        builtin:minigrid checks (from the mission 'pick up the red ball'), the clip's score is the best of:
-          progress("the agent holds the red ball" vs "the red ball is on the floor")
+        builtin:minigrid: a clip scores the best of 1 check (from the mission 'pick up the red ball'): progress("the agent holds the red ball" vs "the red ball is on the floor")
+        >>> print(describe_checks("builtin:atari", {"checks_from": "default", "task": None,
+        ...                                         "checks": [f"c{i}" for i in range(20)]}))
+        builtin:atari: a clip scores the best of 20 checks (the default set: no task): c0, c1, c2 and 17 more (config.json: scorer_checks)
     """
     source = checks["checks_from"]
-    rooms = (["No door in the env's first episodes: the door checks a mission only implies are left out."]
+    notes = (["no door in the env's first episodes: the door checks a mission only implies are left out"]
              if checks.get("doors") is False else [])
+    if frame_view == "agent":
+        notes.append("on frames of MiniGrid's agent-centred view (frame_view=agent)")
     if source == "mission per clip":
-        return "\n".join([f"{spec} checks: derived for each clip from its episode's mission (the mission changes "
-                          "every episode; the envs write it under 'mission')", *rooms])
-    where = {"mission": f"from the mission {checks['task']!r}",
-             "generic": f"generic: the mission {checks['task']!r} is outside the MiniGrid/BabyAI grammar",
-             "default": "the default set: no task", "given": "given"}.get(source, source)
-    return "\n".join([f"{spec} checks ({where}), the clip's score is the best of:",
-                      *(f"  {c}" for c in checks["checks"]), *rooms])
+        line = (f"{spec}: checks derived for each clip from its episode's mission (the mission changes every "
+                "episode; the envs write it under 'mission')")
+    else:
+        where = {"mission": f"from the mission {checks['task']!r}",
+                 "generic": f"generic: the mission {checks['task']!r} is outside the MiniGrid/BabyAI grammar",
+                 "default": "the default set: no task", "given": "given"}.get(source, source)
+        listed = list(checks["checks"])
+        line = (f"{spec}: a clip scores the best of {len(listed)} check{'s' * (len(listed) != 1)} ({where}): "
+                + ", ".join(listed[:shown])
+                + (f" and {len(listed) - shown} more (config.json: scorer_checks)" if len(listed) > shown else ""))
+    return "; ".join([line, *notes])
 
 
 # ---------------------------------------------------------------------------------- run directory
@@ -202,9 +211,7 @@ class Run:
         checks = scorer_checks(scorer)
         if checks is not None:  # what the scorer scores: its checks, derived from the task (builtin:minigrid)
             config["scorer_checks"] = checks
-            print(describe_checks(cfg.scorer, checks), flush=True)
-            if getattr(cfg, "frame_view", None) == "agent":
-                print("  on frames of MiniGrid's agent-centred view (frame_view=agent)", flush=True)
+            print(describe_checks(cfg.scorer, checks, frame_view=getattr(cfg, "frame_view", None)), flush=True)
         (self.dir / "config.json").write_text(json.dumps(config, indent=2))
         self.csv_path = self.dir / "metrics.csv"
         new_file = not self.csv_path.exists() or resumed_from == 0
