@@ -134,4 +134,4 @@ def test_the_dqn_recipe_trains_on_it_with_vlm_replay_and_the_oracle(corridor, tm
     with open(out / "metrics.csv", newline="") as f:
         last = list(csv.DictReader(f))[-1]
     assert int(last["env_steps"]) == 512 and float(last["fraction_scored"]) > 0.9
-    assert sorted(p.name[:3] for p in (out / "gallery").glob("*.gif")) == ["bot", "top"]
+    assert sorted(p.name[:3] for p in (out / "gallery").glob("*_score*")) == ["bot", "top"]

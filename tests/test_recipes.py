@@ -324,7 +324,7 @@ def test_minigrid_smoke_each_replay_mode(tmp_path, monkeypatch, replay):
     state = torch.load(run_dir / "checkpoints" / "step_512" / "state.pt", weights_only=False)
     assert [t.shape for k, t in state["loss"].items() if k.endswith("bias")][-1] == (5,)  # DoorKey's 5 actions
     if replay.startswith("vlm"):
-        gifs = sorted(p.name for p in (run_dir / "gallery").glob("*.gif"))
+        gifs = sorted(p.name for p in (run_dir / "gallery").glob("*_score*"))  # GIFs, or PNGs of still clips
         assert len(gifs) == 2 and gifs[0].startswith("bottom") and gifs[1].startswith("top")
         assert all("_step" in name for name in gifs)  # the run gallery: clips of the whole run, with their step
         # the checkpoint holds every transition's score: pending tails are flushed before it
@@ -539,7 +539,7 @@ def test_atari_smoke_each_replay_mode(tmp_path, replay):
     assert rows[-1]["eval_success"] == "nan"  # Atari has no success flag
     assert summary["updates"] == (256 - 64) // 4 + 64 // 4
     if replay.startswith("vlm"):
-        assert len(list((tmp_path / replay / "gallery").glob("*.gif"))) == 2
+        assert len(list((tmp_path / replay / "gallery").glob("*_score*"))) == 2
 
 
 def test_atari_quick_run_through_the_cli_with_the_shipped_scorer(tmp_path, capsys):
@@ -560,7 +560,7 @@ def test_atari_quick_run_through_the_cli_with_the_shipped_scorer(tmp_path, capsy
     assert summary["fraction_scored"] > 0 and math.isfinite(summary["eval_return"])
     rows = read_metrics(run_dir)
     assert rows[-1]["eval_success"] == "nan"  # Atari has no success flag
-    gifs = sorted(p.name for p in (run_dir / "gallery").glob("*.gif"))
+    gifs = sorted(p.name for p in (run_dir / "gallery").glob("*_score*"))
     assert len(gifs) == 2 and gifs[0].startswith("bottom_") and gifs[1].startswith("top_")
 
 

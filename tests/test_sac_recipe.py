@@ -115,7 +115,7 @@ def test_lift_smoke_each_replay_mode(tmp_path, replay):
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "step_200" / "DONE").exists()
     if replay == "vlm_td":
-        assert len(list((run_dir / "gallery").glob("*.gif"))) == 2
+        assert len(list((run_dir / "gallery").glob("*_score*"))) == 2
 
 
 def test_diverging_critics_are_reported(tmp_path, monkeypatch):

@@ -248,7 +248,8 @@ def main(cfg: DQNConfig) -> dict:
         replay = cleanup.enter_context(make_replay(cfg, generator=start.generator, updates=start.updates_total,
                                                    scorer=start.scorer))
         # the gallery's best and worst clips of the whole run, kept as they are scored (a scorer reading frames)
-        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed)
+        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed,
+                                          min_gap=cfg.clip_spec().clip_len * cfg.num_envs)
                        if start.needs_frames and cfg.gallery_clips > 0 else None)
 
         # --- resume
