@@ -650,3 +650,19 @@ def test_a_function_that_reads_an_undeclared_entry_stops_the_run_with_one_line(t
     assert not any(line.startswith("Traceback") for line in err)
     declared = '{"in_keys": [["next", "reward"], "mask"]}'
     assert cli_main([*args, f"scorer_kwargs={declared}", f"output_dir={tmp_path / 'good'}"]) == 0
+
+
+def test_every_summary_key_is_documented():
+    """issue 63: summary.json's keys (results, and the loop's bookkeeping apart) are listed in docs/recipes.md."""
+    from vlmrb_torchrl.recipes.checkpoint import resume_counters
+    from vlmrb_torchrl.recipes.loop import EpisodeTracker
+    from vlmrb_torchrl.recipes.run import BOOKKEEPING_KEYS, METRIC_COLUMNS, SAC_METRIC_COLUMNS
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "recipes.md").read_text()
+    section = page.split("### `summary.json`", 1)[1].split("\n## ", 1)[0]
+    counters = resume_counters(DQNConfig(), None, modules={}, rb=None)
+    keys = {*counters, *BOOKKEEPING_KEYS, *EpisodeTracker.COUNTERS, *METRIC_COLUMNS, *SAC_METRIC_COLUMNS,
+            "run_dir", "gallery", "drawn", "drawn_positive", "q_ceiling_exceeded_at"}
+    missing = sorted(k for k in keys if f"`{k}`" not in section and not (k.startswith(("eval_", "scorer_"))
+                                                                           and k not in counters))
+    assert not missing, missing

@@ -434,7 +434,7 @@ def _main(argv: list[str]) -> int:
               file=sys.stderr)
         return 128 + signum
     print("\n" + _finished_line(summary))
-    print(f"outputs: {summary['run_dir']} (metrics.csv, tensorboard/, checkpoints/, gallery/, config.json)")
+    print(f"outputs: {summary['run_dir']} (summary.json, metrics.csv, tensorboard/, checkpoints/, gallery/, config.json)")
     return 0
 
 

@@ -36,6 +36,21 @@ SAC_METRIC_COLUMNS[SAC_METRIC_COLUMNS.index("loss") + 1:SAC_METRIC_COLUMNS.index
 SAC_METRIC_COLUMNS.insert(SAC_METRIC_COLUMNS.index("eval_return") + 1, "eval_subgoals")
 
 
+#: The training loop's counters that are its own state, not results: ``summary.json`` keeps them apart
+#: (``"bookkeeping"``), with the windows of the next metrics row (``train_window_*``).
+BOOKKEEPING_KEYS = ("next_eval", "next_full_eval", "next_checkpoint", "drawn_logged")
+
+
+def is_bookkeeping(key: str) -> bool:
+    """Whether the counter ``key`` is the loop's own state (:data:`BOOKKEEPING_KEYS`, ``train_window_*``).
+
+    Examples:
+        >>> is_bookkeeping("next_eval"), is_bookkeeping("train_window_episodes"), is_bookkeeping("env_steps")
+        (True, True, False)
+    """
+    return key in BOOKKEEPING_KEYS or key.startswith("train_window_")
+
+
 # ---------------------------------------------------------------------------------- run setup
 def seed_everything(seed: int) -> torch.Generator:
     """Seeds Python, NumPy and torch; returns the replay buffer's generator.
@@ -266,9 +281,24 @@ class Run:
             self._pbar.set_postfix({k: v for k, v in postfix.items() if v is not None}, refresh=False)
 
     def write_summary(self, counters: dict[str, Any], metrics: dict[str, Any], gallery: list[Path]) -> dict[str, Any]:
-        """Writes ``summary.json`` (final counters, the last logged metrics, gallery files) and returns it."""
-        summary = {"run_dir": str(self.dir), **counters, **{k: v for k, v in metrics.items() if k != "env_steps"},
-                   "gallery": [str(p) for p in gallery]}
+        """Writes ``summary.json`` and returns it: the run's results at the top level (the run directory, the final
+        counters, the last logged metrics row, the gallery files), the training loop's own state under
+        ``"bookkeeping"`` (:func:`is_bookkeeping`: when the next evaluation and checkpoint are due, the running
+        windows of the next metrics row). docs/recipes.md lists the keys.
+
+        Examples:
+            >>> import tempfile
+            >>> from vlmrb_torchrl.recipes.config import DQNConfig
+            >>> cfg = DQNConfig(output_dir=tempfile.mkdtemp(), tensorboard=False, progress=False)
+            >>> with Run(cfg, recipe="dqn", total=100) as run:
+            ...     summary = run.write_summary({"env_steps": 100, "updates": 25, "next_eval": 200},
+            ...                                 {"env_steps": 100, "eval_success": 1.0}, [])
+            >>> sorted(summary), summary["bookkeeping"]
+            (['bookkeeping', 'env_steps', 'eval_success', 'gallery', 'run_dir', 'updates'], {'next_eval': 200})
+        """
+        results = {"run_dir": str(self.dir), **{k: v for k, v in counters.items() if not is_bookkeeping(k)},
+                   **{k: v for k, v in metrics.items() if k != "env_steps"}, "gallery": [str(p) for p in gallery]}
+        summary = {**results, "bookkeeping": {k: v for k, v in counters.items() if is_bookkeeping(k)}}
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
         return summary
 
