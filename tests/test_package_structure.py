@@ -118,7 +118,7 @@ LAYERS = (
     ("scorer protocol", ("vlmrb_torchrl.scorers", "vlmrb_torchrl.scorers.base", "vlmrb_torchrl.scorers.prompts",
                          "vlmrb_torchrl.scorers.oracle", "vlmrb_torchrl.scorers.wrappers", "vlmrb_torchrl.scorers._frames",
                          "vlmrb_torchrl.scorers._hf", "vlmrb_torchrl.scorers.baselines")),
-    ("core", ("vlmrb_torchrl.scoring.*", "vlmrb_torchrl.replay.*", "vlmrb_torchrl.modules")),
+    ("core", ("vlmrb_torchrl.scoring.*", "vlmrb_torchrl.replay.*", "vlmrb_torchrl.modules", "vlmrb_torchrl.configs")),
     ("scorer training", ("vlmrb_torchrl.scorer_training.*",)),
     ("env families", ("vlmrb_torchrl.envs.*",)),
     ("scorer backends", ("vlmrb_torchrl.scorers.*", "vlmrb_torchrl.testing")),
