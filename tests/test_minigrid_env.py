@@ -725,12 +725,13 @@ def _shipped_grid_model_envs() -> list[str]:
     """Every env a recorded number of the shipped grid model was measured on (docs/builtin_scorer.md): its
     training and held-out layouts (its training.json), the family benchmark's sets, the next build's layouts."""
     import json
-    from pathlib import Path
 
     from vlmrb_torchrl.envs.minigrid.training import (
         BENCHMARK_TRAIN_ENVS, HELD_OUT_LAYOUTS, LARGE_GRID_ENVS, TRAIN_LAYOUTS)
 
-    report = json.loads((Path(minigrid_module.__file__).parents[1] / "scorers/models/minigrid/training.json").read_text())
+    from vlmrb_torchrl.scorers.builtin import builtin_model_dir
+
+    report = json.loads((builtin_model_dir("minigrid") / "training.json").read_text())
     ids = [lay["env_id"] for lay in report["layouts"]] + list(report["held_out_layouts"])
     ids += [*BENCHMARK_TRAIN_ENVS, *HELD_OUT_LAYOUTS, *LARGE_GRID_ENVS, *(lay.env_id for lay in TRAIN_LAYOUTS)]
     return sorted(set(ids) - {"MiniGrid-DoorKey-12x12-v0"})  # the one grid redrawn on purpose (above)

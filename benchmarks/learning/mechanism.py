@@ -19,7 +19,7 @@ evaluations at MiniGrid's own step limit (``eval_full_success``, every 100k fram
 Usage::
 
     python benchmarks/learning/mechanism.py                 # studies/results/doorkey12/mechanism.md
-    python benchmarks/learning/mechanism.py --results /work/study59/benchmarks/learning/results --out /tmp/m
+    python benchmarks/learning/mechanism.py --results /tmp/other_checkout/studies/learning/results --out /tmp/m
 
 Needs numpy and matplotlib (``pip install 'vlmrb-torchrl[bench]'``).
 """
@@ -316,7 +316,7 @@ def plot(study: dict[str, list[Run]], rows: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "learning" / "results")
+    parser.add_argument("--results", type=Path, default=ROOT / "studies" / "learning" / "results")
     parser.add_argument("--study", default="doorkey12")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "doorkey12")
     args = parser.parse_args(argv)

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "learning" / "results"
+RESULTS = ROOT / "studies" / "learning" / "results"
 RUNS = ROOT / "runs" / "learning"
 
 #: Settings every arm of every study shares (on top of the DQN recipe's defaults, which were
