@@ -216,17 +216,18 @@ class TestConfig:
 
     def test_third_party_info_lines_stay_out_of_the_progress_bar(self):
         # issue 63: TorchRL's INFO lines (and transformers' "Loading weights" bar) were printed inside the bar
-        script = ("import sys, torch\nfrom vlmrb_torchrl.cli import quiet_third_party\n"
-                  "if sys.argv[1] == 'quiet':\n    quiet_third_party()\n"
+        script = ("import logging, torch\nfrom vlmrb_torchrl.cli import quiet_third_party\nquiet_third_party()\n"
                   "from torchrl.data import LazyTensorStorage, ReplayBuffer\n"
+                  "ReplayBuffer(storage=LazyTensorStorage(10)).extend(torch.zeros(3, 2))\n"
+                  "print('--- TorchRL at INFO again:', flush=True)\nlogger = logging.getLogger('torchrl')\nfor h in [logger, *logger.handlers]:\n    h.setLevel('INFO')\n"
                   "ReplayBuffer(storage=LazyTensorStorage(10)).extend(torch.zeros(3, 2))\n")
         env = {k: v for k, v in os.environ.items() if k not in ("RL_LOGGING_LEVEL", "TORCHRL_CONSOLE_STREAM")}
-        said = {arm: subprocess.run([sys.executable, "-c", script, arm], capture_output=True, text=True, timeout=300,
-                                    env=env, cwd=Path(__file__).resolve().parents[1])
-                for arm in ("quiet", "default")}
-        assert all(out.returncode == 0 for out in said.values()), said
-        assert "Initialized LazyTensorStorage" in said["default"].stdout  # TorchRL's own default: the line
-        assert "[INFO]" not in said["quiet"].stdout + said["quiet"].stderr
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, env=env,
+                             cwd=Path(__file__).resolve().parents[1])
+        assert out.returncode == 0, out.stderr
+        quiet, loud = out.stdout.split("--- TorchRL at INFO again:")
+        assert "[INFO]" not in quiet + out.stderr
+        assert "Initialized LazyTensorStorage" in loud  # the line the quiet part kept out (so this test can fail)
 
     def test_console_script_installed(self):
         # the `vlmrb` entry point pip generates next to the interpreter (or anywhere on PATH)
