@@ -42,3 +42,21 @@ def test_a_gap_is_reported_by_name(tmp_path):
     assert not coverage.has_runnable_example(skipped_only)
     assert coverage.has_runnable_example(coverage.has_runnable_example) is False  # no example there either
     assert coverage.doc_comment("vlmrb_torchrl.envs", "DOORKEY_ACTIONS")  # followed to envs/minigrid/env.py
+
+
+def test_public_classes_show_their_constructors_signature():
+    """issue 63: TorchRL's metaclasses (samplers, buffers, envs) made the API pages show ``(*args, **kwargs)``."""
+    import inspect
+
+    coverage = _coverage()
+    hidden = []
+    for module_name in coverage.MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if not inspect.isclass(obj) or "__init__" not in vars(obj):
+                continue
+            init = list(inspect.signature(obj.__init__).parameters.values())[1:]
+            if list(inspect.signature(obj).parameters.values()) != init:
+                hidden.append(f"{module_name}.{name}{inspect.signature(obj)}")
+    assert not hidden, hidden

@@ -500,8 +500,10 @@ def test_dqn_default_scorer_is_builtin():
         apply_overrides(DQNConfig(), ["env=ALE/Pong-v5", "scorer=builtin:minigrid"]).validate()
     with pytest.raises(ConfigError, match="scorer='oracle:atari' is invalid: expected a scorer for MiniGrid or BabyAI envs"):
         apply_overrides(DQNConfig(), ["scorer=oracle:atari"]).validate()  # MiniGrid
-    with pytest.raises(ConfigError, match="scorer='auto' is invalid: .*ALE/Tennis-v5 has no built-in one"):
-        apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5"]).validate()
+    # a game no built-in model knows: the family's oracle, said in one line (it is privileged)
+    assert apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5"]).validate().scorer == "oracle:atari"
+    with pytest.raises(ConfigError, match="env='ALE/Tenis-v5' is invalid: .*did you mean 'ALE/Tennis-v5'"):
+        apply_overrides(DQNConfig(), ["env=ALE/Tenis-v5"]).validate()  # the env is blamed, not the scorer
     with pytest.raises(ConfigError, match="scorer='builtin:atari' is invalid: expected a scorer for this game"):
         apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "scorer=builtin:atari"]).validate()
     apply_overrides(DQNConfig(), ["env=ALE/Tennis-v5", "scorer=oracle:atari"]).validate()

@@ -111,8 +111,8 @@ def test_a_registered_family_is_known_to_the_registry_oracles_and_config(corrido
     assert isinstance(env_fn, functools.partial) and not has_batched_env(env_fn)
     assert env_fn().rollout(3)["next", "pixels"].shape == (3, 4, 28, 3)
     assert DQNConfig(env="Corridor-7-v0", scorer="oracle:corridor").validate().frame_view == "grid"
-    with pytest.raises(ConfigError, match="a scorer: Corridor-7-v0 has no built-in one"):
-        DQNConfig(env="Corridor-7-v0").validate()  # scorer=auto: no built-in model knows corridors
+    # scorer=auto: no built-in model knows corridors, so the family's oracle
+    assert DQNConfig(env="Corridor-7-v0").validate().scorer == "oracle:corridor"
     with pytest.raises(ConfigError, match="a scorer for Corridor envs \\(oracle:corridor, "):
         DQNConfig(env="Corridor-7-v0", scorer="oracle:minigrid").validate()
     with pytest.raises(ConfigError, match="env='Corridor-7-v0' is invalid: expected robosuite"):
@@ -134,4 +134,4 @@ def test_the_dqn_recipe_trains_on_it_with_vlm_replay_and_the_oracle(corridor, tm
     with open(out / "metrics.csv", newline="") as f:
         last = list(csv.DictReader(f))[-1]
     assert int(last["env_steps"]) == 512 and float(last["fraction_scored"]) > 0.9
-    assert sorted(p.name[:3] for p in (out / "gallery").glob("*.gif")) == ["bot", "top"]
+    assert sorted(p.name[:3] for p in (out / "gallery").glob("*_score*")) == ["bot", "top"]

@@ -28,8 +28,9 @@ def test_keeps_the_runs_extremes_across_batches_with_their_steps(tmp_path):
     assert [(round(k.score, 2), k.step) for k in gallery.bottom] == [(0.1, 3), (0.3, 54)]
     assert gallery.top[0].frames.shape == (3, 4, 4, 3) and int(gallery.top[0].frames[0, 0, 0, 0]) == 51  # + outcome
     paths = gallery.write(tmp_path, prompt="is it progress?")
-    assert [p.name for p in paths] == ["top_0_score0.95_step52.gif", "top_1_score0.90_step2.gif",
-                                       "bottom_0_score0.10_step3.gif", "bottom_1_score0.30_step54.gif"]
+    # (these clips' frames are all alike: still images)
+    assert [p.name for p in paths] == ["top_0_score0.95_step52.png", "top_1_score0.90_step2.png",
+                                       "bottom_0_score0.10_step3.png", "bottom_1_score0.30_step54.png"]
     assert (tmp_path / "prompt.txt").read_text() == "is it progress?"
 
 
@@ -42,3 +43,29 @@ def test_ties_keep_a_uniform_sample_of_the_run_not_the_first_clips():
             gallery.observe(_batch(start, 8, generation=1), torch.zeros(8))
         firsts.append(gallery.bottom[0].step)
     assert len(set(firsts)) > 10 and max(firsts) > 400  # not always the run's first clip
+
+
+
+def test_the_clips_kept_at_one_end_are_distinct():
+    """issue 63: the top clips were near-duplicates (steps 507-510): overlapping clips of one moment."""
+    gallery = RunGallery(3, capacity=1000, clip_len=2, min_gap=8)
+    gallery.observe(_batch(500, 8, generation=1), torch.linspace(0.9, 0.8, 8))  # steps 501-508, best first
+    gallery.observe(_batch(100, 4, generation=1), torch.tensor([0.1, 0.2, 0.7, 0.3]))  # steps 101-104
+    # 502-508 are within 8 steps of 501, and 101, 102, 104 of 103: two distinct moments, not three look-alikes
+    assert [(k.step, round(k.score, 2)) for k in gallery.top] == [(501, 0.9), (103, 0.7)]
+    assert [k.step for k in gallery.bottom] == [101, 508]
+    gallery.observe(_batch(300, 1, generation=1), torch.tensor([0.75]))  # a third moment takes the free place
+    assert [k.step for k in gallery.top] == [501, 301, 103]
+
+
+def test_a_clip_that_does_not_move_is_a_still_image(tmp_path):
+    from PIL import Image
+
+    gallery = RunGallery(1, capacity=100, clip_len=2)
+    moving = _batch(0, 1, generation=1)
+    moving.clips["pixels"][0, 1] = 200  # its second frame differs
+    gallery.observe(moving, torch.tensor([0.9]))
+    gallery.observe(_batch(50, 1, generation=1), torch.tensor([0.1]))  # every frame the same
+    top, bottom = gallery.write(tmp_path)
+    assert top.name == "top_0_score0.90_step1.gif" and Image.open(top).n_frames == 3
+    assert bottom.name == "bottom_0_score0.10_step51.png" and not getattr(Image.open(bottom), "is_animated", False)

@@ -112,12 +112,13 @@ def test_importing_the_core_loads_no_ray_pool_recipes_or_backends():
 #: The layers of docs/design.md, bottom to top: a module imports only from its own layer or a lower one. A module
 #: is in the first layer one of whose patterns it matches (``x.*``: the package x and everything under it).
 LAYERS = (
-    ("leaves", ("vlmrb_torchrl", "vlmrb_torchrl._frames", "vlmrb_torchrl._keys", "vlmrb_torchrl._lazy", "vlmrb_torchrl.envs.family",
+    ("leaves", ("vlmrb_torchrl", "vlmrb_torchrl._frames", "vlmrb_torchrl._keys", "vlmrb_torchrl._lazy", "vlmrb_torchrl._signature",
+                "vlmrb_torchrl.envs.family",
                 "vlmrb_torchrl.scorers._hashing")),
     ("scorer protocol", ("vlmrb_torchrl.scorers", "vlmrb_torchrl.scorers.base", "vlmrb_torchrl.scorers.prompts",
                          "vlmrb_torchrl.scorers.oracle", "vlmrb_torchrl.scorers.wrappers", "vlmrb_torchrl.scorers._frames",
                          "vlmrb_torchrl.scorers._hf", "vlmrb_torchrl.scorers.baselines")),
-    ("core", ("vlmrb_torchrl.scoring.*", "vlmrb_torchrl.replay.*", "vlmrb_torchrl.modules")),
+    ("core", ("vlmrb_torchrl.scoring.*", "vlmrb_torchrl.replay.*", "vlmrb_torchrl.modules", "vlmrb_torchrl.configs")),
     ("scorer training", ("vlmrb_torchrl.scorer_training.*",)),
     ("env families", ("vlmrb_torchrl.envs.*",)),
     ("scorer backends", ("vlmrb_torchrl.scorers.*", "vlmrb_torchrl.testing")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -179,6 +180,11 @@ class TestConfig:
     def test_cli_reports_errors_and_help(self, capsys):
         assert cli_main(["train", "dqn", "replay=nope"]) == 2
         assert "replay='nope' is invalid" in capsys.readouterr().err
+        # a typo in env is blamed on env (it used to surface as the built-in scorer's mission error)
+        assert cli_main(["train", "dqn", "env=MiniGrid-DoorKy-8x8-v0", "output_dir=unused"]) == 2
+        err = capsys.readouterr().err
+        assert "env='MiniGrid-DoorKy-8x8-v0' is invalid" in err and "did you mean 'MiniGrid-DoorKey-8x8-v0'" in err
+        assert "scorer" not in err
         assert cli_main(["--help"]) == 0
         assert "vlmrb train dqn" in capsys.readouterr().out
         with pytest.raises(SystemExit):
@@ -207,6 +213,21 @@ class TestConfig:
         assert out.returncode == code, out.stderr
         assert says in out.stdout + out.stderr
         assert "HEAVY []" in out.stderr
+
+    def test_third_party_info_lines_stay_out_of_the_progress_bar(self):
+        # issue 63: TorchRL's INFO lines (and transformers' "Loading weights" bar) were printed inside the bar
+        script = ("import logging, torch\nfrom vlmrb_torchrl.cli import quiet_third_party\nquiet_third_party()\n"
+                  "from torchrl.data import LazyTensorStorage, ReplayBuffer\n"
+                  "ReplayBuffer(storage=LazyTensorStorage(10)).extend(torch.zeros(3, 2))\n"
+                  "print('--- TorchRL at INFO again:', flush=True)\nlogger = logging.getLogger('torchrl')\nfor h in [logger, *logger.handlers]:\n    h.setLevel('INFO')\n"
+                  "ReplayBuffer(storage=LazyTensorStorage(10)).extend(torch.zeros(3, 2))\n")
+        env = {k: v for k, v in os.environ.items() if k not in ("RL_LOGGING_LEVEL", "TORCHRL_CONSOLE_STREAM")}
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, env=env,
+                             cwd=Path(__file__).resolve().parents[1])
+        assert out.returncode == 0, out.stderr
+        quiet, loud = out.stdout.split("--- TorchRL at INFO again:")
+        assert "[INFO]" not in quiet + out.stderr
+        assert "Initialized LazyTensorStorage" in loud  # the line the quiet part kept out (so this test can fail)
 
     def test_console_script_installed(self):
         # the `vlmrb` entry point pip generates next to the interpreter (or anywhere on PATH)
@@ -304,7 +325,7 @@ def test_minigrid_smoke_each_replay_mode(tmp_path, monkeypatch, replay):
     state = torch.load(run_dir / "checkpoints" / "step_512" / "state.pt", weights_only=False)
     assert [t.shape for k, t in state["loss"].items() if k.endswith("bias")][-1] == (5,)  # DoorKey's 5 actions
     if replay.startswith("vlm"):
-        gifs = sorted(p.name for p in (run_dir / "gallery").glob("*.gif"))
+        gifs = sorted(p.name for p in (run_dir / "gallery").glob("*_score*"))  # GIFs, or PNGs of still clips
         assert len(gifs) == 2 and gifs[0].startswith("bottom") and gifs[1].startswith("top")
         assert all("_step" in name for name in gifs)  # the run gallery: clips of the whole run, with their step
         # the checkpoint holds every transition's score: pending tails are flushed before it
@@ -357,6 +378,7 @@ def test_a_task_that_changes_every_episode_is_scored_per_clip(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "derived for each clip from its episode's mission" in out and "agent-centred view" in out
     assert "the door checks a mission only implies are left out" in out
+    assert sum(line.startswith("builtin:minigrid_agent: ") for line in out.splitlines()) == 1  # one line per scorer
     rows = read_metrics(tmp_path / "run")
     assert float(rows[-1]["fraction_scored"]) > 0
 
@@ -518,7 +540,7 @@ def test_atari_smoke_each_replay_mode(tmp_path, replay):
     assert rows[-1]["eval_success"] == "nan"  # Atari has no success flag
     assert summary["updates"] == (256 - 64) // 4 + 64 // 4
     if replay.startswith("vlm"):
-        assert len(list((tmp_path / replay / "gallery").glob("*.gif"))) == 2
+        assert len(list((tmp_path / replay / "gallery").glob("*_score*"))) == 2
 
 
 def test_atari_quick_run_through_the_cli_with_the_shipped_scorer(tmp_path, capsys):
@@ -539,7 +561,7 @@ def test_atari_quick_run_through_the_cli_with_the_shipped_scorer(tmp_path, capsy
     assert summary["fraction_scored"] > 0 and math.isfinite(summary["eval_return"])
     rows = read_metrics(run_dir)
     assert rows[-1]["eval_success"] == "nan"  # Atari has no success flag
-    gifs = sorted(p.name for p in (run_dir / "gallery").glob("*.gif"))
+    gifs = sorted(p.name for p in (run_dir / "gallery").glob("*_score*"))
     assert len(gifs) == 2 and gifs[0].startswith("bottom_") and gifs[1].startswith("top_")
 
 
@@ -629,3 +651,19 @@ def test_a_function_that_reads_an_undeclared_entry_stops_the_run_with_one_line(t
     assert not any(line.startswith("Traceback") for line in err)
     declared = '{"in_keys": [["next", "reward"], "mask"]}'
     assert cli_main([*args, f"scorer_kwargs={declared}", f"output_dir={tmp_path / 'good'}"]) == 0
+
+
+def test_every_summary_key_is_documented():
+    """issue 63: summary.json's keys (results, and the loop's bookkeeping apart) are listed in docs/recipes.md."""
+    from vlmrb_torchrl.recipes.checkpoint import resume_counters
+    from vlmrb_torchrl.recipes.loop import EpisodeTracker
+    from vlmrb_torchrl.recipes.run import BOOKKEEPING_KEYS, METRIC_COLUMNS, SAC_METRIC_COLUMNS
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "recipes.md").read_text()
+    section = page.split("### `summary.json`", 1)[1].split("\n## ", 1)[0]
+    counters = resume_counters(DQNConfig(), None, modules={}, rb=None)
+    keys = {*counters, *BOOKKEEPING_KEYS, *EpisodeTracker.COUNTERS, *METRIC_COLUMNS, *SAC_METRIC_COLUMNS,
+            "run_dir", "gallery", "drawn", "drawn_positive", "q_ceiling_exceeded_at"}
+    missing = sorted(k for k in keys if f"`{k}`" not in section and not (k.startswith(("eval_", "scorer_"))
+                                                                           and k not in counters))
+    assert not missing, missing

@@ -310,7 +310,7 @@ class TestRunDirectory:
 
     @pytest.mark.parametrize("override, said", [
         ("scorer=orcale:minigrid", "vlmrb train dqn: scorer='orcale:minigrid': Unknown scorer spec 'orcale:minigrid'"),
-        ("env=MiniGrid-DoorKy-5x5-v0", "vlmrb train dqn: env='MiniGrid-DoorKy-5x5-v0': "),
+        ("env=MiniGrid-DoorKy-5x5-v0", "vlmrb train dqn: env='MiniGrid-DoorKy-5x5-v0' is invalid: "),
         ("env=CartPole-v1", "vlmrb train dqn: env='CartPole-v1' is invalid: expected a MiniGrid or BabyAI id"),
         ("scorer=python:no_such_scorer_module:fn",
          "vlmrb train dqn: scorer='python:no_such_scorer_module:fn': cannot import module 'no_such_scorer_module'"),
@@ -325,6 +325,56 @@ class TestRunDirectory:
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(said), err
         assert not out.exists()
+
+
+def _fails_after_the_run_dir_is_made(monkeypatch):
+    """A failure between the run directory's making and the first checkpoint: tqdm missing (progress=true)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # `from tqdm.auto import tqdm` raises ImportError
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["new directory", "existing empty directory"])
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_nothing(tmp_path, monkeypatch, made):
+    # issue 63: a failure after the directory was written (a missing optional package, a scorer error in the
+    # worker) left config.json and an empty metrics.csv, and the corrected command was refused as "not empty"
+    from vlmrb_torchrl.recipes import dqn
+    from vlmrb_torchrl.recipes.run_dir import _HELD
+
+    out = tmp_path / "run"
+    if not made:
+        out.mkdir()
+    cfg = apply_overrides(DQNConfig(), {**TINY, "replay": "uniform", "output_dir": str(out), "progress": True})
+    _fails_after_the_run_dir_is_made(monkeypatch)
+    with pytest.raises(ImportError):
+        dqn.main(cfg)
+    assert out.exists() == (not made) and (made or not any(out.iterdir()))
+    assert out.resolve() not in _HELD  # released
+    monkeypatch.undo()
+    corrected = apply_overrides(cfg, {"progress": False})
+    assert prepare_run_dir(corrected, recipe="dqn", write=False) is None  # the corrected command is accepted
+
+
+@pytest.mark.slow  # trains the corrected command
+def test_the_corrected_command_just_works_after_a_scorer_failure(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [f"{k}={v}" for k, v in TINY.items()] + [f"output_dir={out}"]
+    with pytest.raises(RuntimeError, match="ConnectionError"):  # the worker's error ends the run
+        cli_main(["train", "dqn", *args, "scorer=python:test_run_safety:FailingScorer"])
+    assert not out.exists()
+    assert cli_main(["train", "dqn", *args, "scorer=oracle:minigrid"]) == 0
+    assert (out / "summary.json").exists()
+
+
+def test_a_run_with_a_checkpoint_keeps_its_files_when_it_fails(tmp_path):
+    from vlmrb_torchrl.recipes.run_dir import release_run_dir
+
+    cfg = DQNConfig(output_dir=str(tmp_path / "run"))
+    prepare_run_dir(cfg, recipe="dqn")
+    (tmp_path / "run" / "checkpoints" / "step_64").mkdir()
+    (tmp_path / "run" / "metrics.csv").write_text("env_steps\n64\n")
+    release_run_dir(cfg.output_dir, failed=True)
+    assert (tmp_path / "run" / "metrics.csv").exists() and (tmp_path / "run" / ".vlmrb-run").exists()
 
 
 # ---------------------------------------------------------------------------------- checkpoints

@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import csv  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 
@@ -34,7 +35,9 @@ class TestSACConfig:
         ("env=MiniGrid-DoorKey-5x5-v0", "env='MiniGrid-DoorKey-5x5-v0' is invalid: expected robosuite/<Task>"),
         ("tau=2", "tau=2.0 is invalid: expected a number in \\[0, 1\\]"),
         ("env_backend=threads", "env_backend='threads' is invalid"),
-        ("env=robosuite/Stack", "scorer='builtin:lift' is invalid: expected a scorer for this task"),
+        ("env=robosuite/Stack scorer=builtin:lift", "scorer='builtin:lift' is invalid: expected a scorer for this task"),
+        # a typo is the env's, not the scorer's (builtin:lift would refuse it otherwise)
+        ("env=robosuite/Lfit", "env='robosuite/Lfit' is invalid: expected robosuite/<Task> .*did you mean 'robosuite/Lift'"),
         ("frame_size=128", "frame_size=128 is invalid: expected 64 with scorer=builtin:lift"),
         ("camera=agentview", "camera='agentview' is invalid: expected front_close\\+eye_in_hand with scorer=builtin:lift"),
         ("max_oversampling=0.5", "max_oversampling=0.5 is invalid: max_oversampling must be None \\(no ceiling\\) or a finite number >= 1"),
@@ -45,7 +48,7 @@ class TestSACConfig:
     ])
     def test_bad_values(self, override, match):
         with pytest.raises(ConfigError, match=match):
-            apply_overrides(SACConfig(), [override]).validate()
+            apply_overrides(SACConfig(), override.split()).validate()
 
     def test_defaults(self):
         cfg = SACConfig().validate()
@@ -59,6 +62,14 @@ class TestSACConfig:
         for overrides in (["env=robosuite/Stack", "scorer=oracle:robosuite"], ["env=robosuite/Stack", "replay=uniform"],
                           ["max_oversampling=none"]):
             apply_overrides(SACConfig(), overrides).validate()
+
+    def test_auto_scorer_on_a_task_without_a_builtin_model_is_the_oracle_said_once(self, capsys):
+        cfg = apply_overrides(SACConfig(), ["env=robosuite/Stack"]).validate()
+        assert cfg.scorer == "oracle:robosuite" and cfg.camera == "agentview"
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 1 and "oracle:robosuite, which is privileged" in lines[0] and "scorer=clip:<dir>" in lines[0]
+        dataclasses.replace(cfg).validate()  # the recipe validates again: the resolved oracle is not announced twice
+        assert capsys.readouterr().out == ""
 
     def test_updates_per_batch(self):
         assert SACConfig().updates_for(200) == 200  # one update per frame
@@ -104,7 +115,7 @@ def test_lift_smoke_each_replay_mode(tmp_path, replay):
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "step_200" / "DONE").exists()
     if replay == "vlm_td":
-        assert len(list((run_dir / "gallery").glob("*.gif"))) == 2
+        assert len(list((run_dir / "gallery").glob("*_score*"))) == 2
 
 
 def test_diverging_critics_are_reported(tmp_path, monkeypatch):

@@ -26,6 +26,21 @@ from vlmrb_torchrl.recipes.config import (
 
 RECIPES = {"dqn": DQNConfig, "sac": SACConfig}
 
+#: What ``vlmrb train`` sets before TorchRL and transformers are imported, so that their INFO lines and progress
+#: bars (TorchRL's "Initialized LazyTensorStorage ...", transformers' "Loading weights") stay out of the run's
+#: progress bar; a value set in the environment is kept (``RL_LOGGING_LEVEL=INFO vlmrb train ...`` shows them).
+QUIET_ENV = {"RL_LOGGING_LEVEL": "WARNING", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def quiet_third_party() -> None:
+    """Sets :data:`QUIET_ENV` where unset; TorchRL's logger follows it also when TorchRL is imported already."""
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    if "torchrl" in sys.modules:  # it read RL_LOGGING_LEVEL at import: an in-process caller imported it first
+        import logging
+
+        logging.getLogger("torchrl").setLevel(os.environ["RL_LOGGING_LEVEL"])
+
 _DESCRIPTION = """VLM-guided experience replay (VLM-RB) for TorchRL.
 
 Commands:
@@ -389,6 +404,7 @@ def _main(argv: list[str]) -> int:
             print(_DESCRIPTION, file=sys.stderr if argv[0] != "train" else sys.stdout)
         return 2 if argv[0] != "train" or len(argv) >= 2 else 0
     name = argv[1]
+    quiet_third_party()
     args = _train_parser(name).parse_intermixed_args(argv[2:])  # options may come between key=value pairs
     try:
         cfg = build_config(name, args)
@@ -418,7 +434,7 @@ def _main(argv: list[str]) -> int:
               file=sys.stderr)
         return 128 + signum
     print("\n" + _finished_line(summary))
-    print(f"outputs: {summary['run_dir']} (metrics.csv, tensorboard/, checkpoints/, gallery/, config.json)")
+    print(f"outputs: {summary['run_dir']} (summary.json, metrics.csv, tensorboard/, checkpoints/, gallery/, config.json)")
     return 0
 
 

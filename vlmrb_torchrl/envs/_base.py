@@ -17,6 +17,8 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from vlmrb_torchrl._signature import init_signature
+
 __all__ = ["ClipRenderSteps", "FramedTaskEnv", "check_int", "done_spec", "flag_spec", "random_arm_action",
            "step_output"]
 
@@ -120,6 +122,7 @@ class ClipRenderSteps:
         return any(p <= step and (step - p) % self.stride == 0 for p in self.positions)
 
 
+@init_signature
 class FramedTaskEnv(EnvBase):
     """A single env of one simulated task whose frames, for a scorer, are rendered only on the steps some
     clip sends to it (``render_steps``) and on the step that ends an episode: the base of

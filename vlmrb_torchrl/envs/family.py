@@ -16,10 +16,11 @@ path (``"module:attribute"``, :func:`load`) and imported when first used.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, ClassVar
 
 __all__ = ["EnvFamily", "FAMILY_MODULES", "families", "family_of", "get_family", "load", "register_family",
@@ -123,10 +124,35 @@ class EnvFamily:
     @property
     def id_help(self) -> str:
         """What messages say this family's ids look like."""
-        return f"a {self.title} id ({self.example_id}, ...)"
+        article = "an" if self.title[:1].upper() in "AEIOU" else "a"
+        return f"{article} {self.title} id ({self.example_id}, ...)"
+
+    def known_ids(self) -> Collection[str] | None:
+        """The ids of this family its simulator can build, read from the simulator's own registry; ``None`` when
+        the family cannot tell (its simulator is not installed: building the env then names the extra to install)."""
+        return None
+
+    def id_problem(self, env_id: str) -> str | None:
+        """What an id of this family must be, when ``env_id`` is not one it can build (with the closest known id);
+        ``None`` when it can, or cannot tell. The recipes check this before anything that depends on the env (the
+        scorer ``auto`` picks, a built-in scorer's task), so that a typo in ``env`` is blamed on ``env``.
+
+        Examples:
+            >>> get_family("ogbench").id_problem("ogbench/scene-task9")
+            'ogbench/scene-task1 ... ogbench/scene-task5'
+        """
+        known = self.known_ids()
+        if known is None or env_id in known:
+            return None
+        close = difflib.get_close_matches(env_id, sorted(known), n=1, cutoff=0.8)
+        return f"{self.id_help}, one that is registered" + (f" (did you mean {close[0]!r}?)" if close else "")
 
     def check_id(self, env_id: str) -> None:
-        """Raises ``ValueError`` for an id this family owns but cannot build (found before an env is made)."""
+        """Raises ``ValueError`` for an id this family owns but cannot build (found before an env is made):
+        :meth:`id_problem`'s."""
+        problem = self.id_problem(env_id)
+        if problem is not None:
+            raise ValueError(f"unknown {self.title} env {env_id!r}: expected {problem}.")
 
     # ------------------------------------------------------------------ envs
     def make_env(self, env_id: str, **kwargs: Any) -> Any:
@@ -160,8 +186,29 @@ class EnvFamily:
 
     # ------------------------------------------------------------------ scorers
     def default_scorer(self, env_id: str, *, seed: int = 0) -> str | None:
-        """What ``scorer=auto`` resolves to on ``env_id``; ``None``: no built-in scorer knows it."""
+        """The built-in scorer that knows ``env_id``; ``None``: none does (``scorer=auto`` is then the oracle,
+        :meth:`auto_scorer`)."""
         return None
+
+    def auto_scorer(self, env_id: str, *, seed: int = 0) -> tuple[str | None, str | None]:
+        """What ``scorer=auto`` runs on ``env_id``, and the line to print when that is not a model of frames: the
+        family's built-in scorer (:meth:`default_scorer`) where one knows the env, else the family's first oracle,
+        which reads the env's privileged event flags. ``(None, None)``: a family with neither.
+
+        Examples:
+            >>> get_family("atari").auto_scorer("ALE/Pong-v5")
+            ('builtin:atari', None)
+            >>> spec, line = get_family("atari").auto_scorer("ALE/Tennis-v5")
+            >>> spec, line.split(" (")[0]
+            ('oracle:atari', 'scorer=auto: no built-in scorer knows ALE/Tennis-v5; scoring with oracle:atari, which is privileged')
+        """
+        spec = self.default_scorer(env_id, seed=seed)
+        if spec is not None or not self.oracles:
+            return spec, None
+        oracle = f"oracle:{next(iter(self.oracles))}"
+        return oracle, (f"scorer=auto: no built-in scorer knows {env_id}; scoring with {oracle}, which is privileged "
+                        "(it reads the env's event flags, not frames). For a real VLM pass scorer=clip:<dir>, hf:<dir>, "
+                        "openai:<url>#<model> or python:<module>:<callable>.")
 
     def resolve_scorer(self, scorer: str, env_id: str) -> str:
         """``scorer`` as the run on ``env_id`` uses it (a built-in model's env-specific form)."""

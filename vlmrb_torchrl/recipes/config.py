@@ -190,13 +190,16 @@ class RecipeConfig:
         (:meth:`~vlmrb_torchrl.envs.EnvFamily.recipe_defaults`, :meth:`~vlmrb_torchrl.envs.EnvFamily.default_scorer`),
         before the checks: the values land in ``config.json``."""
         family = family_of(self.env) if isinstance(self.env, str) else None
-        if family is None:
+        if family is None or family.id_problem(self.env) is not None:  # the env check says what is wrong
             return
         for key, value in family.recipe_defaults(self.env).items():
             if getattr(self, key, "absent") is None:
                 setattr(self, key, value)
         if self.scorer == "auto":
-            self.scorer = family.default_scorer(self.env, seed=self.seed if isinstance(self.seed, int) else 0) or "auto"
+            spec, line = family.auto_scorer(self.env, seed=self.seed if isinstance(self.seed, int) else 0)
+            if spec is not None and line is not None and self.replay in ("vlm", "vlm_td"):
+                print(line, flush=True)  # once: config.json records the oracle, a resumed run is not told again
+            self.scorer = spec or "auto"
         self.scorer = family.resolve_scorer(self.scorer, self.env)
 
     def clip_spec(self):
@@ -405,6 +408,8 @@ class RecipeConfig:
         family = family_of(self.env)
         takes = families(self.RECIPE) if self.RECIPE else families()
         checks = [("env", family is not None and family in takes, " or ".join(f.id_help for f in takes))]
+        problem = family.id_problem(self.env) if family is not None and family in takes else None
+        checks.append(("env", problem is None, problem or ""))  # before the scorer checks: a typo is the env's
         for other in families():
             if other is not family:
                 for key, neutral in other.owned_keys.items():
@@ -417,8 +422,8 @@ class RecipeConfig:
         kind = str(self.scorer).partition(":")[0]
         own = ", ".join(family.specs()) or "none"
         checks.append(("scorer", not vlm or self.scorer != "auto",
-                       f"a scorer: {self.env} has no built-in one (its family's: {own}); pass scorer=oracle:<family>, "
-                       "hf:<dir>, clip:<dir>, openai:<url>#<model> or python:<module>:<callable>"))
+                       f"a scorer: {self.env} has no built-in one and its family no oracle; pass hf:<dir>, clip:<dir>, "
+                       "openai:<url>#<model> or python:<module>:<callable>"))
         checks.append(("scorer", not vlm or kind not in ("builtin", "oracle") or self.scorer == "auto"
                        or family.scores_with(self.scorer),
                        f"a scorer for {family.title} envs ({own}, hf:<dir>, clip:<dir>, openai:<url>#<model> or "
@@ -456,7 +461,8 @@ class DQNConfig(RecipeConfig):
     # replay
     scorer: str = _field("auto", "scorer spec for vlm modes: auto (the env's built-in scorer: on MiniGrid "
                                  "builtin:minigrid when the mission is about reaching the goal, else "
-                                 "builtin:minigrid_agent; builtin:atari on ALE/Pong-v5 and ALE/Breakout-v5), "
+                                 "builtin:minigrid_agent; builtin:atari on ALE/Pong-v5 and ALE/Breakout-v5; on other "
+                                 "games oracle:atari, with a printed line saying so), "
                                  "builtin:minigrid, builtin:minigrid_agent or "
                                  "builtin:atari (small CLIPs shipped with the package, scoring rendered frames), "
                                  "oracle:minigrid (privileged event flags), oracle:atari (privileged: a positive "
@@ -571,8 +577,9 @@ class SACConfig(RecipeConfig):
     alpha_init: float = _field(1.0, "initial entropy temperature (tuned automatically)")
     # replay
     scorer: str = _field(
-        "auto", "scorer spec for vlm modes: auto (the env's built-in scorer: builtin:lift on robosuite, builtin:scene "
-                "on OGBench Scene), builtin:lift (the small CLIP shipped with the package, scoring front_close "
+        "auto", "scorer spec for vlm modes: auto (the env's built-in scorer: builtin:lift on robosuite/Lift, "
+                "builtin:scene on OGBench Scene; on other robosuite tasks oracle:robosuite, with a printed line saying "
+                "so), builtin:lift (the small CLIP shipped with the package, scoring front_close "
                 "frames of Lift), builtin:scene (the one for OGBench Scene, with the task's prompt set: "
                 "builtin:scene-task<N>), oracle:robosuite / oracle:ogbench (privileged event flags), python:mod:fn, "
                 "clip:<id or dir>, hf:<id or dir>, ...")

@@ -231,7 +231,8 @@ def main(cfg: DQNConfig) -> dict:
         train_env_fn = env_factory(cfg.env, train=True, render="state" if renderer is not None else start.needs_frames,
                                    **env_kwargs)
         make_run_dir(cfg, checkpoint, recipe="dqn", step=step)  # scorer and env built: a failed start wrote nothing
-        cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
+        # the lock and SIGTERM, once all else is closed; a run that fails before its first checkpoint is deleted
+        cleanup.push(lambda error, *_: release_run_dir(cfg.output_dir, failed=error is not None))
 
         # --- networks, loss, optimizer
         q_values = make_q_network(obs_spec, action_spec.space.n, cfg.hidden).to(start.device)
@@ -251,7 +252,8 @@ def main(cfg: DQNConfig) -> dict:
         replay = cleanup.enter_context(make_replay(cfg, generator=start.generator, updates=start.updates_total,
                                                    scorer=start.scorer, renderer=renderer))
         # the gallery's best and worst clips of the whole run, kept as they are scored (a scorer reading frames)
-        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed, renderer=renderer)
+        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed, renderer=renderer,
+                                          min_gap=cfg.clip_spec().clip_len * cfg.num_envs)
                        if start.needs_frames and cfg.gallery_clips > 0 else None)
 
         # --- resume

@@ -43,13 +43,14 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
 def probe_env(env_fn: Callable[[], Any], env_id: str) -> Any:
     """``env_fn()``, the env a recipe builds first to read its specs; a bad env id or a missing extra (a
     ``ValueError`` or ``ImportError`` from the env's constructor) is raised as a one-line
-    :class:`~vlmrb_torchrl.recipes.config.ConfigError` naming ``env=``.
+    :class:`~vlmrb_torchrl.recipes.config.ConfigError` naming ``env=`` (an id its simulator does not know is
+    refused before, by the config's ``env`` check).
 
     Examples:
-        >>> probe_env(env_factory("MiniGrid-DoorKy-5x5-v0"), "MiniGrid-DoorKy-5x5-v0")
+        >>> probe_env(env_factory("MiniGrid-DoorKey-5x5-v0", frame_size=0), "MiniGrid-DoorKey-5x5-v0")
         Traceback (most recent call last):
         ...
-        vlmrb_torchrl.recipes.config.ConfigError: env='MiniGrid-DoorKy-5x5-v0': ... Did you mean: `MiniGrid-DoorKey-5x5`?...
+        vlmrb_torchrl.recipes.config.ConfigError: env='MiniGrid-DoorKey-5x5-v0': MiniGridEnv.frame_size must be an int >= 1, got frame_size=0.
     """
     from vlmrb_torchrl.recipes.config import ConfigError
 

@@ -36,8 +36,10 @@ class RunGallery:
     :meth:`observe` is an :attr:`~vlmrb_torchrl.AsyncScorer.on_scored` hook: for each scored batch it
     copies the frames of the clips that enter the top or bottom ``clips`` (so the gallery shows the
     contrast of the whole run, early random clips included, not only the last episodes). Among equal
-    scores (binary scorers) the kept clips are a uniform sample of the run's. :meth:`write` saves them
-    as GIFs. A clip's step is the number of transitions the buffer had stored when its first step was
+    scores (binary scorers) the kept clips are a uniform sample of the run's. The clips kept at one end
+    are distinct: their steps are at least ``min_gap`` apart (overlapping clips of one moment, which
+    look alike, are not shown twice). :meth:`write` saves them as GIFs (a clip that does not move as a
+    still PNG). A clip's step is the number of transitions the buffer had stored when its first step was
     stored, read from the slot's write generation (``(generation - 1) * capacity + slot + 1``): the env
     step to within one collector batch, also after a resume (generations are checkpointed).
 
@@ -51,6 +53,9 @@ class RunGallery:
         seed (int): seeds the tie-breaking draws. Defaults to 0.
         renderer (StateRenderer, optional): ψ, when the clips carry states (its ``state_key``) in place of
             frames: the kept clips' states are rendered by :meth:`write`, only theirs. Defaults to ``None``.
+        min_gap (int, optional): the fewest stored transitions between the first steps of two clips kept at
+            one end. Defaults to ``clip_len`` (the recipes: ``clip_len * num_envs``, one clip's span when the
+            envs' steps interleave).
 
     Examples:
         >>> import torch
@@ -67,10 +72,11 @@ class RunGallery:
     """
 
     def __init__(self, clips: int, *, capacity: int, clip_len: int, frame_key: Any = FRAME_KEY, seed: int = 0,
-                 renderer: StateRenderer | None = None) -> None:
+                 renderer: StateRenderer | None = None, min_gap: int | None = None) -> None:
         self.clips = clips
         self.capacity = capacity
         self.clip_len = clip_len
+        self.min_gap = clip_len if min_gap is None else min_gap
         self.renderer = renderer
         self.frame_key = frame_key if renderer is None else renderer.state_key
         self.top: list[_Kept] = []
@@ -82,21 +88,40 @@ class RunGallery:
     def observe(self, batch: ClipBatch, scores: torch.Tensor) -> None:
         """Keeps the clips of ``batch`` that enter the top or bottom ``clips``."""
         scores = scores.detach().float().cpu()
+        steps = self._steps(batch)
         with self._lock:
             self.observed += len(scores)
             draws = torch.rand(len(scores), generator=self._generator)
             for kept, best in ((self.top, True), (self.bottom, False)):
                 sign = 1.0 if best else -1.0
-                ranked = sorted(range(len(scores)), key=lambda i: (sign * float(scores[i]), float(draws[i])),
-                                reverse=True)[:self.clips]
-                candidates = [(sign * float(scores[i]), float(draws[i]), i) for i in ranked]
-                merged = sorted([(sign * k.score, k.tiebreak, k) for k in kept] + candidates,
-                                key=lambda c: (c[0], c[1]), reverse=True)[:self.clips]
-                new = [c[2] for c in merged if isinstance(c[2], int)]
-                made = dict(zip(new, self._keep(batch, new, scores, draws)))
-                kept[:] = [made[c[2]] if isinstance(c[2], int) else c[2] for c in merged]
+                # (rank key, tiebreak, a kept clip or a row of the batch, step), best first
+                pool = sorted([(sign * k.score, k.tiebreak, k, k.step) for k in kept]
+                              + [(sign * float(scores[i]), float(draws[i]), i, steps[i]) for i in range(len(scores))],
+                              key=lambda c: (c[0], c[1]), reverse=True)
+                chosen = []
+                for candidate in pool:
+                    if len(chosen) == self.clips:
+                        break
+                    if not self._near(candidate[3], [c[3] for c in chosen]):
+                        chosen.append(candidate)
+                new = [c[2] for c in chosen if isinstance(c[2], int)]
+                made = dict(zip(new, self._keep(batch, new, scores, draws, steps)))
+                kept[:] = [made[c[2]] if isinstance(c[2], int) else c[2] for c in chosen]
 
-    def _keep(self, batch: ClipBatch, rows: list[int], scores: torch.Tensor, draws: torch.Tensor) -> list[_Kept]:
+    def _near(self, step: int, others: list[int]) -> bool:
+        return step >= 0 and any(other >= 0 and abs(step - other) < self.min_gap for other in others)
+
+    def _steps(self, batch: ClipBatch) -> list[int]:
+        """Each clip's step (``-1`` where unknown: a clip of the frame pool only, a slot never written)."""
+        first_slots = batch.clips.get(("clip", "index"))[:, 0].tolist()
+        generation_of = {}
+        for clip, generation in zip(batch.target_clip.tolist(), batch.generation.tolist()):
+            generation_of.setdefault(clip, generation)  # the clip's first target's
+        return [(generation_of.get(i, -1) - 1) * self.capacity + slot + 1
+                if generation_of.get(i, -1) > 0 and slot >= 0 else -1 for i, slot in enumerate(first_slots)]
+
+    def _keep(self, batch: ClipBatch, rows: list[int], scores: torch.Tensor, draws: torch.Tensor,
+              steps: list[int]) -> list[_Kept]:
         if not rows:
             return []
         picked = torch.tensor(rows)
@@ -105,16 +130,12 @@ class RunGallery:
         for j, i in enumerate(rows):
             shown = clips["mask"][j].clone()
             shown[self.clip_len:] = True  # the outcome frame after the last step, when the clips carry one
-            first_slot = int(clips.get(("clip", "index"))[j, 0])
-            position = (batch.target_clip == i).nonzero()
-            generation = int(batch.generation[position[0, 0]]) if len(position) else -1
-            step = (generation - 1) * self.capacity + first_slot + 1 if generation > 0 and first_slot >= 0 else -1
-            out.append(_Kept(float(scores[i]), float(draws[i]), step, clips[self.frame_key][j][shown].clone()))
+            out.append(_Kept(float(scores[i]), float(draws[i]), steps[i], clips[self.frame_key][j][shown].clone()))
         return out
 
     def write(self, out_dir: Path, *, prompt: str = "") -> list[Path]:
         """Saves the kept clips as ``top_<rank>_score<s>_step<n>.gif`` / ``bottom_...`` (best first, worst
-        first) and ``prompt.txt``; returns the GIF paths."""
+        first; ``.png`` for a clip that does not move) and ``prompt.txt``; returns the paths."""
         with self._lock:
             picks = [("top", r, k) for r, k in enumerate(self.top)] + [("bottom", r, k) for r, k in enumerate(self.bottom)]
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -122,26 +143,37 @@ class RunGallery:
         for kind, rank, kept in picks:
             path = out_dir / f"{kind}_{rank}_score{kept.score:.2f}_step{kept.step}.gif"
             frames = kept.frames if self.renderer is None else render_states(self.renderer, kept.frames)
-            save_gif(path, frames, f"score {kept.score:.2f} | step {kept.step:,}", prompt)
-            paths.append(path)
+            paths.append(save_gif(path, frames, f"score {kept.score:.2f} | step {kept.step:,}", prompt))
         (out_dir / "prompt.txt").write_text(prompt)
         return paths
 
 
 def attach_run_gallery(buffer: Any, clips: int, *, frame_key: Any = FRAME_KEY, seed: int = 0,
-                       renderer: StateRenderer | None = None) -> RunGallery:
+                       renderer: StateRenderer | None = None, min_gap: int | None = None) -> RunGallery:
     """A :class:`RunGallery` fed by ``buffer``'s scoring worker (a
     :class:`~vlmrb_torchrl.VLMReplayBuffer`, whose scorer reads ``frame_key``, drawn by ``renderer`` when given)."""
     gallery = RunGallery(clips, capacity=buffer.sampler.max_size, clip_len=buffer.clip_stream.spec.clip_len,
-                         frame_key=frame_key, seed=seed, renderer=renderer)
+                         frame_key=frame_key, seed=seed, renderer=renderer, min_gap=min_gap)
     buffer.async_scorer.on_scored = gallery.observe
     return gallery
 
 
-def save_gif(path: Path, frames: torch.Tensor, title: str, subtitle: str = "") -> None:
-    """Frames ``uint8 [n, H, W, 3]`` as a looping GIF, enlarged 3x, under a caption strip."""
+def save_gif(path: Path, frames: torch.Tensor, title: str, subtitle: str = "") -> Path:
+    """Frames ``uint8 [n, H, W, 3]`` as a looping GIF, enlarged 3x, under a caption strip; returns the path written.
+
+    A clip whose frames are all the same is a still image: it is saved as ``path`` with a ``.png`` suffix (a GIF
+    of identical frames plays as one frame, which looks like a broken animation).
+
+    Examples:
+        >>> import tempfile
+        >>> still = torch.zeros(4, 8, 8, 3, dtype=torch.uint8)
+        >>> save_gif(Path(tempfile.mkdtemp()) / "clip.gif", still, "score 0.00").suffix
+        '.png'
+    """
     from PIL import Image, ImageDraw
 
+    if bool((frames == frames[:1]).all()):
+        frames, path = frames[:1], Path(path).with_suffix(".png")
     images = []
     for frame in frames.numpy():
         img = Image.fromarray(frame).resize((frame.shape[1] * 3, frame.shape[0] * 3), Image.NEAREST)
@@ -151,7 +183,11 @@ def save_gif(path: Path, frames: torch.Tensor, title: str, subtitle: str = "") -
         draw.text((2, 1), title, fill="white")
         draw.text((2, 14), subtitle[:60], fill="gray")
         images.append(canvas)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=150, loop=0)
+    if len(images) == 1:
+        images[0].save(path)
+    else:
+        images[0].save(path, save_all=True, append_images=images[1:], duration=150, loop=0)
+    return Path(path)
 
 
 @torch.no_grad()
@@ -192,17 +228,25 @@ def clip_gallery(out_dir: Path, *, scorer, make_env, policy, clip_spec: ClipSpec
         return []
     batch = ClipBatch.cat(batches)
     scores = torch.cat([transform.score_clips(c) for c in batch.clips.split(64)])
-    order = torch.argsort(scores, descending=True, stable=True)
-    picks = [("top", i) for i in order[:clips].tolist()] + [("bottom", i) for i in order.flip(0)[:clips].tolist()]
+    order = torch.argsort(scores, descending=True, stable=True).tolist()
+    starts = batch.clips.get(("clip", "index"))[:, 0].tolist()  # the clip's first step in the played episodes
+    picks = []
+    for kind, ranked in (("top", order), ("bottom", order[::-1])):  # distinct clips: no two within a clip's length
+        chosen: list[int] = []
+        for i in ranked:
+            if len(chosen) == clips:
+                break
+            if all(abs(starts[i] - starts[j]) >= clip_spec.clip_len for j in chosen):
+                chosen.append(i)
+        picks += [(kind, rank, i) for rank, i in enumerate(chosen)]
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     prompt = getattr(scorer, "prompt", "") or ""
-    for rank, (kind, i) in enumerate(picks):
+    for kind, rank, i in picks:
         shown = batch.clips["mask"][i].clone()
         shown[clip_spec.clip_len:] = True  # the outcome frame after the last step, when the stream carries one
         frames = batch.clips[FRAME_KEY][i][shown]
-        path = out_dir / f"{kind}_{rank % clips if clips else rank}_score{scores[i]:.2f}.gif"
-        save_gif(path, frames, f"score {scores[i]:.2f} (evaluation episode)", prompt)
-        paths.append(path)
+        path = out_dir / f"{kind}_{rank}_score{scores[i]:.2f}.gif"
+        paths.append(save_gif(path, frames, f"score {scores[i]:.2f} (evaluation episode)", prompt))
     (out_dir / "prompt.txt").write_text(prompt)
     return paths

@@ -358,6 +358,10 @@ class Training:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
         if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            if self.last_checkpoint is None and self._steps_at_start == 0:  # the recipe deletes the run directory
+                print(f"\ninterrupted at {self.counters['env_steps']} frames, before the first checkpoint: nothing "
+                      "was kept.", file=sys.stderr, flush=True)
+                return
             saved = self.last_checkpoint if self.last_checkpoint is not None else "none in this session"
             print(f"\ninterrupted at {self.counters['env_steps']} frames; last checkpoint: {saved}. "
                   f"Continue with resume={self.run.dir}", file=sys.stderr, flush=True)

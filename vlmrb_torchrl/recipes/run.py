@@ -36,6 +36,21 @@ SAC_METRIC_COLUMNS[SAC_METRIC_COLUMNS.index("loss") + 1:SAC_METRIC_COLUMNS.index
 SAC_METRIC_COLUMNS.insert(SAC_METRIC_COLUMNS.index("eval_return") + 1, "eval_subgoals")
 
 
+#: The training loop's counters that are its own state, not results: ``summary.json`` keeps them apart
+#: (``"bookkeeping"``), with the windows of the next metrics row (``train_window_*``).
+BOOKKEEPING_KEYS = ("next_eval", "next_full_eval", "next_checkpoint", "drawn_logged")
+
+
+def is_bookkeeping(key: str) -> bool:
+    """Whether the counter ``key`` is the loop's own state (:data:`BOOKKEEPING_KEYS`, ``train_window_*``).
+
+    Examples:
+        >>> is_bookkeeping("next_eval"), is_bookkeeping("train_window_episodes"), is_bookkeeping("env_steps")
+        (True, True, False)
+    """
+    return key in BOOKKEEPING_KEYS or key.startswith("train_window_")
+
+
 # ---------------------------------------------------------------------------------- run setup
 def seed_everything(seed: int) -> torch.Generator:
     """Seeds Python, NumPy and torch; returns the replay buffer's generator.
@@ -141,26 +156,35 @@ def _build_scorer(cfg: Any) -> Any:
         for said in (f"make_scorer({cfg.scorer!r}): ", f"make_scorer({cfg.scorer!r}) "):  # the spec is named once
             message = message[len(said):] if message.startswith(said) else message
         raise ConfigError(f"scorer={cfg.scorer!r}: {message}") from err
-def describe_checks(spec: str, checks: dict[str, Any]) -> str:
-    """The log lines of a scorer's checks (:func:`~vlmrb_torchrl.recipes.replay.scorer_checks`).
+def describe_checks(spec: str, checks: dict[str, Any], *, frame_view: str | None = None, shown: int = 3) -> str:
+    """The one start-up line of a scorer's checks (:func:`~vlmrb_torchrl.recipes.replay.scorer_checks`): where they
+    come from and the first ``shown`` of them; all of them are in ``config.json``'s ``scorer_checks``.
 
     Examples:
         >>> print(describe_checks("builtin:minigrid", {"checks_from": "mission", "task": "pick up the red ball",
         ...                                            "checks": ['progress("the agent holds the red ball" vs "the red ball is on the floor")']}))
-        builtin:minigrid checks (from the mission 'pick up the red ball'), the clip's score is the best of:
-          progress("the agent holds the red ball" vs "the red ball is on the floor")
+        builtin:minigrid: a clip scores the best of 1 check (from the mission 'pick up the red ball'): progress("the agent holds the red ball" vs "the red ball is on the floor")
+        >>> print(describe_checks("builtin:atari", {"checks_from": "default", "task": None,
+        ...                                         "checks": [f"c{i}" for i in range(20)]}))
+        builtin:atari: a clip scores the best of 20 checks (the default set: no task): c0, c1, c2 and 17 more (config.json: scorer_checks)
     """
     source = checks["checks_from"]
-    rooms = (["No door in the env's first episodes: the door checks a mission only implies are left out."]
+    notes = (["no door in the env's first episodes: the door checks a mission only implies are left out"]
              if checks.get("doors") is False else [])
+    if frame_view == "agent":
+        notes.append("on frames of MiniGrid's agent-centred view (frame_view=agent)")
     if source == "mission per clip":
-        return "\n".join([f"{spec} checks: derived for each clip from its episode's mission (the mission changes "
-                          "every episode; the envs write it under 'mission')", *rooms])
-    where = {"mission": f"from the mission {checks['task']!r}",
-             "generic": f"generic: the mission {checks['task']!r} is outside the MiniGrid/BabyAI grammar",
-             "default": "the default set: no task", "given": "given"}.get(source, source)
-    return "\n".join([f"{spec} checks ({where}), the clip's score is the best of:",
-                      *(f"  {c}" for c in checks["checks"]), *rooms])
+        line = (f"{spec}: checks derived for each clip from its episode's mission (the mission changes every "
+                "episode; the envs write it under 'mission')")
+    else:
+        where = {"mission": f"from the mission {checks['task']!r}",
+                 "generic": f"generic: the mission {checks['task']!r} is outside the MiniGrid/BabyAI grammar",
+                 "default": "the default set: no task", "given": "given"}.get(source, source)
+        listed = list(checks["checks"])
+        line = (f"{spec}: a clip scores the best of {len(listed)} check{'s' * (len(listed) != 1)} ({where}): "
+                + ", ".join(listed[:shown])
+                + (f" and {len(listed) - shown} more (config.json: scorer_checks)" if len(listed) > shown else ""))
+    return "; ".join([line, *notes])
 
 
 # ---------------------------------------------------------------------------------- run directory
@@ -202,9 +226,7 @@ class Run:
         checks = scorer_checks(scorer)
         if checks is not None:  # what the scorer scores: its checks, derived from the task (builtin:minigrid)
             config["scorer_checks"] = checks
-            print(describe_checks(cfg.scorer, checks), flush=True)
-            if getattr(cfg, "frame_view", None) == "agent":
-                print("  on frames of MiniGrid's agent-centred view (frame_view=agent)", flush=True)
+            print(describe_checks(cfg.scorer, checks, frame_view=getattr(cfg, "frame_view", None)), flush=True)
         (self.dir / "config.json").write_text(json.dumps(config, indent=2))
         self.csv_path = self.dir / "metrics.csv"
         new_file = not self.csv_path.exists() or resumed_from == 0
@@ -259,9 +281,24 @@ class Run:
             self._pbar.set_postfix({k: v for k, v in postfix.items() if v is not None}, refresh=False)
 
     def write_summary(self, counters: dict[str, Any], metrics: dict[str, Any], gallery: list[Path]) -> dict[str, Any]:
-        """Writes ``summary.json`` (final counters, the last logged metrics, gallery files) and returns it."""
-        summary = {"run_dir": str(self.dir), **counters, **{k: v for k, v in metrics.items() if k != "env_steps"},
-                   "gallery": [str(p) for p in gallery]}
+        """Writes ``summary.json`` and returns it: the run's results at the top level (the run directory, the final
+        counters, the last logged metrics row, the gallery files), the training loop's own state under
+        ``"bookkeeping"`` (:func:`is_bookkeeping`: when the next evaluation and checkpoint are due, the running
+        windows of the next metrics row). docs/recipes.md lists the keys.
+
+        Examples:
+            >>> import tempfile
+            >>> from vlmrb_torchrl.recipes.config import DQNConfig
+            >>> cfg = DQNConfig(output_dir=tempfile.mkdtemp(), tensorboard=False, progress=False)
+            >>> with Run(cfg, recipe="dqn", total=100) as run:
+            ...     summary = run.write_summary({"env_steps": 100, "updates": 25, "next_eval": 200},
+            ...                                 {"env_steps": 100, "eval_success": 1.0}, [])
+            >>> sorted(summary), summary["bookkeeping"]
+            (['bookkeeping', 'env_steps', 'eval_success', 'gallery', 'run_dir', 'updates'], {'next_eval': 200})
+        """
+        results = {"run_dir": str(self.dir), **{k: v for k, v in counters.items() if not is_bookkeeping(k)},
+                   **{k: v for k, v in metrics.items() if k != "env_steps"}, "gallery": [str(p) for p in gallery]}
+        summary = {**results, "bookkeeping": {k: v for k, v in counters.items() if is_bookkeeping(k)}}
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
         return summary
 

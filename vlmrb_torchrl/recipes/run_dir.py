@@ -8,6 +8,9 @@ what a run does on SIGTERM.
 - :data:`LOCK` (``.vlmrb-run.lock``) is locked (``flock``, exclusive) for as long as a run uses the
   directory: a second process resuming or overwriting the same run is refused with the first one's pid.
   The lock goes away with the process, however it ends.
+- A run that fails before its first checkpoint leaves nothing behind: the recipe releases the directory with
+  ``failed=True`` (:func:`release_run_dir`), which deletes what the run wrote (and the directory, when the run
+  made it), so the corrected command runs there without ``overwrite=true``.
 - From :func:`make_run_dir` until the recipe releases the directory (:func:`release_run_dir`),
   SIGTERM (what schedulers send on preemption) raises :class:`Stopped` in the main thread, so the
   run unwinds like Ctrl-C: the replay, its scorer (and a scorer's child process) and the run's files
@@ -46,6 +49,8 @@ RUN_FILES = ("config.json", "metrics.csv", "summary.json", "checkpoints", "tenso
 
 # run directory (resolved) -> (its locked file, the SIGTERM handler to restore)
 _HELD: dict[Path, tuple[Any, Any]] = {}
+# the run directories make_run_dir took -> whether it made them (what a failed start deletes)
+_TAKEN: dict[Path, bool] = {}
 _HELD_LOCK = threading.Lock()
 
 
@@ -98,13 +103,42 @@ def _lock(out: Path, output_dir: str) -> Any:
     return file
 
 
-def release_run_dir(path: str | Path) -> None:
+def release_run_dir(path: str | Path, *, failed: bool = False) -> None:
     """Releases the lock this process holds on the run directory ``path`` (and restores SIGTERM's handler);
-    nothing when it holds none. The recipes call it last, once everything they opened is closed."""
+    nothing when it holds none. The recipes call it last, once everything they opened is closed.
+
+    ``failed=True`` (the run ends with an error): when the run taken by :func:`make_run_dir` has no checkpoint
+    yet, what it wrote is deleted (:data:`RUN_FILES`, :data:`MARKER`, :data:`LOCK`; the directory too when
+    :func:`make_run_dir` made it), so that the corrected command is not refused as "not empty". A run with a
+    checkpoint keeps everything (``resume=`` continues it).
+
+    Examples:
+        >>> import tempfile
+        >>> from vlmrb_torchrl.recipes.config import DQNConfig
+        >>> cfg = DQNConfig(output_dir=str(Path(tempfile.mkdtemp()) / "run"))
+        >>> prepare_run_dir(cfg, recipe="dqn"); _ = (Path(cfg.output_dir) / "metrics.csv").write_text("")
+        >>> release_run_dir(cfg.output_dir, failed=True); Path(cfg.output_dir).exists()
+        False
+    """
+    key = Path(path).resolve()
     with _HELD_LOCK:
-        file, handler = _HELD.pop(Path(path).resolve(), (None, None))
+        file, handler = _HELD.pop(key, (None, None))
+        created = _TAKEN.pop(key, None)
+    if failed and created is not None and not any((key / "checkpoints").glob("step_*")):
+        for name in (*RUN_FILES, MARKER):  # under the lock still: no other run can be writing them
+            target = key / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+    else:
+        failed = False
     if file is not None:
         file.close()  # releases the flock
+    if failed:
+        (key / LOCK).unlink(missing_ok=True)
+        if created and not any(key.iterdir()):
+            key.rmdir()
     if handler is not None and threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGTERM) is _raise_stopped:
         signal.signal(signal.SIGTERM, handler)
@@ -259,6 +293,8 @@ def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run", step
                           f"({err.strerror or err}); fix its permissions or choose another output_dir.") from None
     try:
         _take(out, cfg, continues=_continues(out, checkpoint), recipe=recipe)
+        with _HELD_LOCK:
+            _TAKEN[out.resolve()] = created
     except BaseException:
         release_run_dir(out)
         if created:

@@ -119,7 +119,8 @@ def main(cfg: SACConfig) -> dict:
         fake = probe.fake_tensordict()
         probe.close()
         make_run_dir(cfg, checkpoint, recipe="sac", step=fake)  # scorer and env built: a failed start wrote nothing
-        cleanup.callback(release_run_dir, cfg.output_dir)  # the lock and SIGTERM, once all else is closed
+        # the lock and SIGTERM, once all else is closed; a run that fails before its first checkpoint is deleted
+        cleanup.push(lambda error, *_: release_run_dir(cfg.output_dir, failed=error is not None))
 
         # --- networks, learner, optimizer
         actor = make_actor(obs_dim, action_spec, cfg.hidden).to(start.device)
@@ -137,7 +138,8 @@ def main(cfg: SACConfig) -> dict:
         replay = cleanup.enter_context(make_replay(cfg, generator=start.generator, updates=start.updates_total,
                                                    scorer=start.scorer))
         # the gallery's best and worst clips of the whole run, kept as they are scored (a scorer reading frames)
-        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed)
+        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed,
+                                          min_gap=cfg.clip_spec().clip_len * cfg.num_envs)
                        if start.needs_frames and cfg.gallery_clips > 0 else None)
 
         # a warning when the critics hold values the replayed rewards cannot back up (they are diverging);

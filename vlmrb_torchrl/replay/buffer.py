@@ -11,6 +11,7 @@ from tensordict.utils import NestedKey, unravel_key
 from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.storages import Storage
 
+from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.scoring.clip_scoring import make_clip_scoring
 from vlmrb_torchrl.scoring.clips import ClipSpec, ClipStream
 from vlmrb_torchrl.scoring.render import StateRenderer
@@ -22,6 +23,7 @@ from vlmrb_torchrl.scoring.worker import AsyncScorer
 __all__ = ["VLMReplayBuffer", "make_vlm_replay_buffer"]
 
 
+@init_signature
 class VLMReplayBuffer(TensorDictReplayBuffer):
     """A :class:`~torchrl.data.TensorDictReplayBuffer` whose ``extend`` and ``add`` also feed VLM scoring.
 

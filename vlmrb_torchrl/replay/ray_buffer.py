@@ -20,12 +20,14 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
+from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.replay.sampler import VLMPrioritizedSampler
 from vlmrb_torchrl.scoring.ray_pool import _import_ray
 
 __all__ = ["RemoteSampler", "VLMRemoteReplayBuffer", "make_ray_vlm_replay_buffer"]
 
 
+@init_signature
 class VLMRemoteReplayBuffer(TensorDictReplayBuffer):
     """A ``TensorDictReplayBuffer`` that exposes its :class:`~vlmrb_torchrl.VLMPrioritizedSampler`'s
     score API as buffer methods, for TorchRL's ``RayReplayBuffer(replay_buffer_cls=...)``.

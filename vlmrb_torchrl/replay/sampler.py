@@ -22,6 +22,7 @@ from torchrl.data.replay_buffers import PrioritizedSampler
 from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.utils import unravel_index
 
+from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.replay._sampler_args import (PrioritySetting, Setting, as_index_like, as_values, check_arguments,
                                                 check_ceiling, check_nonneg, check_range, check_spread, check_threshold,
                                                 check_unit, check_unscored, check_warmup, check_weights_defined,
@@ -50,6 +51,7 @@ _EMPTY_STORAGE_ERROR = "Cannot sample from an empty storage: extend the replay b
 _REDUCTIONS = ("max", "min", "mean", "median", "sum")
 
 
+@init_signature
 class VLMPrioritizedSampler(PrioritizedSampler):
     r"""Samples transitions from a mixture of VLM-prioritized and uniform replay.
 

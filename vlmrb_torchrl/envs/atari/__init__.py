@@ -100,6 +100,15 @@ class AtariFamily(EnvFamily):
         view = getattr(cfg, "frame_view", None)
         return {"frame_view": view} if view in self.frame_views else {}
 
+    def known_ids(self) -> list[str] | None:
+        from vlmrb_torchrl.envs.atari.env import _import_ale
+
+        try:
+            gymnasium, _ = _import_ale()
+        except ImportError:
+            return None
+        return [env_id for env_id in gymnasium.registry if self.owns(env_id)]
+
     def default_scorer(self, env_id: str, *, seed: int = 0) -> str | None:
         return "builtin:atari" if atari_game(env_id) in ATARI_BUILTIN_GAMES else None
 

@@ -22,6 +22,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl._utils import seed_generator
 from torchrl.envs import EnvBase
 
+from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.envs._base import done_spec, flag_spec, step_output
 
 __all__ = [
@@ -244,6 +245,7 @@ def _set_specs(env: EnvBase, *, batch_shape: tuple[int, ...], n_actions: int) ->
     env.done_spec = done_spec(batch_shape, device)
 
 
+@init_signature
 class AtariEnv(EnvBase):
     """TorchRL environment for an ALE game with DQN preprocessing and RGB frames for a VLM.
 
@@ -534,6 +536,7 @@ class AtariEnv(EnvBase):
         )
 
 
+@init_signature
 class BatchedAtariEnv(EnvBase):
     """``num_envs`` copies of an ALE game stepped together by ale-py's ``AtariVectorEnv`` (C++ threads).
 

@@ -162,6 +162,15 @@ class MiniGridFamily(EnvFamily):
                                  f"{env.env_id!r}: its layout has no goal tile. Use the random or subgoal policy.")
         return policy(env, epsilon=epsilon, burst_prob=burst_prob, seed=seed)
 
+    def known_ids(self) -> list[str] | None:
+        from vlmrb_torchrl.envs.minigrid.env import _import_minigrid
+
+        try:
+            gymnasium, _ = _import_minigrid()
+        except ImportError:
+            return None
+        return [env_id for env_id in gymnasium.registry if self.owns(env_id)]
+
     def default_scorer(self, env_id: str, *, seed: int = 0) -> str | None:
         try:
             return minigrid_builtin_scorer(env_id, seed=seed)

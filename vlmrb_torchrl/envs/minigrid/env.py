@@ -22,6 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.envs._base import step_output
 from vlmrb_torchrl.envs.minigrid.missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
@@ -715,6 +716,7 @@ class MiniGridStateRenderer:
                 f"frame_view={self.frame_view!r})")
 
 
+@init_signature
 class MiniGridEnv(EnvBase):
     """TorchRL environment for any MiniGrid task, with rendered frames and progress events.
 
@@ -1135,6 +1137,7 @@ class MiniGridEnv(EnvBase):
         return f"{type(self).__name__}(env_id={self.env_id!r}, render={render}, device={self.device})"
 
 
+@init_signature
 class BatchedMiniGridEnv(EnvBase):
     """``num_envs`` :class:`MiniGridEnv` copies stepped together in one env of ``batch_size=[num_envs]``.
 

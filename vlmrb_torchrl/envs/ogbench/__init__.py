@@ -74,6 +74,9 @@ class OGBenchFamily(EnvFamily):
     def id_help(self) -> str:
         return "ogbench/scene-task1 ... ogbench/scene-task5"
 
+    def id_problem(self, env_id: str) -> str | None:
+        return None if _task(env_id) is not None else self.id_help
+
     def check_id(self, env_id: str) -> None:
         scene_task(env_id)  # an unknown id fails here, not in a collector's worker
 
@@ -90,8 +93,7 @@ class OGBenchFamily(EnvFamily):
     def config_checks(self, cfg: Any) -> list[tuple[str, bool, str]]:
         task = _task(cfg.env)
         scene = cfg.replay in ("vlm", "vlm_td") and str(cfg.scorer).startswith("builtin:scene")
-        return [("env", task is not None, self.id_help),
-                ("scorer", not scene or cfg.scorer == f"builtin:scene-task{task}",
+        return [("scorer", not scene or cfg.scorer == f"builtin:scene-task{task}",
                  f"the scorer of this env's task (builtin:scene on ogbench/scene-task<N> is builtin:scene-task<N>; "
                  f"env={cfg.env!r}; pass scorer=oracle:ogbench, clip:<dir>, ... for another env)"),
                 ("camera", not scene or cfg.camera == "front_pixels",

@@ -58,6 +58,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import Bounded, Unbounded
 
+from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.envs._base import FramedTaskEnv
 from vlmrb_torchrl.envs.ogbench import scene_task
 
@@ -179,6 +180,7 @@ def _cheap_scene(scene) -> None:
     scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
 
 
+@init_signature
 class SceneEnv(FramedTaskEnv):
     """TorchRL environment for an OGBench Scene single task (``scene-singletask-task{N}-v0``).
 

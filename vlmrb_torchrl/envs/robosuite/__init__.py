@@ -61,8 +61,16 @@ class RobosuiteFamily(EnvFamily):
         camera = LIFT_SCORER_CAMERA if env_id == "robosuite/Lift" else "agentview"
         return {"max_episode_steps": 200, "camera": camera, "reward_shaping": False}
 
+    def known_ids(self) -> list[str] | None:
+        from vlmrb_torchrl.envs.robosuite.env import _import_robosuite
+
+        try:
+            return [f"robosuite/{task}" for task in _import_robosuite().ALL_ENVIRONMENTS]
+        except ImportError:
+            return None
+
     def default_scorer(self, env_id: str, *, seed: int = 0) -> str | None:
-        return "builtin:lift"
+        return "builtin:lift" if env_id == "robosuite/Lift" else None  # its models know Lift's scene only
 
     def config_checks(self, cfg: Any) -> list[tuple[str, bool, str]]:
         lift = cfg.replay in ("vlm", "vlm_td") and cfg.scorer == "builtin:lift"

@@ -23,6 +23,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import Bounded, Unbounded
 
+from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.envs._base import FramedTaskEnv
 
 __all__ = ["RobosuiteEnv", "make_robosuite_env", "ROBOSUITE_EVENT_KEYS", "CameraView", "SplitView", "PanelView",
@@ -178,6 +179,7 @@ def _import_robosuite():
     return robosuite
 
 
+@init_signature
 class RobosuiteEnv(FramedTaskEnv):
     """TorchRL environment for a robosuite task (Panda arm, default OSC controller).
 
