@@ -455,6 +455,7 @@ class TestBatchedAtariEnv:
         for x, y in zip(a, d):
             assert (x == y).all()
 
+    @pytest.mark.slow  # plays until lives are lost; AtariEnv's own life-loss test stays in the default run
     def test_train_mode_life_loss_continues_the_game(self):
         env = BatchedAtariEnv(1, INVADERS, seed=0, train=True)
         td = env.reset()
@@ -477,6 +478,7 @@ class TestBatchedAtariEnv:
         assert max(raw) > 1 and set(clipped) <= {0.0, 1.0}  # raw scores of 5-30, clipped to their sign
         assert env.train_mode
 
+    @pytest.mark.slow  # plays whole games; AtariEnv's test_eval_plays_full_games stays in the default run
     def test_eval_mode_plays_whole_games_with_raw_rewards(self):
         env = BatchedAtariEnv(1, INVADERS, seed=0, train=False)
         data = env.rollout(3000, break_when_any_done=True)

@@ -32,6 +32,7 @@ def factory(policy: nn.Module, total: int = 32):
                              frames_per_batch=8, total_frames=total, seed=0)
 
 
+@pytest.mark.slow  # spawns a collector process (one such test stays in the default run)
 def test_batches_lag_one_learning_phase_behind_the_learner():
     """Batch k >= 2 is collected with the weights the learner had when batch k-1 was handed over."""
     policy = ConstantAction()
@@ -68,6 +69,7 @@ def test_matches_the_in_process_collector_and_restarts_reproducibly():
     assert (partial == first[0]).all()
 
 
+@pytest.mark.slow  # spawns a collector process
 def test_errors_in_the_child_are_raised_with_its_traceback():
     policy = ConstantAction()
     bad = functools.partial(make_collector, env_factory("MiniGrid-Empty-5x5-v0", not_an_option=1), policy,

@@ -19,6 +19,7 @@ def load_example():
     return module
 
 
+@pytest.mark.slow  # trains; the by-hand loop stays in the default run (guide.md's block, the DoorKey example)
 def test_collector_dqn_loop_with_scores_and_td_errors():
     result = load_example().main(total_frames=1_600, frames_per_batch=100, warmup_samples=50)
     # every inserted transition was scored at insertion; none of the scores was stale

@@ -118,6 +118,7 @@ def test_lift_smoke_each_replay_mode(tmp_path, replay):
         assert len(list((run_dir / "gallery").glob("*_score*"))) == 2
 
 
+@pytest.mark.slow  # trains; the Lift smoke stays in the default run
 def test_diverging_critics_are_reported(tmp_path, monkeypatch):
     # a ceiling no value can stay under stands in for critics that left what the rewards can back up
     import warnings

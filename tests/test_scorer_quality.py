@@ -315,7 +315,7 @@ def _error(capsys, argv) -> str:
 @needs_minigrid
 def test_bad_arguments_exit_with_a_clear_message(capsys):
     base = ["--scorer", "oracle:minigrid", "--episodes", "1"]
-    assert "--env 'MiniGrid-NoSuchEnv-v0'" in _error(capsys, [*base, "--env", "MiniGrid-NoSuchEnv-v0"])
+    assert "unknown MiniGrid or BabyAI env 'MiniGrid-NoSuchEnv-v0'" in _error(capsys, [*base, "--env", "MiniGrid-NoSuchEnv-v0"])
     assert "MiniGrid or BabyAI id" in _error(capsys, [*base, "--env", "CartPole-v1"])
     err = _error(capsys, [*base, "--env", "MiniGrid-UnlockPickup-v0", "--policy", "scripted"])
     assert "scripted policy" in err and "MiniGrid-UnlockPickup-v0" in err
