@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vlmrb_torchrl.recipes.config import (
     QUICK_PRESETS,
+    RENAMED_KEYS,
     ConfigError,
     DQNConfig,
     SACConfig,
@@ -122,7 +123,7 @@ _NOT_RESUMED = ("resume", "output_dir", "overwrite", "trust_checkpoint", "stop_a
 
 def _check_saved_recipe(name: str, saved: dict, resume: str) -> None:
     """Refuses a saved config another recipe wrote (``vlmrb train dqn resume=<a SAC run>``), naming that recipe."""
-    keys = {k for k in saved if k not in _NOT_RESUMED}
+    keys = {RENAMED_KEYS.get(k, k) for k in saved if k not in _NOT_RESUMED}  # an older run's names are known
     fields = {n: {f.name for f in dataclasses.fields(cls)} for n, cls in RECIPES.items()}
     unknown = sorted(keys - fields[name])
     if not unknown:
