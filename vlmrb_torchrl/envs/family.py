@@ -19,12 +19,14 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import json
 import threading
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 __all__ = ["EnvFamily", "FAMILY_MODULES", "families", "family_of", "get_family", "load", "register_family",
-           "unregister_family"]
+           "rendered_frames", "unregister_family"]
 
 #: The families that ship with the package, by the module that holds each one's record (its ``FAMILY``).
 #: Adding a family is its folder under ``vlmrb_torchrl/envs/`` and one line here.
@@ -260,6 +262,26 @@ class EnvFamily:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, id_prefixes={self.id_prefixes!r})"
+
+
+def rendered_frames(scorer: str) -> dict[str, Any]:
+    """What the frames a ``clip:<dir>`` scorer's model was trained on looked like: ``frames_rendered`` of its
+    ``training.json`` (``vlmrb build-scorer`` writes it: a view, a camera, a size); ``{}`` for any other spec or
+    a directory without a readable one.
+
+    Examples:
+        >>> rendered_frames("builtin:minigrid"), rendered_frames("clip:/no/such/dir")
+        ({}, {})
+    """
+    kind, _, rest = str(scorer).partition(":")
+    report = Path(rest) / "training.json"
+    if kind != "clip" or not report.is_file():
+        return {}
+    try:
+        rendered = json.loads(report.read_text()).get("frames_rendered") or {}
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return {}
+    return rendered if isinstance(rendered, dict) else {}
 
 
 _REGISTERED: dict[str, EnvFamily] = {}

@@ -432,6 +432,10 @@ class RecipeConfig:
             views = family.frame_views or ("grid",)
             checks.append(("frame_view", self.frame_view in ("auto", *views),
                            f"auto or {' or '.join(views)} on {family.title} envs"))
+            # a built-in or built model reads the frames it was trained on, whatever its family
+            trained_on = family.scorer_frame_view(self.scorer)
+            checks.append(("frame_view", not vlm or trained_on is None or self.frame_view in ("auto", trained_on),
+                           f"{trained_on} with scorer={self.scorer} (the frames it was trained on), or auto"))
         return checks + family.config_checks(self)
 
 

@@ -12,11 +12,9 @@
 from __future__ import annotations
 
 import functools
-import json
-from pathlib import Path
 from typing import Any
 
-from vlmrb_torchrl.envs.family import EnvFamily, load
+from vlmrb_torchrl.envs.family import EnvFamily, load, rendered_frames
 
 __all__ = ["ATARI_BUILTIN_GAMES", "FAMILY", "AtariFamily", "atari_game", "atari_scorer_frame_view"]
 
@@ -49,13 +47,7 @@ def atari_scorer_frame_view(scorer: str) -> str | None:
     kind, _, rest = str(scorer).partition(":")
     if kind == "builtin":
         return "score" if rest == "atari" else None
-    report = Path(rest) / "training.json"
-    if kind != "clip" or not report.is_file():
-        return None
-    try:
-        view = (json.loads(report.read_text()).get("frames_rendered") or {}).get("atari_frame_view")
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return None
+    view = rendered_frames(scorer).get("atari_frame_view")
     return view if view in ("screen", "score") else None
 
 
@@ -119,15 +111,12 @@ class AtariFamily(EnvFamily):
         from vlmrb_torchrl.envs.atari.env import ATARI_SCORE_BOXES
 
         vlm = cfg.replay in ("vlm", "vlm_td")
-        trained_on = atari_scorer_frame_view(cfg.scorer)
         view = getattr(cfg, "frame_view", "auto")
         return [("scorer", not (vlm and cfg.scorer == "builtin:atari") or atari_game(cfg.env) in ATARI_BUILTIN_GAMES,
                  "a scorer for this game (builtin:atari knows ALE/Pong-v5 and ALE/Breakout-v5; pass "
                  "scorer=oracle:atari or your own)"),
                 ("frame_view", view != "score" or atari_game(cfg.env) in ATARI_SCORE_BOXES,
-                 f"screen or auto on {cfg.env} (the score box is known for {', '.join(sorted(ATARI_SCORE_BOXES))})"),
-                ("frame_view", not vlm or trained_on is None or view in ("auto", trained_on),
-                 f"{trained_on} with scorer={cfg.scorer} (the frames it was trained on), or auto")]
+                 f"screen or auto on {cfg.env} (the score box is known for {', '.join(sorted(ATARI_SCORE_BOXES))})")]
 
 
 #: The family's record (:func:`~vlmrb_torchrl.envs.family.family_of` finds it).

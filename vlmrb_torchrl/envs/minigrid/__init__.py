@@ -16,12 +16,10 @@ This folder is everything the package knows about it:
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any
 
-from vlmrb_torchrl.envs.family import EnvFamily
+from vlmrb_torchrl.envs.family import EnvFamily, rendered_frames
 
 __all__ = ["FAMILY", "MINIGRID_MODEL_VIEWS", "MISSION_KEY", "MiniGridFamily", "minigrid_actions",
            "minigrid_builtin_scorer", "scorer_frame_view"]
@@ -71,16 +69,7 @@ def scorer_frame_view(scorer: str) -> str | None:
     kind, _, rest = scorer.partition(":")
     if kind == "builtin":
         return MINIGRID_MODEL_VIEWS.get(rest or "minigrid")
-    if kind != "clip":
-        return None
-    report = Path(rest) / "training.json"
-    if not report.is_file():
-        return None
-    try:
-        rendered = json.loads(report.read_text()).get("frames_rendered") or {}
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return None
-    return rendered.get("frame_view")
+    return rendered_frames(scorer).get("frame_view")
 
 
 def minigrid_actions(env_id: str, actions: str) -> tuple[str, ...] | None:
@@ -207,12 +196,6 @@ class MiniGridFamily(EnvFamily):
         if "doors" not in given and not minigrid_has_doors(cfg.env, seed=cfg.seed):
             told["doors"] = False
         return told
-
-    def config_checks(self, cfg: Any) -> list[tuple[str, bool, str]]:
-        vlm = cfg.replay in ("vlm", "vlm_td")
-        trained_on = scorer_frame_view(cfg.scorer)
-        return [("frame_view", not vlm or trained_on is None or cfg.frame_view in ("auto", trained_on),
-                 f"{trained_on} with scorer={cfg.scorer} (the frames it was trained on), or auto")]
 
 
 #: The family's record (:func:`~vlmrb_torchrl.envs.family.family_of` finds it).
