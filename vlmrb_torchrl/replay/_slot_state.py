@@ -132,10 +132,12 @@ class SlotState:
         self.filled = np.zeros(cap, dtype=bool)
         self.td = np.zeros(cap, dtype=np.float32)
         # episode credit (config.spread): the credit a later positive gave the slot, and the slot of the step
-        # before it in its episode + 1 (0: none, or not linked) with that slot's generation when linked
-        self.credit = np.zeros(cap, dtype=np.float32)
-        self.link = np.zeros(cap, dtype=np.int64)
-        self.link_generation = np.zeros(cap, dtype=np.int64)
+        # before it in its episode + 1 (0: none, or not linked) with that slot's generation when linked; 20 bytes
+        # a slot, so only kept when spread is on (it is read-only)
+        if self.config.spread is not None:
+            self.credit = np.zeros(cap, dtype=np.float32)
+            self.link = np.zeros(cap, dtype=np.int64)
+            self.link_generation = np.zeros(cap, dtype=np.int64)
         if not keep_generations:
             self.generation = np.zeros(cap, dtype=np.int64)
         # scratch for de-duplicating indices in O(M) rather than sorting
@@ -328,9 +330,10 @@ class SlotState:
         self.scored[index] = False
         self.score[index] = 0.0
         self.td[index] = self.max_td
-        self.credit[index] = 0.0
-        self.link[index] = 0
-        self.link_generation[index] = 0
+        if self.config.spread is not None:
+            self.credit[index] = 0.0
+            self.link[index] = 0
+            self.link_generation[index] = 0
         self.refresh(index)
 
     def link_steps(self, index: np.ndarray, previous: np.ndarray) -> None:
@@ -504,7 +507,8 @@ class SlotState:
     ) -> None:
         """Replaces the state with :meth:`arrays`' output and the scalars; rebuilds the trees."""
         self.reset()
-        for name in ("score", "scored", "filled", "td", "generation", *SPREAD_ARRAYS):
+        spread = SPREAD_ARRAYS if self.config.spread is not None else ()
+        for name in ("score", "scored", "filled", "td", "generation", *spread):
             if name in arrays:  # the credit's arrays: absent when a state was written without spread
                 getattr(self, name)[:] = arrays[name]
         self.n_filled = int(self.filled.sum())
