@@ -387,6 +387,38 @@ class TestEmbeddingReuse:
         torch.testing.assert_close(scores[4096], scores[0], atol=1e-6, rtol=0)
         torch.testing.assert_close(scores[7], scores[0], atol=1e-6, rtol=0)
 
+    def test_pooled_frames_digested_once_per_row_bit_identical(self, tiny_model_dir, monkeypatch):
+        # pack_frames keeps ("clip", "frame_row") on pooled clips: the scorer looks each row's frame up once,
+        # and must compute exactly what it computes from the frames alone
+        from vlmrb_torchrl import ClipSpec, make_clip_scoring
+        from vlmrb_torchrl._keys import FRAME_ROW_KEY
+        from vlmrb_torchrl.scorers import contrastive
+
+        directory = str(tiny_model_dir("clip"))
+        batch = trajectory_batch([23, 9])
+        digested, digests = [], contrastive._frame_digests
+        monkeypatch.setattr(contrastive, "_frame_digests", lambda frames: digested.append(len(frames)) or digests(frames))
+        results = {}
+        for rows in (True, False):
+            scorer = HFContrastiveScorer(directory, prompt_set=CHECKS, batch_size=4)
+            stream, transform = make_clip_scoring(scorer, ClipSpec(clip_len=6))
+            out = stream.push(batch, torch.arange(batch.numel()))
+            score, packed = scorer.score, []
+
+            def without_rows(clips, score=score, rows=rows):
+                packed.append(clips)
+                return score(clips if rows else clips.exclude(FRAME_ROW_KEY))
+
+            scorer.score = without_rows
+            digested.clear()
+            scores = torch.cat([transform.score_clips(part.clips, frames=part.frames) for part in _splits(out, 5)])
+            assert all(FRAME_ROW_KEY in clips.keys(include_nested=True) for clips in packed)
+            results[rows] = scores, scorer.stats(), sum(digested)
+        assert torch.equal(results[True][0], results[False][0])
+        assert results[True][1] == results[False][1]  # the same frames embedded, the same cache
+        assert results[True][1]["frames_embedded"] == 34
+        assert results[True][2] * 2 < results[False][2]  # each row once a call, not once per clip that shows it
+
     def test_forwards_per_transition_through_stream_worker_transform(self, tiny_model_dir):
         # the real path: ClipStream -> AsyncScorer -> VLMScoreTransform -> HFContrastiveScorer
         from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer

@@ -144,6 +144,21 @@ class TestPromptCheck:
 
 
 class TestAggregate:
+    def test_checks_folded_together_equal_each_clip_alone_bit_for_bit(self):
+        # aggregate_checks folds the clips of one length at once; it must give aggregate()'s numbers exactly
+        from vlmrb_torchrl.scorers.prompts import AGGREGATIONS, PromptCheck, aggregate, aggregate_checks
+
+        gen = torch.Generator().manual_seed(0)
+        checks = [PromptCheck("p", ["n"], a, h) for a in AGGREGATIONS for h in (1, 2, 3)
+                  if h == 1 or a in ("max", "rise")]
+        clips = [torch.rand(t, len(checks), generator=gen) for t in (17, 17, 1, 5, 17, 2, 5, 3)]
+        clips[3][2, 0] = 0.5  # ties
+        clips[3][3, 0] = 0.5
+        got = aggregate_checks(clips, checks)
+        want = torch.stack([torch.stack([aggregate(p[:, c], k.aggregation, k.hold) for c, k in enumerate(checks)])
+                            for p in clips])
+        assert got.dtype == torch.float32 and torch.equal(got, want)
+
     @pytest.mark.parametrize(
         "probs, expected",
         [

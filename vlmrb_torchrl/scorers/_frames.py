@@ -72,14 +72,21 @@ def clip_frame_indices(clips, frame_key, mask_key: NestedKey = "mask", *, max_fr
         raise ValueError(f"expected {frame_key!r} as uint8 frames [B, T, H, W, C], got shape {tuple(frames.shape)}.")
     batch, steps = frames.shape[:2]
     mask = clips.get(mask_key, None)
+    whole = np.arange(steps)  # a clip without padding (most of them): its positions computed once
+    if max_frames is not None and steps > max_frames:
+        whole = whole[subsample(steps, max_frames)]
+    if mask is None:
+        return [whole] * batch
+    mask = mask.to(torch.bool).cpu()
+    padded = (~mask.all(1)).tolist()
     out = []
     for b in range(batch):
-        if mask is None:
-            keep = np.arange(steps)
-        else:
-            keep = torch.nonzero(mask[b].to(torch.bool).cpu()).flatten().numpy()
-            if keep.size == 0:  # a fully padded clip: show its last frame
-                keep = np.array([steps - 1])
+        if not padded[b]:
+            out.append(whole)
+            continue
+        keep = torch.nonzero(mask[b]).flatten().numpy()
+        if keep.size == 0:  # a fully padded clip: show its last frame
+            keep = np.array([steps - 1])
         if max_frames is not None and keep.size > max_frames:
             keep = keep[subsample(keep.size, max_frames)]
         out.append(keep)

@@ -20,7 +20,9 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
+from vlmrb_torchrl._keys import FRAME_ROW_KEY
 from vlmrb_torchrl.scorers import _hf
+from vlmrb_torchrl.scorers._frames import frames_to_numpy
 from vlmrb_torchrl.scorers._hashing import prompt_hash
 from vlmrb_torchrl.scorers.base import check_clips, register_scorer, validate_scores
 from vlmrb_torchrl.scorers.prompts import (
@@ -443,15 +445,38 @@ class HFContrastiveScorer:
     def _check_probabilities(self, clips: TensorDictBase) -> list[torch.Tensor]:
         """Per clip, ``[T_b, num_checks]``: each check's P(positive) of each shown real frame."""
         check_clips(clips, self.in_keys, scorer=self)
-        frames = self.inputs.frames(clips)
-        flat = [frame for clip in frames for frame in clip]
+        indices = self.inputs.indices(clips)
+        array = frames_to_numpy(clips.get(self.inputs.frame_key))
+        rows = clips.get(FRAME_ROW_KEY, None) if self.embedding_cache else None
         with self._lock, torch.inference_mode():
-            image_embeds = self._embed_frames(flat).to(self.text_embeds.device)
+            if rows is None:
+                image_embeds = self._embed_frames([array[b, t] for b, keep in enumerate(indices) for t in keep])
+            else:
+                image_embeds = self._embed_pooled(array, indices, rows)
+            image_embeds = image_embeds.to(self.text_embeds.device)
             probs = torch.stack(
                 [(self.logit_scale * image_embeds @ self.text_embeds[rows].T).softmax(-1)[:, 0]
                  for rows in self._check_rows], -1,
             ).cpu()
-        return list(probs.split([len(f) for f in frames]))
+        return list(probs.split([len(keep) for keep in indices]))
+
+    def _embed_pooled(self, array: np.ndarray, indices: list[np.ndarray], rows: torch.Tensor) -> torch.Tensor:
+        """:meth:`_embed_frames` of the shown frames of pooled clips (``rows``: ``("clip", "frame_row")``, the
+        pool row of each frame, from :func:`~vlmrb_torchrl.scoring.transform.pack_frames`): each row's frame
+        digested and looked up once, not once per clip that shows it (overlapping clips show each frame up to
+        ``clip_len + 1`` times). The distinct frames go in the order they first appear, so the frames embedded
+        and their batches are those of the per-frame path, and the embeddings bit for bit the same."""
+        b_index = np.repeat(np.arange(len(indices)), [len(keep) for keep in indices])
+        t_index = np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64)
+        ids = rows.cpu().numpy()[b_index, t_index]
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        shown = first[order]
+        distinct = self._embed_frames([array[b, t] for b, t in zip(b_index[shown], t_index[shown])])
+        self._cache_hits += ids.size - shown.size  # the repeats are reused frames, as on the per-frame path
+        return distinct[torch.from_numpy(rank[inverse.reshape(-1)])]
 
     def frame_probabilities(self, clips: TensorDictBase) -> list[torch.Tensor]:
         """Per clip, P(positive) of each shown real frame (float32, in frame order).

@@ -435,6 +435,47 @@ def aggregate_checks(frame_probabilities: Sequence[torch.Tensor], checks: Sequen
         >>> aggregate_checks([], checks).shape
         torch.Size([0, 2])
     """
-    rows = [torch.stack([aggregate(p[:, c], check.aggregation, check.hold) for c, check in enumerate(checks)])
-            for p in frame_probabilities]
-    return torch.stack(rows).float() if rows else torch.zeros(0, len(checks))
+    out = torch.zeros(len(frame_probabilities), len(checks))
+    by_length: dict[int, list[int]] = {}
+    for b, p in enumerate(frame_probabilities):
+        by_length.setdefault(p.shape[0], []).append(b)
+    # the clips of one length folded together (a call's clips mostly share one): the same elementwise min, max and
+    # differences as aggregate() per clip, so the same numbers bit for bit; a mean is a sum whose order a batched
+    # reduction may change, so "mean" stays per clip
+    for clips in by_length.values():
+        stacked = torch.stack([frame_probabilities[b] for b in clips])  # [n, T, num_checks]
+        for c, check in enumerate(checks):
+            if check.aggregation == "mean":
+                folded = torch.stack([aggregate(row, "mean") for row in stacked[:, :, c]])
+            else:
+                folded = _aggregate_rows(stacked[:, :, c], check.aggregation, check.hold)
+            out[clips, c] = folded.float()
+    return out
+
+
+def _aggregate_rows(p: torch.Tensor, aggregation: str, hold: int) -> torch.Tensor:
+    """:func:`aggregate` of each row of ``[n, T]`` (``"max"``, ``"progress"``, ``"rise"``): ``[n]``."""
+    if aggregation == "max":
+        return (_held_true_rows(p, hold) if hold > 1 else p).max(1).values
+    if aggregation == "progress":
+        return (p[:, -1] - p[:, 0]).clamp(min=0.0)
+    if aggregation == "rise":
+        if hold == 1:
+            return (p - p.cummin(1).values).max(1).values
+        if p.shape[1] < 2:
+            return p.new_zeros(p.shape[0])
+        high, low = _held_true_rows(p, hold), _held_false_rows(p, hold)
+        return (high[:, 1:] - low.cummin(1).values[:, :-1]).max(1).values.clamp(min=0.0)
+    raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got aggregation={aggregation!r}.")
+
+
+def _held_true_rows(p: torch.Tensor, hold: int) -> torch.Tensor:
+    """:func:`_held_true` of each row of ``[n, T]``."""
+    k = min(hold, p.shape[1])
+    return torch.cat([p, p.new_full((p.shape[0], k - 1), float("inf"))], 1).unfold(1, k, 1).min(-1).values
+
+
+def _held_false_rows(p: torch.Tensor, hold: int) -> torch.Tensor:
+    """:func:`_held_false` of each row of ``[n, T]``."""
+    k = min(hold, p.shape[1])
+    return torch.cat([p.new_full((p.shape[0], k - 1), float("-inf")), p], 1).unfold(1, k, 1).max(-1).values

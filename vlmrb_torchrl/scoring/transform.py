@@ -67,7 +67,9 @@ def pack_frames(
     :func:`vlmrb_torchrl._frames.tile_frames`, the rule the scorer backends use too.
     ``renderers`` maps a frame key to the :class:`~vlmrb_torchrl.scoring.render.StateRenderer` that
     draws it: the clips (or the pool) then hold its ``state_key`` instead, and only the states at
-    ``positions`` are rendered, each pooled row once.
+    ``positions`` are rendered, each pooled row once. Pooled clips packed without ``grid`` keep
+    ``("clip", "frame_row")`` at ``positions``: frames with one row are one frame, which a scorer
+    may show (and embed) once.
 
     Examples:
         >>> import torch
@@ -127,6 +129,10 @@ def pack_frames(
             flat = _resize(frames.reshape(-1, *frames.shape[2:]), frame_size)
             frames = flat.reshape(b, len(positions), *flat.shape[1:])
         out[key] = frames
+    if frame_pool is not None and not grid:
+        # which pooled row each packed frame shows: frames of one row are one frame (a scorer may read
+        # and embed each once; HFContrastiveScorer does)
+        out[FRAME_ROW_KEY] = clips.get(FRAME_ROW_KEY)[:, positions]
     if grid:
         packed_mask = None
         for key in frame_keys:
