@@ -34,6 +34,7 @@ from vlmrb_torchrl.recipes.checkpoint import (  # noqa: E402
 )
 from vlmrb_torchrl.recipes.replay_checkpoint import expand  # noqa: E402
 from vlmrb_torchrl.recipes.run import Run, prepare_run_dir  # noqa: E402
+from vlmrb_torchrl.recipes.run_dir import release_run_dir  # noqa: E402
 
 TINY = dict(total_frames=512, num_envs=2, frames_per_batch=64, learning_starts=128, eval_every=256,
             eval_episodes=2, buffer_size=2_000, checkpoint_every=512, clip_len=4, batch_size=16,
@@ -142,6 +143,31 @@ class TestRunDirectory:
         msg = str(info.value)
         assert str(tmp_path) in msg and "overwrite=true" in msg and f"resume={tmp_path}" in msg
         assert (tmp_path / "metrics.csv").exists()  # nothing touched
+
+    @pytest.mark.parametrize("rows", [0, 1])
+    def test_a_start_killed_before_its_first_row_is_taken_again(self, tmp_path, rows):
+        # kill -9 (or a machine stop) right after the start: the run could not delete what it wrote, and the same
+        # command must just work; once it logged a row, its files are kept and the refusal says why
+        from vlmrb_torchrl.recipes.run_dir import run_id
+
+        cfg = DQNConfig(output_dir=str(tmp_path / "run"))
+        prepare_run_dir(cfg, recipe="dqn")
+        out = Path(cfg.output_dir)
+        (out / "config.json").write_text(json.dumps({"seed": 0, "run_id": run_id(out)}))
+        (out / "metrics.csv").write_text("env_steps,loss\n" + "2048,0.5\n" * rows)
+        (out / "checkpoints" / ".step_2048.partial").mkdir()  # a checkpoint write cut short
+        release_run_dir(out)  # the lock goes with the killed process; its files stay
+        first = run_id(out)
+        again = DQNConfig(output_dir=str(out))
+        if rows:
+            with pytest.raises(ConfigError, match="stopped before its first checkpoint: there is nothing to resume"):
+                prepare_run_dir(again, recipe="dqn")
+            assert (out / "metrics.csv").exists()
+            return
+        prepare_run_dir(again, recipe="dqn")
+        assert sorted(p.name for p in out.iterdir()) == [".vlmrb-run", ".vlmrb-run.lock", "checkpoints"]
+        assert not any((out / "checkpoints").iterdir()) and run_id(out) != first
+        release_run_dir(out)
 
     def test_overwrite_deletes_the_old_runs_files_and_keeps_others(self, tmp_path):
         old = tmp_path / "checkpoints" / "step_100"
@@ -1103,3 +1129,26 @@ def test_a_diverging_learner_stops_with_a_clear_message_and_no_nan_checkpoint(tm
     for checkpoint in (run_dir / "checkpoints").glob("step_*"):  # those written before it diverged
         state = torch.load(checkpoint / "state.pt", weights_only=True)
         check_finite_state({"loss": state["loss"], "optim": state["optim"]}, str(checkpoint))
+
+
+@pytest.mark.slow  # starts a run in a child process and kills it
+def test_the_same_command_just_works_after_kill_9_at_the_start(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    # no evaluation, so no metrics row, before the kill: what any start looks like in its first seconds
+    args = [f"{k}={v}" for k, v in {**TINY, "total_frames": 10**7, "learning_starts": 10**7, "eval_every": 10**7}.items()]
+    child = subprocess.Popen([sys.executable, "-m", "vlmrb_torchrl.cli", "train", "dqn", *args, f"output_dir={out}"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (out / "metrics.csv").exists()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert (out / "config.json").exists()  # what the killed start left
+    assert cli_main(["train", "dqn", *[f"{k}={v}" for k, v in TINY.items()], f"output_dir={out}"]) == 0
+    assert (out / "summary.json").exists()

@@ -208,6 +208,7 @@ def prepare_run_dir(cfg: Any, *, recipe: str, write: bool = True) -> Path | None
         >>> prepare_run_dir(cfg, recipe="dqn") is None, sorted(p.name for p in Path(cfg.output_dir).iterdir())
         (True, ['.vlmrb-run', '.vlmrb-run.lock', 'checkpoints'])
         >>> _ = (Path(cfg.output_dir) / "config.json").write_text(json.dumps({"run_id": run_id(cfg.output_dir)}))
+        >>> _ = (Path(cfg.output_dir) / "metrics.csv").write_text("env_steps\\n1000\\n")
         >>> prepare_run_dir(cfg, recipe="dqn")
         Traceback (most recent call last):
         ...
@@ -304,17 +305,22 @@ def make_run_dir(cfg: Any, checkpoint: Path | None, *, recipe: str = "run", step
         raise
 
 
-def _check_free(out: Path, cfg: Any, *, continues: bool) -> list[str]:
+def _check_free(out: Path, cfg: Any, *, continues: bool, held: bool = False) -> list[str]:
     """Refuses a directory ``out`` that holds files, unless the run continues there or overwrites a run's files;
-    returns what it holds."""
+    returns what it holds. ``held``: this process has just locked ``out`` for the run (:func:`_take`)."""
     from vlmrb_torchrl.recipes.config import ConfigError
 
     found = sorted(p.name for p in out.iterdir() if not _ours(p))
     if found and not continues:
+        live = not held and _in_use(out)
+        if not cfg.overwrite and not live and _killed_before_its_first_row(out, found):
+            return found  # what a killed start left: nothing to resume or read, taken as overwrite=true takes it
         if not cfg.overwrite:
+            stopped = "" if live or _has_checkpoint(out) or not (out / MARKER).is_file() else (
+                " (the run that wrote it stopped before its first checkpoint: there is nothing to resume)")
             raise ConfigError(
-                f"output_dir={cfg.output_dir!r} is not empty ({', '.join(found[:6])}): pass overwrite=true to delete "
-                f"that run's files and start again, resume={cfg.output_dir} to continue it, or choose another "
+                f"output_dir={cfg.output_dir!r} is not empty ({', '.join(found[:6])}){stopped}: pass overwrite=true to "
+                f"delete that run's files and start again, resume={cfg.output_dir} to continue it, or choose another "
                 "output_dir.")
         if not (out / MARKER).is_file():
             raise ConfigError(
@@ -330,11 +336,49 @@ def _check_free(out: Path, cfg: Any, *, continues: bool) -> list[str]:
     return found
 
 
+def _in_use(out: Path) -> bool:
+    """Whether a live run holds ``out``'s :data:`LOCK` (this process, or another: a lock left by a dead run holds
+    nothing)."""
+    with _HELD_LOCK:
+        if out.resolve() in _HELD:
+            return True
+    if fcntl is None or not (out / LOCK).is_file():
+        return False
+    with open(out / LOCK, "a+") as file:
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(file.fileno(), fcntl.LOCK_UN)
+    return False
+
+
+def _has_checkpoint(out: Path) -> bool:
+    """Whether ``out/checkpoints`` holds a complete checkpoint (one with its ``DONE``)."""
+    return any((step / "DONE").is_file() for step in (out / "checkpoints").glob("step_*"))
+
+
+def _killed_before_its_first_row(out: Path, found: list[str]) -> bool:
+    """Whether ``out`` holds only what a run writes at its start, left by a run killed (``kill -9``, the machine
+    stopped) before it logged a metrics row or wrote a checkpoint: its own files (:data:`RUN_FILES`, proven by its
+    marker), no complete checkpoint, at most the header in ``metrics.csv``. A run that fails in Python deletes
+    these itself (:func:`release_run_dir`); a killed one cannot, and the same command must still just work."""
+    if not set(found) <= set(RUN_FILES) or not (out / MARKER).is_file() or _written_by_its_run(out, found):
+        return False
+    if _has_checkpoint(out):
+        return False
+    metrics = out / "metrics.csv"
+    if metrics.is_file():
+        with metrics.open("rb") as file:
+            return sum(1 for line in file if line.strip()) <= 1  # (TensorBoard logs what metrics.csv does)
+    return True
+
+
 def _take(out: Path, cfg: Any, *, continues: bool, recipe: str) -> None:
     """Checks a locked ``out`` is free to use (empty, the resumed run's, or a run's to overwrite), marks and probes it."""
     from vlmrb_torchrl.recipes.config import ConfigError
 
-    if _check_free(out, cfg, continues=continues) and not continues:
+    if _check_free(out, cfg, continues=continues, held=True) and not continues:
         for name in RUN_FILES:
             target = out / name
             if target.is_dir() and not target.is_symlink():
