@@ -777,6 +777,15 @@ class TestCheckpoint:
         clone = pickle.loads(pickle.dumps(sampler))
         np.testing.assert_allclose(clone.probabilities().numpy(), sampler.probabilities().numpy())
 
+    def test_a_subclass_with_its_own_signature_pickles(self):
+        """Unpickling rebuilds with this class's __init__ (a subclass taking PrioritizedSampler's arguments, as
+        benchmarks/torchrl_rb_suite does, failed with "unexpected keyword argument 'tree_backend'")."""
+        sampler = _PERSignature(16, 0.7, 0.5)
+        fill(TensorDictReplayBuffer(storage=LazyTensorStorage(16), sampler=sampler), 16)
+        clone = pickle.loads(pickle.dumps(sampler))
+        assert type(clone) is _PERSignature and clone.alpha == 0.7
+        np.testing.assert_allclose(clone.probabilities().numpy(), sampler.probabilities().numpy())
+
     @pytest.mark.parametrize("name, value, match", [
         ("score", float("nan"), "'score' holds NaN or infinite values \\(first at slot 2\\)"),
         ("td", float("inf"), "'td' holds NaN or infinite values"),
@@ -1132,3 +1141,8 @@ class TestStatisticsMatchReference:
             loaded = SlotState(300, config, backend)
             loaded.load(state.arrays(), max_p=state.max_p, max_td=state.max_td, stale_drops=state.stale_drops)
             assert loaded.end == state.end
+
+
+class _PERSignature(VLMPrioritizedSampler):
+    def __init__(self, max_capacity, alpha, beta):
+        super().__init__(max_capacity, lambda_max=1.0, warmup=0, td_boost=True, alpha=alpha, beta=beta)

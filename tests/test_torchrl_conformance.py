@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import multiprocessing.context
 import pickle
+import time
 
 import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 from torchrl.data import (
+    Categorical,
+    Composite,
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
@@ -29,8 +32,10 @@ from torchrl.data import (
     RoundRobinWriter,
     TensorDictMaxValueWriter,
     TensorDictReplayBuffer,
+    Unbounded,
 )
 from torchrl.data.replay_buffers.scheduler import LinearScheduler
+from torchrl.envs import EnvBase
 
 from vlmrb_torchrl import VLMPrioritizedSampler
 
@@ -454,6 +459,20 @@ class TestVLMReplayBuffer:
         assert len(rb) == 10
         rb.close()
 
+    @pytest.mark.parametrize("sync", [True, False])
+    def test_empty_drops_the_pending_steps_of_the_clip_stream(self, sync):
+        """After ``empty()`` a trajectory id seen before starts new clips: no clip joins rows from before."""
+        from vlmrb_torchrl.scorers import CallableScorer
+
+        rb = _vlm_rb(scorer=CallableScorer(_tick_score, in_keys=["observation"]), shared=not sync, sync=sync)
+        rb.extend(_collector_batch(2, 5))  # trajectories 0 and 1 end with steps their clips still wait for
+        rb.vlm_stats()  # (sync=False: the owner takes the rows in)
+        rb.empty()
+        rb.extend(_collector_batch(1, 4, start=50))  # trajectory 0 again
+        rb.close()  # _tick_score fails on a clip [3, 4, 50]
+        assert rb.prioritized_sampler.stats()["fraction_scored"] == 1.0
+        torch.testing.assert_close(rb.prioritized_sampler.scores(torch.arange(4)), torch.tensor([0.5, 0.51, 0.52, 0.53]))
+
     def test_a_spawned_process_is_refused_like_per(self):
         """rb.share() then a spawned process: refused while pickling, before any child starts (as for PER)."""
         rb = _vlm_rb()
@@ -612,3 +631,175 @@ def _stored_scores_match_prioritized(rb, slots, observations):
     scored = ~scores.isnan()
     assert scored.any()
     torch.testing.assert_close(scores[scored], torch.sigmoid(observations.reshape(-1)[scored]))
+
+
+class _TickEnv(EnvBase):
+    """A one-entry env whose observation encodes the step: ``offset, offset + 1, ...`` within an episode of
+    ``episode_len`` steps, one tick skipped at each reset, so every stored row is unique and a clip whose rows
+    are not consecutive steps of one episode shows a gap. Picklable (no frames, no gym)."""
+
+    def __init__(self, offset: int = 0, episode_len: int = 5) -> None:
+        super().__init__(batch_size=[])
+        self.observation_spec = Composite(observation=Unbounded((1,), dtype=torch.float32))
+        self.action_spec = Categorical(2)
+        self.reward_spec = Unbounded((1,))
+        self._tick, self._t, self._episode_len = offset - 1, 0, episode_len
+
+    def _reset(self, tensordict):
+        self._tick, self._t = self._tick + 1, 0
+        return TensorDict(observation=torch.tensor([float(self._tick)]))
+
+    def _step(self, tensordict):
+        self._tick, self._t = self._tick + 1, self._t + 1
+        done = torch.tensor([self._t >= self._episode_len])
+        return TensorDict(observation=torch.tensor([float(self._tick)]), reward=torch.zeros(1), done=done,
+                          terminated=done.clone())
+
+    def _set_seed(self, seed):
+        return seed
+
+
+def _tick_score(clips):
+    """A clip's score is (first observation % 100) / 100; a clip whose steps are not consecutive ticks (rows of
+    two workers or two episodes mixed) fails the scorer, which fails the test at ``rb.close()``."""
+    obs, mask = clips["observation"][..., 0], clips["mask"]
+    if not (obs.diff(dim=1)[mask[:, 1:]] == 1).all():
+        raise ValueError(f"a clip mixes steps that do not follow each other: {obs.tolist()}")
+    return (obs[:, 0] % 100) / 100
+
+
+def _tick_rb(capacity: int = 256):
+    from vlmrb_torchrl.scorers import CallableScorer
+
+    return _vlm_rb(capacity, scorer=CallableScorer(_tick_score, in_keys=["observation"]), shared=True, sync=False)
+
+
+def _check_every_row_scored(rb) -> None:
+    """After ``rb.close()``: every stored row is in the VLM sampler, scored, with f(its own stored row)."""
+    slots = torch.arange(len(rb))
+    obs = rb[slots]["observation"][:, 0]
+    assert obs.unique().numel() == len(rb)  # each step written once (the envs' ticks are unique)
+    assert rb.prioritized_sampler.stats()["num_filled"] == len(rb)
+    assert rb.prioritized_sampler.stats()["fraction_scored"] == 1.0
+    torch.testing.assert_close(rb.prioritized_sampler.scores(slots), (obs % 100) / 100)
+
+
+def _check_sample(rb, *, writers_stopped: bool = True) -> None:
+    sample = rb.sample()
+    assert sample.batch_size == torch.Size([8]) and ((sample["index"] >= 0) & (sample["index"] < len(rb))).all()
+    if writers_stopped:  # (else a worker may have written over the slots since)
+        torch.testing.assert_close(sample["observation"], rb[sample["index"]]["observation"])
+
+
+class TestMultiProcessCollectors:
+    """TorchRL's multi-process collectors writing a ``shared=True, sync=False`` VLM buffer (``replay_buffer=rb``):
+    the workers write the shared storage, the learner scores every row and samples."""
+
+    def test_the_collectors_storage_init_and_the_generator_reach_the_owners_sampler(self):
+        """What ``MultiCollector`` does with an uninitialised storage (one fake row written, then ``empty()``,
+        ``torchrl/collectors/_multi_base.py:1056``) leaves nothing for the learner to score; the buffer's
+        generator draws the VLM sampler's samples."""
+        samples = []
+        for _ in range(2):
+            rb = _tick_rb(64)
+            rb.extend(_collector_batch(1, 1).reshape(-1))  # the collector's fake row
+            rb.empty()
+            assert rb.prioritized_sampler.stats()["num_filled"] == 0 and rb.write_count == 0
+            rb.extend(_collector_batch(2, 5, start=10))
+            samples.append(rb.sample()["observation"])
+            assert rb.prioritized_sampler.stats()["num_filled"] == 10
+            rb.empty()  # after the learner took the rows in: the VLM sampler forgets them too
+            rb.extend(_collector_batch(1, 4, start=50))
+            assert set(rb.sample()["observation"].reshape(-1).tolist()) <= {50.0, 51.0, 52.0, 53.0}
+            assert rb.prioritized_sampler.stats()["num_filled"] == 4
+            rb.close()
+        torch.testing.assert_close(samples[0], samples[1])  # same seed, same draws (the global RNG aside)
+
+    def test_a_writer_copy_adds_steps_without_priorities(self):
+        """What a worker of a collector with ``extend_buffer=False`` calls for each step: ``add``, which stores
+        the step only (TorchRL's ``TensorDictReplayBuffer.add`` would update its priority, which a writer
+        process cannot: it has no prioritized sampler)."""
+        rb = _tick_rb(64)
+        rb.extend(_collector_batch(1, 2))  # initialises the storage
+        multiprocessing.context.set_spawning_popen(object())  # what pickling for a spawned process sees
+        try:
+            state = rb.__getstate__()
+        finally:
+            multiprocessing.context.set_spawning_popen(None)
+        writer = object.__new__(type(rb))
+        writer.__setstate__(state)
+        steps = _collector_batch(1, 4, start=20).reshape(-1)
+        steps["collector", "traj_ids"] = torch.ones(4, dtype=torch.long)  # a new trajectory
+        assert [writer.add(step) for step in steps.unbind(0)] == [2, 3, 4, 5]
+        sample = rb.sample()  # the owner takes the steps in
+        assert rb.prioritized_sampler.stats()["num_filled"] == 6
+        rb.update_tensordict_priority(sample)  # no "td_error" entry: the default priority, as TorchRL's
+        writer.empty()  # emptied in another process: the owner forgets what it took in, when it next looks
+        writer.add(_collector_batch(1, 1, start=30).reshape(-1)[0])
+        rb.sample()
+        assert rb.prioritized_sampler.stats()["num_filled"] == len(rb) == 1
+        rb.close()
+        _check_every_row_scored(rb)
+
+    @pytest.mark.slow  # spawns two collector workers per case
+    @pytest.mark.parametrize("collector, extend_buffer", [("MultiSyncCollector", True),
+                                                          ("MultiSyncCollector", False),
+                                                          ("MultiAsyncCollector", True)])
+    def test_the_workers_write_and_the_learner_scores_every_row(self, collector, extend_buffer):
+        import functools
+
+        import torchrl.collectors
+        from torchrl.envs.utils import RandomPolicy
+
+        rb = _tick_rb()
+        envs = [functools.partial(_TickEnv, offset=0), functools.partial(_TickEnv, offset=1000)]
+        collector = getattr(torchrl.collectors, collector)(
+            envs, RandomPolicy(_TickEnv().action_spec), replay_buffer=rb, frames_per_batch=16, total_frames=96,
+            extend_buffer=extend_buffer)
+        frames = 0
+        try:
+            for batch in collector:
+                assert batch is None  # the workers wrote it
+                frames += 16
+                if isinstance(collector, torchrl.collectors.MultiSyncCollector):
+                    assert rb.write_count == len(rb) == frames  # both workers' halves, nothing else
+                else:
+                    assert rb.write_count >= frames  # the other worker may be a batch ahead
+                _check_sample(rb, writers_stopped=isinstance(collector, torchrl.collectors.MultiSyncCollector))
+        finally:
+            collector.shutdown()
+        assert all(not proc.is_alive() for proc in collector.procs)
+        assert frames == 96 and len(rb) == rb.write_count >= 96
+        rb.close()  # flushes the tails, scores every clip
+        _check_every_row_scored(rb)
+        _check_sample(rb)
+        both = rb[torch.arange(len(rb))]["observation"]
+        assert (both < 1000).any() and (both >= 1000).any()
+
+    @pytest.mark.slow  # spawns two collector workers
+    def test_started_workers_write_while_the_learner_samples(self):
+        """``collector.start()``: the workers write without waiting for the learner, which samples meanwhile;
+        the buffer wraps (capacity 48) and rows overwritten before the learner saw them are not scored."""
+        import functools
+
+        from torchrl.collectors import MultiAsyncCollector
+        from torchrl.envs.utils import RandomPolicy
+
+        rb = _tick_rb(48)
+        envs = [functools.partial(_TickEnv, offset=0), functools.partial(_TickEnv, offset=1000)]
+        collector = MultiAsyncCollector(envs, RandomPolicy(_TickEnv().action_spec), replay_buffer=rb,
+                                        frames_per_batch=8, total_frames=-1)
+        try:
+            collector.start()
+            deadline = time.monotonic() + 120
+            while rb.write_count < 200 and time.monotonic() < deadline:
+                if len(rb) >= 8:
+                    _check_sample(rb, writers_stopped=False)
+            assert rb.write_count >= 200
+        finally:
+            collector.async_shutdown(timeout=60)
+        assert all(not proc.is_alive() for proc in collector.procs)
+        written = rb.write_count
+        rb.close()
+        assert len(rb) == 48 and rb.write_count == written  # nothing written after the shutdown
+        _check_every_row_scored(rb)

@@ -44,11 +44,12 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
     pattern of ``TensorDictPrioritizedReplayBuffer(shared=True, sync=False)``: the buffer's own
     sampler is then a ``RandomSampler`` every process may hold, and the VLM sampler, the clip
     stream and the scorer (:attr:`prioritized_sampler`, ...) stay in the process that built it,
-    the owner. A process it is sent to (a collector's worker, any spawned writer) only writes
-    the shared storage, frames included; the owner reads the rows written since it last looked
-    at each ``sample()`` (or :meth:`catch_up`): marks their slots written, cuts their clips and
-    queues them for scoring, then samples with the VLM sampler. Clips are cut from the stored
-    rows, in the order they were written (``clips_from=`` is not available there).
+    the owner. A process it is sent to (a worker of ``MultiSyncCollector`` or ``MultiAsyncCollector``
+    built with ``replay_buffer=rb``, any spawned writer) only writes the shared storage, frames
+    included, with ``extend`` or ``add`` (no priorities there); the owner reads the rows written
+    since it last looked at each ``sample()`` (or :meth:`catch_up`): marks their slots written,
+    cuts their clips and queues them for scoring, then samples with the VLM sampler. Clips are cut
+    from the stored rows, in the order they were written (``clips_from=`` is not available there).
 
     Examples:
         >>> import torch
@@ -93,6 +94,8 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         self._sync = prioritized_sampler is None
         self._prioritized_sampler = prioritized_sampler
         self._written_seen = 0  # sync=False: writes whose rows the owner has cut clips from
+        if prioritized_sampler is not None:  # the generator given (set by TorchRL on rb.sampler) draws its samples
+            prioritized_sampler._rng = getattr(self, "_rng", None)
 
     @property
     def scorer(self):
@@ -118,6 +121,25 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
                 state[name] = None
         return state
 
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        super().set_rng(generator)
+        if getattr(self, "_prioritized_sampler", None) is not None:  # sync=False: the owner's sampler draws
+            self._prioritized_sampler._rng = generator
+
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Empties the buffer as TorchRL does and drops the clip stream's pending steps (their rows are gone: a
+        trajectory that goes on starts new clips). For a ``sync=False`` buffer in its owner, the VLM sampler is
+        emptied too (as ``TensorDictPrioritizedReplayBuffer(sync=False).empty`` does) and the rows written before
+        are not taken in. A multi-process collector calls it after writing one row to shape an uninitialised
+        storage."""
+        super().empty(empty_write_count=empty_write_count)
+        if self.clip_stream is not None:
+            self.clip_stream.reset()
+        if not self._sync and self._prioritized_sampler is not None:
+            with self._replay_lock, self._write_lock:
+                self._prioritized_sampler._empty()
+                self._written_seen = int(self.write_count)
+
     # ------------------------------------------------------------------ sync=False: the owner's side
     def catch_up(self) -> None:
         """``sync=False``: takes in the rows written since the last call, by any process — marks their
@@ -130,8 +152,10 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
             count, seen, capacity = int(self.write_count), self._written_seen, self._storage.max_size
             if count == seen:
                 return
-            if count < seen:  # the buffer was emptied
+            if count < seen:  # the buffer was emptied in another process: forget what was taken in, as TorchRL
                 seen = 0
+                sampler._empty()
+                self.clip_stream.reset()
             first = max(seen, count - capacity)  # rows written before were overwritten already
             index = torch.arange(first, count) % capacity
             rows = self._storage.get(index)
@@ -164,10 +188,15 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         if self._sync:
             return super().update_tensordict_priority(data)
-        priority = data.get(self.priority_key).reshape(data.shape[0], -1)
-        reduce = {"max": torch.amax, "min": torch.amin, "mean": torch.mean, "sum": torch.sum,
-                  "median": lambda x, dim: x.median(dim).values}[self.prioritized_sampler.reduction]
-        self.update_priority(data.get("index").reshape(-1), reduce(priority, dim=1))
+        data = data.reshape(-1)  # (one transition, batch_size=[], too)
+        priority = data.get(self.priority_key, None)
+        if priority is None:  # as TorchRL's: the default priority (new slots get it anyway when taken in)
+            priority = torch.full((data.shape[0],), float(self.prioritized_sampler.default_priority))
+        else:
+            reduce = {"max": torch.amax, "min": torch.amin, "mean": torch.mean, "sum": torch.sum,
+                      "median": lambda x, dim: x.median(dim).values}[self.prioritized_sampler.reduction]
+            priority = reduce(priority.reshape(data.shape[0], -1), dim=1)
+        self.update_priority(data.get("index").reshape(-1), priority)
 
     def extend(
         self,
@@ -218,8 +247,16 @@ class VLMReplayBuffer(TensorDictReplayBuffer):
         if data.batch_dims:
             raise ValueError(f"add() stores one transition (batch_size=[]), got batch_size={list(data.batch_size)}: "
                              "use extend() for batches (e.g. Collector(..., extend_buffer=True) with batched envs).")
-        if not self._sync:
-            return super().add(data)
+        if not self._sync:  # as TensorDictPrioritizedReplayBuffer(sync=False).add: no priority here (a writer
+            # process has no prioritized sampler; the owner gives the slot the default priority when it takes it in)
+            if self._transform is not None:
+                data = self._transform.inv(data)
+            if data is None:
+                return torch.zeros((0, 1), dtype=torch.long)
+            index = self._add(data)
+            if index is not None:
+                self._set_index_in_td(data, index)
+            return index
         stored = data if self._store_frames else data.exclude(*self._frame_keys)
         index = super().add(stored)
         self._push(data.unsqueeze(0), torch.as_tensor(index).reshape(1))

@@ -896,5 +896,6 @@ class VLMPrioritizedSampler(PrioritizedSampler):
         return {"state": self._to_state(), "tree_backend": self._backend}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["state"]["config"]["max_capacity"], tree_backend=state["tree_backend"])
+        # (this class's __init__, not a subclass's, whose signature may differ)
+        VLMPrioritizedSampler.__init__(self, state["state"]["config"]["max_capacity"], tree_backend=state["tree_backend"])
         self._from_state(state["state"])
