@@ -6,3 +6,17 @@ import os
 # can differ in the last bits between a run and its resumed copy (tensors reloaded from a
 # checkpoint sit at other addresses). MKL reads this once, at its first call: set it before any.
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
+# `make test` runs one pytest-xdist worker per core (-n 2 on the project's 2-core machines): torch's default of a
+# thread per core in each worker oversubscribes them, and small ops then wait on each other (measured under load:
+# the by-hand DoorKey example's test took 26 s with the default threads, 9 s with one). One thread a worker.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
