@@ -165,6 +165,7 @@ def test_render_state_writes_states_not_frames_and_refuses_a_rebuilt_model():
         out = env.rollout(3)
         assert "pixels" not in out.keys() and out["next", FRAME_STATE_KEY].dtype == torch.float64
         assert out["next", FRAME_STATE_KEY].shape == (3, env.state_renderer.state_size) and env.render_count == 0
+        assert "render='state'" in repr(env)
         env.close()
     with pytest.raises(ValueError, match="render must be True, False or 'state'"):
         SceneEnv(3, render="frames")

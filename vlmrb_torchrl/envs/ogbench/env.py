@@ -394,7 +394,8 @@ class SceneEnv(FramedTaskEnv):
             env.close()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(task={self.task} ({SCENE_TASKS[self.task]}), render={self.from_pixels}, "
+        render = "'state'" if self.from_state else self.from_pixels
+        return (f"{type(self).__name__}(task={self.task} ({SCENE_TASKS[self.task]}), render={render}, "
                 f"camera={self.camera!r})")
 
 
@@ -428,8 +429,8 @@ class SceneStateRenderer(MujocoStateRenderer):
     Examples:
         >>> env = SceneEnv(3, seed=0, render="state", frame_size=32)
         >>> psi, state = env.state_renderer, env.rollout(2)["next", "frame_state"]
-        >>> state.shape, psi(state).shape
-        (torch.Size([2, 56]), torch.Size([2, 32, 32, 3]))
+        >>> state.shape, psi.state_size, psi.frame_shape  # psi(state): uint8 [2, 32, 32, 3], the env's frames
+        (torch.Size([2, 56]), 56, (32, 32, 3))
         >>> env.close()
     """
 

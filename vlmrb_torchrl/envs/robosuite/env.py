@@ -453,7 +453,8 @@ class RobosuiteEnv(FramedTaskEnv):
             env.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(task={self.task!r}, render={self.from_pixels}, camera={self.camera!r})"
+        render = "'state'" if self.from_state else self.from_pixels
+        return f"{type(self).__name__}(task={self.task!r}, render={render}, camera={self.camera!r})"
 
 
 def _fast_context(context, frame_size: int) -> None:
