@@ -85,6 +85,13 @@ def test_states_of_a_toy_model_draw_its_frames():
     assert isinstance(psi, StateRenderer) and psi.state_key == FRAME_STATE_KEY
     assert torch.equal(psi(states), frames) and torch.equal(psi(states[2:4]), frames[2:4])
     assert frames[0].float().std() > 0 and not torch.equal(frames[0], frames[-1])  # the frames show something
+    drawn = []
+    psi._render = lambda context, draw=psi._render: drawn.append(1) or draw(context)
+    assert torch.equal(psi(states[1:5]), frames[1:5]) and not drawn  # kept by state: none drawn again
+    psi.cache_frames = 2
+    assert torch.equal(psi(states.flip(0)), frames.flip(0)) and len(drawn) == 0  # still cached: all six
+    psi._cache.clear()
+    assert torch.equal(psi(states), frames) and len(drawn) == 6 and len(psi._cache) == 2
     psi.close()
 
 
