@@ -1,4 +1,4 @@
-"""Checks that the DQN recipe of this checkout computes exactly what the recipe of another revision computes.
+"""Checks that a recipe of this checkout computes exactly what the recipe of another revision computes.
 
 Speed-ups of the recipe must not change its numbers: learning studies run from frozen checkouts
 and are compared with runs of the current code. This runs ``vlmrb train dqn`` with a fixed seed,
@@ -14,9 +14,16 @@ synchronous scoring and one torch thread from this checkout and from ``--before 
 
 Exits 1 and names the first difference of each arm when they differ.
 
+``--recipe sac`` checks the SAC recipe instead (robosuite Lift, ``oracle:robosuite`` by default);
+``--before .`` runs both arms from this checkout, so that ``--now-extra`` / ``--before-extra`` (overrides
+of one arm) compare two settings that must not change the numbers, e.g. frames drawn from state
+(``frames_from_state``) against frames passed by the envs.
+
 Usage::
 
     python benchmarks/numerics_check.py --before main --frames 20000 --replays uniform,vlm
+    python benchmarks/numerics_check.py --recipe sac --before . --frames 3000 --replays vlm_td \
+        --scorer builtin:lift --now-extra frames_from_state=true --before-extra frames_from_state=false
 """
 
 from __future__ import annotations
@@ -35,12 +42,19 @@ TIMING = ("env_steps_per_s", "time_s", "scorer_clips_per_s")
 ADDED_OK = ("state/counters/",)
 
 
-def command(replay: str, frames: int, out: Path, env: str, extra: list[str]) -> list[str]:
+def command(replay: str, frames: int, out: Path, env: str, extra: list[str], *, recipe: str = "dqn",
+            scorer: str | None = None) -> list[str]:
+    if recipe == "sac":
+        return [sys.executable, "-m", "vlmrb_torchrl.cli", "train", "sac", f"env={env}", f"replay={replay}",
+                f"scorer={scorer or 'oracle:robosuite'}", f"total_frames={frames}",
+                f"learning_starts={min(1000, frames // 2)}", f"eval_every={frames}", "eval_episodes=2",
+                f"checkpoint_every={frames}", "async_scoring=false", "torch_threads=1", "progress=false",
+                "tensorboard=false", "gallery_clips=0", "seed=0", f"output_dir={out}", "overwrite=true", *extra]
     return [sys.executable, "-m", "vlmrb_torchrl.cli", "train", "dqn", f"env={env}", f"replay={replay}",
-            "scorer=oracle:minigrid", f"total_frames={frames}", "learning_starts=2000", "eval_every=10000",
-            "eval_episodes=20", f"checkpoint_every={frames}", "async_scoring=false", "torch_threads=1",
-            "progress=false", "tensorboard=false", "gallery_clips=0", "seed=0", f"output_dir={out}",
-            "overwrite=true", *extra]
+            f"scorer={scorer or 'oracle:minigrid'}", f"total_frames={frames}", "learning_starts=2000",
+            "eval_every=10000", "eval_episodes=20", f"checkpoint_every={frames}", "async_scoring=false",
+            "torch_threads=1", "progress=false", "tensorboard=false", "gallery_clips=0", "seed=0",
+            f"output_dir={out}", "overwrite=true", *extra]
 
 
 def run(cwd: Path, cmd: list[str]) -> subprocess.Popen:
@@ -219,38 +233,51 @@ def compare(now: Path, before: Path, before_root: Path | None = None) -> list[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", default="main", help="git revision to compare with")
+    parser.add_argument("--before", default="main", help="git revision to compare with ('.': this checkout)")
+    parser.add_argument("--recipe", choices=("dqn", "sac"), default="dqn")
     parser.add_argument("--frames", type=int, default=20_000)
-    parser.add_argument("--env", default="MiniGrid-DoorKey-5x5-v0")
+    parser.add_argument("--env", default=None, help="default: MiniGrid-DoorKey-5x5-v0 (dqn), robosuite/Lift (sac)")
+    parser.add_argument("--scorer", default=None, help="default: oracle:minigrid (dqn), oracle:robosuite (sac)")
     parser.add_argument("--replays", default="uniform,vlm")
     parser.add_argument("--extra", default="", help="more key=value overrides for both arms, space-separated")
+    parser.add_argument("--now-extra", default="", help="overrides for this checkout's arm only")
+    parser.add_argument("--before-extra", default="", help="overrides for the --before arm only")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     args = parser.parse_args()
-    extra = args.extra.split()
+    env_id = args.env or ("robosuite/Lift" if args.recipe == "sac" else "MiniGrid-DoorKey-5x5-v0")
+    extra = {"now": args.extra.split() + args.now_extra.split(),
+             "before": args.extra.split() + args.before_extra.split()}
+    same_checkout = args.before == "."
     with tempfile.TemporaryDirectory(prefix="numerics_check_") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        before = Path(tmp) / "before"
-        subprocess.run(["git", "worktree", "add", "--detach", str(before), args.before], cwd=ROOT, check=True,
-                       capture_output=True)
+        before = ROOT if same_checkout else Path(tmp) / "before"
+        if not same_checkout:
+            subprocess.run(["git", "worktree", "add", "--detach", str(before), args.before], cwd=ROOT, check=True,
+                           capture_output=True)
         failed = False
         try:
             for replay in args.replays.split(","):
-                procs = {name: run(cwd, command(replay, args.frames, work / f"{name}_{replay}", args.env, extra))
+                procs = {name: run(cwd, command(replay, args.frames, work / f"{name}_{replay}", env_id, extra[name],
+                                                recipe=args.recipe, scorer=args.scorer))
                          for name, cwd in (("now", ROOT), ("before", before))}
                 for name, proc in procs.items():
                     _, err = proc.communicate()
                     if proc.returncode:
                         print(f"{replay} ({name}) failed:\n{err[-3000:]}", file=sys.stderr)
                         return 2
-                problems = compare(work / f"now_{replay}", work / f"before_{replay}", before)
+                problems = compare(work / f"now_{replay}", work / f"before_{replay}",
+                                   None if same_checkout else before)
                 status = "identical" if not problems else "DIFFERENT"
-                print(f"{replay}: {status} to {args.before} ({args.frames} frames, {args.env})", flush=True)
+                arms = (f"{args.now_extra or 'now'} vs {args.before_extra or 'before'}" if same_checkout
+                        else f"to {args.before}")
+                print(f"{args.recipe} {replay}: {status}, {arms} ({args.frames} frames, {env_id})", flush=True)
                 for p in problems[:10]:
                     print(f"  {p}")
                 failed |= bool(problems)
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
+            if not same_checkout:
+                subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
     return 1 if failed else 0
 
 

@@ -12,6 +12,9 @@ getting busier or idler moves every arm alike. Arms:
 - ``vlm_td-builtin``: ``replay=vlm_td scorer=builtin:lift`` (VLM-RB with the shipped pixel scorer:
   every step's frame rendered from the recipe's Lift scorer cameras, ``front_close+eye_in_hand`` (two
   64-px pictures side by side: the front camera and the gripper's), fast rendering; scoring in a thread);
+- ``vlm_td-builtin-frames``: ``vlm_td-builtin`` with ``frames_from_state=false``: the envs render the
+  frames (only those some clip shows) and pass them, instead of writing the positions they are drawn
+  from for the scorer's thread to render (ψ, the default);
 - ``vlm_td-oracle``: ``replay=vlm_td scorer=oracle:robosuite`` (no frames);
 - ``vlm_td-builtin-sparse``: ``vlm_td-builtin`` with a clip every 16 steps, 5 frames each
   (``clip_stride=16 clip_frames=5 clip_assign=cover_max``: a quarter of the steps rendered, clips sharing their end frames);
@@ -21,7 +24,9 @@ All with the recipe's defaults (Lift, 2 envs, 200-frame batches, batch 256, 2x25
 per frame) for ``--frames`` frames, learning after ``--learning-starts``; one evaluation episode at
 the end (not timed), no checkpoint before the end. Reported per arm: env-steps/s (the recipe's own
 ``env_steps_per_s``: collection + storing + learning, from the first frame; the plain loop's
-counterpart), median over rounds, and its ratio to ``plain`` and to ``uniform``.
+counterpart), median over rounds, and its ratio to ``plain`` and to ``uniform``; and the CPU seconds of the
+arm's processes (the recipe, its collector child and scorer, from ``getrusage``), steadier than
+env-steps/s on a loaded machine.
 
 Usage::
 
@@ -34,6 +39,7 @@ import argparse
 import csv
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,6 +55,7 @@ ARMS = {
     "uniform": ["replay=uniform"],
     "uniform-sync": ["replay=uniform", "async_collection=false"],
     "vlm_td-builtin": ["replay=vlm_td", "scorer=builtin:lift"],
+    "vlm_td-builtin-frames": ["replay=vlm_td", "scorer=builtin:lift", "frames_from_state=false"],
     "vlm_td-oracle": ["replay=vlm_td", "scorer=oracle:robosuite"],
     # the Scene study's clip geometry: a clip every 16 steps, 5 of its 17 frames rendered, its score on every step
     "vlm_td-builtin-sparse": ["replay=vlm_td", "scorer=builtin:lift", "clip_stride=16", "clip_frames=5",
@@ -82,6 +89,12 @@ def run_arm(arm: str, *, frames: int, learning_starts: int, before: Path | None,
         return float(list(csv.DictReader(f))[-1]["env_steps_per_s"])
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children and theirs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, default=6_000)
@@ -98,31 +111,34 @@ def main() -> None:
     if args.before:
         arms.append("before-uniform")
     results: dict[str, list[float]] = {arm: [] for arm in arms}
+    cpu_s: dict[str, list[float]] = {arm: [] for arm in arms}
     load: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sac_throughput_") as tmp, \
             checkout(ROOT, args.before, Path(tmp) / "before") as before:
         work = Path(tmp)
         for round_ in range(args.rounds):
             for arm in arms:
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), _children_cpu()
                 results[arm].append(run_arm(arm, frames=args.frames, learning_starts=args.learning_starts,
                                             before=before, work=work))
+                cpu_s[arm].append(_children_cpu() - cpu)
                 load.append(os.getloadavg()[0])
                 print(f"round {round_} {arm:16s} {results[arm][-1]:7.1f} env-steps/s  "
-                      f"({time.perf_counter() - start:5.0f} s, load {load[-1]:.1f})", flush=True)
+                      f"({time.perf_counter() - start:5.0f} s wall, {cpu_s[arm][-1]:5.0f} s CPU, load {load[-1]:.1f})",
+                      flush=True)
     median = {arm: statistics.median(values) for arm, values in results.items()}
     print(f"\nrobosuite Lift, {args.frames} frames (learning after {args.learning_starts}), median of {args.rounds} "
           f"interleaved rounds; 1-min load average during the run {min(load):.1f}-{max(load):.1f} on "
           f"{os.cpu_count()} cores")
-    print("| arm | env-steps/s | vs plain | vs uniform |")
-    print("|---|---:|---:|---:|")
+    print("| arm | env-steps/s | vs plain | vs uniform | CPU (s) |")
+    print("|---|---:|---:|---:|---:|")
     for arm, value in median.items():
         vs_plain = f"{value / median['plain']:.2f}x" if "plain" in median else ""
         vs_uniform = f"{value / median['uniform']:.2f}x" if "uniform" in median else ""
-        print(f"| {arm} | {value:.1f} | {vs_plain} | {vs_uniform} |")
+        print(f"| {arm} | {value:.1f} | {vs_plain} | {vs_uniform} | {statistics.median(cpu_s[arm]):.1f} |")
     if args.out:
         args.out.write_text(json.dumps({"frames": args.frames, "learning_starts": args.learning_starts,
-                                        "rounds": results, "load": load}, indent=2))
+                                        "rounds": results, "cpu_s": cpu_s, "load": load}, indent=2))
 
 
 if __name__ == "__main__":

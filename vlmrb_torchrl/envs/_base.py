@@ -19,8 +19,12 @@ from torchrl.envs import EnvBase
 
 from vlmrb_torchrl._signature import init_signature
 
-__all__ = ["ClipRenderSteps", "FramedTaskEnv", "check_int", "done_spec", "flag_spec", "random_arm_action",
-           "step_output"]
+__all__ = ["ClipRenderSteps", "FRAME_STATE_KEY", "FramedTaskEnv", "check_int", "done_spec", "flag_spec",
+           "random_arm_action", "step_output"]
+
+#: Where an env built with ``render="state"`` writes each step's frame state (what its ``state_renderer``, a
+#: :class:`~vlmrb_torchrl.StateRenderer`, draws the frame from) in place of ``"pixels"``.
+FRAME_STATE_KEY = "frame_state"
 
 
 def flag_spec(batch_shape: Sequence[int] = (), device: Any = None) -> Categorical:
@@ -132,8 +136,12 @@ class FramedTaskEnv(EnvBase):
     implements :meth:`render_frame` and :meth:`_close_simulator`, calls :meth:`_make_specs` with its
     observation and action specs, and returns :meth:`_output` from ``_reset`` and ``_step``.
 
+    A subclass whose frames can be drawn from a few numbers of state (:mod:`vlmrb_torchrl.envs._mujoco_state`)
+    implements :meth:`frame_state` and :attr:`state_renderer`; built with ``render="state"``, it writes that state
+    every step (:data:`FRAME_STATE_KEY`) and renders nothing.
+
     Keyword Args:
-        render (bool): write ``"pixels"``.
+        render (bool or str): write ``"pixels"``; ``"state"``: write :data:`FRAME_STATE_KEY` in its place.
         render_steps (Callable[[int], bool], optional): render only when ``render_steps(step_in_episode)``
             is true (e.g. a :class:`ClipRenderSteps`) and on the step that ends an episode; other steps
             get an all-zero frame. ``None`` renders every step.
@@ -152,15 +160,18 @@ class FramedTaskEnv(EnvBase):
     #: The boolean entries :meth:`_output` writes from its ``flags``: the events, then terminated, truncated, done.
     FLAG_KEYS: ClassVar[tuple[str, ...]] = ("terminated", "truncated", "done")
 
-    def __init__(self, *, render: bool, render_steps: Callable[[int], bool] | None, camera: str, frame_size: int,
+    def __init__(self, *, render: bool | str, render_steps: Callable[[int], bool] | None, camera: str, frame_size: int,
                  max_episode_steps: int | None, default_max_steps: int, terminate_on_success: bool,
                  device: torch.device | str | None) -> None:
         owner = type(self).__name__
+        if render not in (True, False, "state"):
+            raise ValueError(f"{owner}.render must be True, False or 'state', got render={render!r}.")
         check_int(owner, "frame_size", frame_size)
         max_episode_steps = check_int(owner, "max_episode_steps",
                                       default_max_steps if max_episode_steps is None else max_episode_steps)
         super().__init__(device=device, batch_size=torch.Size([]))
-        self.from_pixels = bool(render)
+        self.from_pixels = render is True
+        self.from_state = render == "state"
         self.render_steps = render_steps
         self.camera = camera
         self.frame_size = frame_size
@@ -174,15 +185,27 @@ class FramedTaskEnv(EnvBase):
         """Renders the camera now: uint8 :attr:`frame_shape` (counted in ``render_count``)."""
         raise NotImplementedError
 
+    def frame_state(self) -> np.ndarray:
+        """The state the frame of now is drawn from (:attr:`state_renderer`): float64 ``[S]``."""
+        raise NotImplementedError(f"{type(self).__name__} does not draw its frames from state; use render=True.")
+
+    @property
+    def state_renderer(self) -> Any:
+        """ψ: what draws this env's frames from the states :meth:`frame_state` gives (``render="state"`` writes
+        them); ``None`` where the env cannot."""
+        return None
+
     def _close_simulator(self) -> None:
         """Frees the simulator (and its renderer)."""
 
     def _make_specs(self, observation: dict[str, Any], action_spec: Any) -> None:
-        """The specs: ``observation`` (the agent's entries), ``"pixels"`` when rendering, the event flags,
-        ``action_spec``, a float reward and the done flags."""
+        """The specs: ``observation`` (the agent's entries), ``"pixels"`` when rendering (the frame state with
+        ``render="state"``), the event flags, ``action_spec``, a float reward and the done flags."""
         obs = dict(observation)
         if self.from_pixels:
             obs["pixels"] = Bounded(0, 255, shape=self.frame_shape, dtype=torch.uint8, device=self.device)
+        if self.from_state:
+            obs[FRAME_STATE_KEY] = Unbounded(shape=self.frame_state().shape, dtype=torch.float64, device=self.device)
         for key in self.FLAG_KEYS[:-3]:
             obs[key] = flag_spec(device=self.device)
         self.observation_spec = Composite(obs, shape=(), device=self.device)
@@ -193,7 +216,9 @@ class FramedTaskEnv(EnvBase):
     def _output(self, entries: dict[str, torch.Tensor], flags: Sequence[bool], reward: float | None, *,
                 ends_episode: bool = False) -> TensorDictBase:
         """One step's output: ``entries``, the frame (rendered when a clip needs it or the episode ends,
-        else zeros), the flags (:attr:`FLAG_KEYS`) and the reward."""
+        else zeros; with ``render="state"`` the frame state, every step), the flags (:attr:`FLAG_KEYS`) and the reward."""
+        if self.from_state:
+            entries = {**entries, FRAME_STATE_KEY: torch.from_numpy(self.frame_state())}
         if self.from_pixels:
             if ends_episode or self.render_steps is None or self.render_steps(self._step_in_episode):
                 entries = {**entries, "pixels": self.render_frame()}

@@ -154,7 +154,8 @@ class RecipeConfig:
     scorer_gpus: float = _field(0.0, "GPUs per Ray scorer actor (scorer_backend=ray; a fraction shares a GPU)")
     ray_address: str = _field("", "Ray cluster for scorer_backend=ray: empty = start a local one, auto = join the "
                                   "running one (ray start --head), or host:port / ray://host:port")
-    frames_from_state: bool = _field(True, "envs that can (MiniGrid) store a few bytes of state per step, and the "
+    frames_from_state: bool = _field(True, "envs that can (MiniGrid, robosuite, OGBench Scene) store a few bytes of "
+                                           "state per step, and the "
                                            "scorer's thread/process/actor renders the frames its clips show from them "
                                            "(the same pixels); false = the envs render and pass frames")
     # evaluation and outputs

@@ -10,7 +10,7 @@ from vlmrb_torchrl.envs.family import EnvFamily, families, family_of, load
 __all__ = ["env_factory", "probe_env", "has_batched_env", "make_batched_env", "make_collector"]
 
 
-def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwargs: Any) -> Callable[[], Any]:
+def env_factory(env_id: str, *, train: bool = True, render: bool | str = False, **kwargs: Any) -> Callable[[], Any]:
     """A picklable zero-argument env constructor for ``env_id``, from its family
     (:func:`~vlmrb_torchrl.envs.family_of`: MiniGrid ``MiniGrid-*`` / ``BabyAI-*``, Atari ``ALE/<Game>-v5``,
     robosuite ``robosuite/<Task>``, OGBench Scene ``ogbench/scene-task<N>``, or a registered one).
@@ -20,7 +20,8 @@ def env_factory(env_id: str, *, train: bool = True, render: bool = False, **kwar
 
     Keyword Args:
         train (bool): training env (Atari: life-loss episodes, clipped rewards) or evaluation env.
-        render (bool): write rendered frames (``"pixels"``) for a scorer that reads them.
+        render (bool or str): write rendered frames (``"pixels"``) for a scorer that reads them; ``"state"``: write
+            the state they are drawn from (an env with a ``state_renderer``: MiniGrid, robosuite, OGBench Scene).
         **kwargs: passed to the env's constructor.
 
     Raises:

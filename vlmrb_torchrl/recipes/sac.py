@@ -105,19 +105,22 @@ def main(cfg: SACConfig) -> dict:
         env_kwargs = {"max_episode_steps": cfg.max_episode_steps, "camera": cfg.camera, "frame_size": cfg.frame_size,
                       "fast_render": cfg.fast_render, "reward_shaping": cfg.reward_shaping, "seed": cfg.seed,
                       **family_of(cfg.env).env_kwargs(cfg, scorer=start.scorer)}
-        render_steps = None
-        if start.needs_frames and cfg.render_clip_frames_only:
-            from vlmrb_torchrl.envs import ClipRenderSteps
-
-            render_steps = ClipRenderSteps(spec, horizon=cfg.max_episode_steps)
-        train_env_fn = env_factory(cfg.env, train=True, render=start.needs_frames, render_steps=render_steps,
-                                   **env_kwargs)
         eval_env_fn = env_factory(cfg.env, train=False, render=False, **env_kwargs)
         probe = probe_env(eval_env_fn, cfg.env)
         obs_dim = probe.observation_spec["observation"].shape[-1]
         action_spec = probe.action_spec
         fake = probe.fake_tensordict()
+        # ψ: the envs store the positions (and colours) a frame is drawn from, and the scorer's side renders the
+        # frames its clips show (the same pixels); frames_from_state=false renders in the envs and passes frames
+        renderer = getattr(probe, "state_renderer", None) if start.needs_frames and cfg.frames_from_state else None
         probe.close()
+        render_steps = None
+        if start.needs_frames and renderer is None and cfg.render_clip_frames_only:
+            from vlmrb_torchrl.envs import ClipRenderSteps
+
+            render_steps = ClipRenderSteps(spec, horizon=cfg.max_episode_steps)
+        train_env_fn = env_factory(cfg.env, train=True, render="state" if renderer is not None else start.needs_frames,
+                                   render_steps=render_steps, **env_kwargs)
         make_run_dir(cfg, checkpoint, recipe="sac", step=fake)  # scorer and env built: a failed start wrote nothing
         # the lock and SIGTERM, once all else is closed; a run that fails before its first checkpoint is deleted
         cleanup.push(lambda error, *_: release_run_dir(cfg.output_dir, failed=error is not None))
@@ -136,9 +139,9 @@ def main(cfg: SACConfig) -> dict:
 
         # --- replay: the only thing that differs between replay modes
         replay = cleanup.enter_context(make_replay(cfg, generator=start.generator, updates=start.updates_total,
-                                                   scorer=start.scorer))
+                                                   scorer=start.scorer, renderer=renderer))
         # the gallery's best and worst clips of the whole run, kept as they are scored (a scorer reading frames)
-        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed,
+        run_gallery = (attach_run_gallery(replay.buffer, cfg.gallery_clips, seed=cfg.seed, renderer=renderer,
                                           min_gap=cfg.clip_spec().clip_len * cfg.num_envs)
                        if start.needs_frames and cfg.gallery_clips > 0 else None)
 

@@ -23,7 +23,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from vlmrb_torchrl._signature import init_signature
-from vlmrb_torchrl.envs._base import step_output
+from vlmrb_torchrl.envs._base import FRAME_STATE_KEY, step_output
 from vlmrb_torchrl.envs.minigrid.missions import MISSION_BYTES, Mission, MissionTracker, encode_mission, parse_mission
 
 __all__ = ["MiniGridEnv", "BatchedMiniGridEnv", "BatchedMiniGridCollector", "make_minigrid_env", "MINIGRID_EVENT_KEYS",
@@ -61,9 +61,8 @@ OBSERVATION_VIEWS = ("partial", "full", "both")
 #: ``V x V`` view (the agent at the bottom centre, facing up: the cell it faces is always the one above it).
 FRAME_VIEWS = ("grid", "agent")
 
-#: Where ``MiniGridEnv(render="state")`` writes each step's frame state (:class:`MiniGridStateRenderer`
-#: draws the frame from it where the scorer runs).
-FRAME_STATE_KEY = "frame_state"
+# FRAME_STATE_KEY (from envs._base): where ``MiniGridEnv(render="state")`` writes each step's frame state
+# (:class:`MiniGridStateRenderer` draws the frame from it where the scorer runs).
 
 #: The actions DoorKey needs. Dropping ``drop`` and ``done`` (no-ops there) lifts a random
 #: policy's success on DoorKey-5x5 from ~6% to ~22% of episodes, which is what makes

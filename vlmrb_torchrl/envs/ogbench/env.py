@@ -60,9 +60,10 @@ from torchrl.data import Bounded, Unbounded
 
 from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.envs._base import FramedTaskEnv
+from vlmrb_torchrl.envs._mujoco_state import MujocoStateRenderer, StateLayout, model_patch, visual_settings
 from vlmrb_torchrl.envs.ogbench import scene_task
 
-__all__ = ["SceneEnv", "make_ogbench_env", "scene_task", "SCENE_TASKS", "SCENE_SUBGOALS", "OGBENCH_EVENT_KEYS"]
+__all__ = ["SceneEnv", "SceneStateRenderer", "make_ogbench_env", "scene_task", "SCENE_TASKS", "SCENE_SUBGOALS", "OGBENCH_EVENT_KEYS"]
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -190,7 +191,9 @@ class SceneEnv(FramedTaskEnv):
     Keyword Args:
         seed (int, optional): seeds the first episode (the next ones continue its generator; a
             later :meth:`set_seed` seeds the next reset). Defaults to ``None``.
-        render (bool): write ``"pixels"``. Defaults to ``False``.
+        render (bool or str): write ``"pixels"``; ``"state"``: write, in their place, what the frame is drawn
+            from (``"frame_state"``: positions and the colours Scene changes, float64), which
+            :attr:`state_renderer` turns into the same pixels where the scorer runs. Defaults to ``False``.
         render_steps (Callable[[int], bool], optional): render only when
             ``render_steps(step_in_episode)`` is true (e.g. a
             :class:`~vlmrb_torchrl.envs.ClipRenderSteps`) and on the step that ends an episode (the
@@ -212,6 +215,7 @@ class SceneEnv(FramedTaskEnv):
 
     - ``"observation"``: float32 ``[40]``, OGBench's state observation.
     - ``"pixels"`` (``render=True``): uint8 ``[frame_size, frame_size, 3]``.
+    - ``"frame_state"`` (``render="state"``): float64 ``[56]`` (:meth:`frame_state`).
     - ``"subgoals"``: int64 ``[1]``, subgoals satisfied after the step (0-5).
     - :data:`OGBENCH_EVENT_KEYS`: bool ``[1]``, from the state after the step:
       ``"<subgoal>_achieved"`` (satisfied now, not before the step), ``"success"`` (all five
@@ -269,6 +273,8 @@ class SceneEnv(FramedTaskEnv):
             self._env.reset(seed=seed)  # builds the MuJoCo model
         self._pending_seed = seed  # the first episode is seeded the same way
         self._configure_rendering()
+        self._state_layout = self._frame_state_layout()
+        self._state_renderer: SceneStateRenderer | None = None
         self._specs()
         if self.from_pixels:
             _offscreen_gl()
@@ -293,6 +299,43 @@ class SceneEnv(FramedTaskEnv):
                 if name.endswith(("/black", "/pad_gray")) and name.startswith("ur5e/robotiq"):
                     model.mat_rgba[mat, :3] = _PURPLE
                 model.mat_rgba[mat, 3] = alpha
+
+    def _frame_state_layout(self) -> StateLayout:
+        """What a frame is drawn from: the positions (the data's kinematics are at ``qpos``: OGBench's step ends
+        with ``mj_forward``) and the colours OGBench changes during an episode (the buttons', the cube's and its
+        target's geoms; the drawer's and window's handle materials)."""
+        import mujoco
+
+        env, model = self._env, self._env._model
+        geoms = [gid for ids in (*env._button_geom_ids_list, *env._cube_geom_ids_list, *env._cube_target_geom_ids_list)
+                 for gid in ids]
+        materials = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MATERIAL, name)
+                     for name in ("drawer_handle", "window_handle")]
+        return StateLayout(model.nq, model.nmocap, geoms=tuple(int(g) for g in geoms),
+                           materials=tuple(int(m) for m in materials))
+
+    def frame_state(self) -> np.ndarray:
+        """The state this env's frame of now is drawn from: float64 ``[nq + 7 * nmocap + 4 * 6]`` (56): ``qpos``,
+        the cube target's mocap pose and the RGBA of the geoms and materials Scene recolours
+        (:class:`~vlmrb_torchrl.envs._mujoco_state.StateLayout`)."""
+        return self._state_layout.encode(self._env._model, self._env._data)
+
+    @property
+    def state_renderer(self) -> SceneStateRenderer:
+        """ψ: the :class:`SceneStateRenderer` that draws this env's frames from :meth:`frame_state` (what
+        ``render="state"`` writes), whatever ``render`` it was built with."""
+        if self._state_renderer is None:
+            import mujoco
+            from ogbench.manipspace import mjcf_utils
+
+            mjcf = self._env._mjcf_model
+            xml = mjcf_utils.to_string(mjcf)
+            fresh = mujoco.MjModel.from_xml_string(xml, mjcf_utils.get_assets(mjcf))
+            model = self._env._model
+            self._state_renderer = SceneStateRenderer(xml, model_patch(model, fresh), visual_settings(model),
+                                                      self._state_layout, self.frame_shape, task=self.task,
+                                                      camera=self.camera)
+        return self._state_renderer
 
     @property
     def unwrapped(self):
@@ -351,8 +394,72 @@ class SceneEnv(FramedTaskEnv):
             env.close()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(task={self.task} ({SCENE_TASKS[self.task]}), render={self.from_pixels}, "
+        render = "'state'" if self.from_state else self.from_pixels
+        return (f"{type(self).__name__}(task={self.task} ({SCENE_TASKS[self.task]}), render={render}, "
                 f"camera={self.camera!r})")
+
+
+def _scene_assets(task: int, frame_size: int) -> dict[str, bytes]:
+    """The meshes and textures of Scene's model (the ``assets`` its XML names), from OGBench's files."""
+    from ogbench.manipspace import mjcf_utils
+
+    gymnasium = _import_ogbench()
+    with _quiet():
+        raw = gymnasium.make(f"scene-singletask-task{task}-v0", width=frame_size, height=frame_size).unwrapped
+    mjcf = raw.modify_mjcf_model(raw.build_mjcf_model())
+    assets = mjcf_utils.get_assets(mjcf)
+    raw.close()
+    return assets
+
+
+class SceneStateRenderer(MujocoStateRenderer):
+    """ψ for OGBench Scene: draws the frames a :class:`SceneEnv` renders from the states it writes with
+    ``render="state"`` (``"frame_state"``, float64 ``[56]``, 448 bytes where a 64-px frame is 12,288), pixel for
+    pixel (tested across episodes, buttons toggled).
+
+    A :class:`~vlmrb_torchrl.StateRenderer`: get it from :attr:`SceneEnv.state_renderer`. It carries the model's
+    XML and what the env changed after compiling it (the transparent arm, no multisampling, ...); where it renders
+    it reads the meshes from OGBench's files (one OGBench env built, ~5 s, once per thread) and draws the camera
+    as the env does (``mujoco.Renderer``, shadows and reflections off).
+
+    Keyword Args:
+        task (int): the Scene task (its model's assets).
+        camera (str): the env's camera.
+
+    Examples:
+        >>> env = SceneEnv(3, seed=0, render="state", frame_size=32)
+        >>> psi, state = env.state_renderer, env.rollout(2)["next", "frame_state"]
+        >>> state.shape, psi.state_size, psi.frame_shape  # psi(state): uint8 [2, 32, 32, 3], the env's frames
+        (torch.Size([2, 56]), 56, (32, 32, 3))
+        >>> env.close()
+    """
+
+    def __init__(self, xml: str, patch: dict, vis: dict, layout: StateLayout, frame_shape: tuple[int, int, int], *,
+                 task: int, camera: str) -> None:
+        super().__init__(xml, patch, vis, layout, frame_shape)
+        self.task, self.camera = int(task), camera
+
+    def _assets(self) -> dict[str, bytes]:
+        return _scene_assets(self.task, self.frame_shape[0])
+
+    def _make_context(self, model) -> Any:
+        import mujoco
+
+        _offscreen_gl()
+        renderer = mujoco.Renderer(model, height=self.frame_shape[0], width=self.frame_shape[1])
+        return renderer, mujoco.MjData(model), mujoco.MjvOption()
+
+    def _data(self, context: Any):
+        return context[1]
+
+    def _close_context(self, context: Any) -> None:
+        context[0].close()
+
+    def _render(self, context: Any) -> np.ndarray:
+        renderer, data, option = context
+        renderer.update_scene(data=data, camera=self.camera, scene_option=option)
+        _cheap_scene(renderer.scene)
+        return renderer.render()
 
 
 def make_ogbench_env(env_id: str = "ogbench/scene-task3", **kwargs: Any) -> SceneEnv:

@@ -25,9 +25,10 @@ from torchrl.data import Bounded, Unbounded
 
 from vlmrb_torchrl._signature import init_signature
 from vlmrb_torchrl.envs._base import FramedTaskEnv
+from vlmrb_torchrl.envs._mujoco_state import MujocoStateRenderer, StateLayout, model_patch, visual_settings
 
 __all__ = ["RobosuiteEnv", "make_robosuite_env", "ROBOSUITE_EVENT_KEYS", "CameraView", "SplitView", "PanelView",
-           "ROBOSUITE_VIEWS"]
+           "ROBOSUITE_VIEWS", "RobosuiteStateRenderer"]
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -190,7 +191,10 @@ class RobosuiteEnv(FramedTaskEnv):
     Keyword Args:
         robots (str): robot name. Defaults to ``"Panda"``.
         seed (int, optional): seed of the robosuite env (object placement). Defaults to ``None``.
-        render (bool): write ``"pixels"``. Defaults to ``False``.
+        render (bool or str): write ``"pixels"``; ``"state"``: write, in their place, the positions the frame
+            is drawn from (``"frame_state"``, float64 ``[nq + 7 * nmocap]``), which :attr:`state_renderer` turns
+            into the same pixels where the scorer runs (needs ``hard_reset=False``, the default). Defaults to
+            ``False``.
         render_steps (Callable[[int], bool], optional): render only when
             ``render_steps(step_in_episode)`` is true (e.g. a :class:`ClipRenderSteps`) and on
             the step that ends an episode (the last clip's outcome frame); other steps get an
@@ -222,6 +226,7 @@ class RobosuiteEnv(FramedTaskEnv):
       ``object-state`` (Lift: 50 + 10 = 60).
     - ``"pixels"`` (``render=True``): uint8 ``[frame_size, frame_size, 3]``, upright (a
       :class:`PanelView`: ``[frame_size, n * frame_size, 3]``).
+    - ``"frame_state"`` (``render="state"``): float64 ``[nq + 7 * nmocap]`` (:meth:`frame_state`).
     - ``"grasping"``, ``"lifted"``, ``"success"``, ``"progress_event"``: bool ``[1]``,
       *state* flags of the current step: the gripper grasps the task object (robosuite's
       ``_check_grasp``), the object is ``lift_height`` above its reset height, the task's own
@@ -299,6 +304,16 @@ class RobosuiteEnv(FramedTaskEnv):
                              f"(its cameras: {cameras}).")
         if isinstance(view, PanelView):
             self.frame_shape = view.frame_shape(frame_size)
+        if self.from_state and self._env.hard_reset:
+            self._env.close()
+            raise ValueError("RobosuiteEnv(render='state') needs hard_reset=False: with hard_reset=True robosuite "
+                             "rebuilds the model at every reset (Lift draws a new cube size), which a stored state "
+                             "does not hold; use render=True.")
+        model = self._env.sim.model._model
+        self._state_layout = StateLayout(model.nq, model.nmocap)
+        self._state_renderer: RobosuiteStateRenderer | None = None
+        self._kinematic_positions: np.ndarray | None = None  # None: the kinematics are at qpos (after a reset)
+        self._record_kinematic_positions()
         self._object_z0: float | None = None
         obs = self._env.reset()
         self._state_keys = [k for k in obs if k.endswith("-state")]
@@ -360,52 +375,62 @@ class RobosuiteEnv(FramedTaskEnv):
         if context is self._render_context:
             return
         if self.fast_render:
-            from vlmrb_torchrl.envs._mujoco_render import disable_costly_effects, fast_offscreen_model
-
-            fast_offscreen_model(self._env.sim.model._model, width=self.frame_size, height=self.frame_size)
-            context.con.free()
-            context._set_mujoco_context_and_buffers()  # MjrContext reads multisampling and buffer size when made
-            disable_costly_effects(context.scn)
+            _fast_context(context, self.frame_size)
         self._render_context = context
 
     def render_frame(self) -> torch.Tensor:
         """Renders the camera now: uint8 ``frame_shape`` (counted in ``render_count``)."""
         self._prepare_render_context()
-        img = self._render_view(ROBOSUITE_VIEWS.get(self.camera, self.camera))  # a view placed here, else the model's
+        img = _render_view(self._env.sim, ROBOSUITE_VIEWS.get(self.camera, self.camera), self.frame_size)
         self.render_count += 1
         return torch.from_numpy(np.ascontiguousarray(img[::-1]))
 
-    def _render_view(self, view: CameraView | SplitView | PanelView | str) -> np.ndarray:
-        """Renders ``view``: a camera of the robosuite model (its name) by ``sim.render``, a :class:`CameraView`
-        with the offscreen context's free camera (what ``sim.render`` does for a named one), a :class:`SplitView`
-        one strip per panel, a :class:`PanelView` one square per panel; bottom-up rows as ``read_pixels`` gives
-        them."""
-        if isinstance(view, str):
-            return self._env.sim.render(camera_name=view, width=self.frame_size, height=self.frame_size)
-        if isinstance(view, PanelView):
-            return np.concatenate([self._render_view(panel) for panel in view.panels], axis=1)
-        import mujoco
-        from robosuite.utils.binding_utils import _MjSim_render_lock  # the lock sim.render holds
+    # ------------------------------------------------------------------ frames from state (ψ)
+    def _record_kinematic_positions(self) -> None:
+        """Keeps the positions each physics step starts from: a robosuite step ends with ``mj_step`` (or, with
+        ``lite_physics``, ``mj_step2``), which leaves the kinematics (what a frame shows) at the positions *before*
+        its last integration, one physics step behind ``qpos``. :meth:`frame_state` stores those."""
+        sim = self._env.sim
+        for name in ("step", "step2"):
+            original = getattr(sim, name)
 
-        context = self._env.sim._render_context_offscreen
-        if isinstance(view, SplitView):
-            panels, widths = view.panels, view.strip_widths(self.frame_size)
-        else:
-            panels, widths = (view,), [self.frame_size]
-        strips = []
-        with _MjSim_render_lock:
-            for panel, width in zip(panels, widths):
-                context.cam.type = mujoco.mjtCamera.mjCAMERA_FREE
-                context.cam.lookat[:] = panel.lookat
-                context.cam.distance, context.cam.azimuth, context.cam.elevation = (panel.distance, panel.azimuth,
-                                                                                    panel.elevation)
-                context.model._model.vis.global_.fovy = panel.fovy  # the free camera's (vertical) field of view
-                context.render(width=width, height=self.frame_size, camera_id=-1)
-                strips.append(context.read_pixels(width, self.frame_size))
-        return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=1)
+            def stepped(*args, _original=original, **kwargs):
+                self._kinematic_positions = self._state_layout.positions(sim.data._data)
+                return _original(*args, **kwargs)
+
+            setattr(sim, name, stepped)
+
+    def frame_state(self) -> np.ndarray:
+        """The state this env's frame of now is drawn from: float64 ``[nq + 7 * nmocap]`` (Lift: 30), the positions
+        the simulator's kinematics were computed from (:class:`~vlmrb_torchrl.envs._mujoco_state.StateLayout`)."""
+        sim = self._env.sim
+        return self._state_layout.encode(sim.model._model, sim.data._data, self._kinematic_positions)
+
+    @property
+    def state_renderer(self) -> RobosuiteStateRenderer | None:
+        """ψ: the :class:`RobosuiteStateRenderer` that draws this env's frames from :meth:`frame_state` (what
+        ``render="state"`` writes), whatever ``render`` it was built with; ``None`` with ``hard_reset=True`` (the
+        model, and Lift's cube size, is drawn anew at every reset)."""
+        if self._env.hard_reset:
+            return None
+        if self._state_renderer is None:
+            import mujoco
+
+            env, model = self._env, self._env.sim.model._model
+            xml = env.model.get_xml()
+            for processor in env._xml_processors:  # as robosuite's _initialize_sim compiles it
+                xml = processor(xml)
+            vopt = np.array(mujoco.MjvOption().geomgroup)  # as robosuite sets its offscreen context's
+            vopt[0], vopt[1] = int(env.render_collision_mesh), int(env.render_visual_mesh)
+            self._state_renderer = RobosuiteStateRenderer(
+                xml, model_patch(model, mujoco.MjModel.from_xml_string(xml)), visual_settings(model), self._state_layout,
+                self.frame_shape, camera=self.camera, frame_size=self.frame_size, fast_render=self.fast_render,
+                geomgroup=tuple(int(g) for g in vopt), device_id=int(env.render_gpu_device_id))
+        return self._state_renderer
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         obs = self._env.reset()
+        self._kinematic_positions = None  # robosuite's reset ends with mj_forward
         self._step_in_episode = 0
         self._object_z0 = self._object_z()
         return self._output({"observation": torch.from_numpy(self._obs(obs))}, [False] * len(self.FLAG_KEYS), None)
@@ -428,7 +453,100 @@ class RobosuiteEnv(FramedTaskEnv):
             env.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(task={self.task!r}, render={self.from_pixels}, camera={self.camera!r})"
+        render = "'state'" if self.from_state else self.from_pixels
+        return f"{type(self).__name__}(task={self.task!r}, render={render}, camera={self.camera!r})"
+
+
+def _fast_context(context, frame_size: int) -> None:
+    """Sets robosuite's offscreen ``context`` up for cheap ``frame_size`` frames: no multisampling, a buffer of the
+    frame's size (the ``MjrContext`` is made anew to read them), no reflections or shadows."""
+    from vlmrb_torchrl.envs._mujoco_render import disable_costly_effects, fast_offscreen_model
+
+    fast_offscreen_model(context.model._model, width=frame_size, height=frame_size)
+    context.con.free()
+    context._set_mujoco_context_and_buffers()  # MjrContext reads multisampling and buffer size when made
+    disable_costly_effects(context.scn)
+
+
+def _render_view(sim, view: CameraView | SplitView | PanelView | str, frame_size: int) -> np.ndarray:
+    """Renders ``view`` with ``sim``'s offscreen context: a camera of the robosuite model (its name) by
+    ``sim.render``, a :class:`CameraView` with the context's free camera (what ``sim.render`` does for a named
+    one), a :class:`SplitView` one strip per panel, a :class:`PanelView` one square per panel; bottom-up rows as
+    ``read_pixels`` gives them."""
+    if isinstance(view, str):
+        return sim.render(camera_name=view, width=frame_size, height=frame_size)
+    if isinstance(view, PanelView):
+        return np.concatenate([_render_view(sim, panel, frame_size) for panel in view.panels], axis=1)
+    import mujoco
+    from robosuite.utils.binding_utils import _MjSim_render_lock  # the lock sim.render holds
+
+    context = sim._render_context_offscreen
+    if isinstance(view, SplitView):
+        panels, widths = view.panels, view.strip_widths(frame_size)
+    else:
+        panels, widths = (view,), [frame_size]
+    strips = []
+    with _MjSim_render_lock:
+        for panel, width in zip(panels, widths):
+            context.cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+            context.cam.lookat[:] = panel.lookat
+            context.cam.distance, context.cam.azimuth, context.cam.elevation = (panel.distance, panel.azimuth,
+                                                                                panel.elevation)
+            context.model._model.vis.global_.fovy = panel.fovy  # the free camera's (vertical) field of view
+            context.render(width=width, height=frame_size, camera_id=-1)
+            strips.append(context.read_pixels(width, frame_size))
+    return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=1)
+
+
+class RobosuiteStateRenderer(MujocoStateRenderer):
+    """ψ for robosuite: draws the frames a :class:`RobosuiteEnv` renders from the states it writes with
+    ``render="state"`` (:data:`~vlmrb_torchrl.envs.FRAME_STATE_KEY`, float64 ``[nq + 7 * nmocap]``, 240 bytes on
+    Lift where a ``front_close+eye_in_hand`` frame is 24,576), pixel for pixel (tested on Lift's cameras).
+
+    A :class:`~vlmrb_torchrl.StateRenderer`: get it from :attr:`RobosuiteEnv.state_renderer`. It carries the
+    model's XML (meshes are read from robosuite's files where it renders) and what the env changed after
+    compiling it; where it renders, it builds robosuite's own offscreen context (one per thread) with the env's
+    geom groups and, with ``fast_render``, the env's cheap settings, and draws the env's camera or view.
+
+    Keyword Args:
+        camera (str): the env's camera (a model camera or a :data:`ROBOSUITE_VIEWS` name).
+        frame_size (int): the env's frame size.
+        fast_render (bool): the env's ``fast_render``.
+        geomgroup (tuple of int): the env's offscreen ``vopt.geomgroup``.
+        device_id (int): the EGL device, as the env's ``render_gpu_device_id``. Defaults to ``-1``.
+
+    Examples:
+        >>> env = RobosuiteEnv("Lift", seed=0, render="state", frame_size=32, max_episode_steps=20)
+        >>> psi, state = env.state_renderer, env.rollout(2)["next", "frame_state"]
+        >>> state.shape, psi(state).shape
+        (torch.Size([2, 30]), torch.Size([2, 32, 32, 3]))
+        >>> env.close()
+    """
+
+    def __init__(self, xml: str, patch: dict, vis: dict, layout: StateLayout, frame_shape: tuple[int, int, int], *,
+                 camera: str, frame_size: int, fast_render: bool, geomgroup: tuple[int, ...],
+                 device_id: int = -1) -> None:
+        super().__init__(xml, patch, vis, layout, frame_shape)
+        self.camera, self.frame_size, self.fast_render = camera, int(frame_size), bool(fast_render)
+        self.geomgroup, self.device_id = tuple(geomgroup), int(device_id)
+
+    def _make_context(self, model) -> Any:
+        _import_robosuite()
+        from robosuite.utils.binding_utils import MjRenderContextOffscreen, MjSim
+
+        sim = MjSim(model)
+        context = MjRenderContextOffscreen(sim, device_id=self.device_id)
+        context.vopt.geomgroup[:] = self.geomgroup
+        if self.fast_render:
+            _fast_context(context, self.frame_size)
+        return sim
+
+    def _data(self, context: Any):
+        return context.data._data
+
+    def _render(self, context: Any) -> np.ndarray:
+        context._render_context_offscreen.gl_ctx.make_current()
+        return _render_view(context, ROBOSUITE_VIEWS.get(self.camera, self.camera), self.frame_size)[::-1]
 
 
 def make_robosuite_env(task: str = "Lift", **kwargs: Any) -> RobosuiteEnv:
