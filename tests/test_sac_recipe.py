@@ -228,3 +228,20 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, replay):
     for name, tensor in a["learner"].items():
         assert torch.equal(tensor, b["learner"][name]), name
     assert a["optim"]["state"].keys() == b["optim"]["state"].keys()
+
+
+@pytest.mark.slow  # trains twice
+def test_frames_from_state_scores_what_frames_passed_score(tmp_path):
+    # frames_from_state=true: the envs write positions, the scorer's side draws the frames (RobosuiteStateRenderer);
+    # synchronous scoring makes both runs score the same clips, so their rows and scores must be the same
+    summaries = {}
+    for state in (True, False):
+        out = tmp_path / str(state)
+        cfg = apply_overrides(SACConfig(), {**TINY, "replay": "vlm_td", "scorer": "builtin:lift", "output_dir": str(out),
+                                            "frames_from_state": state, "async_scoring": False, "gallery_clips": 0})
+        summaries[state] = sac_main(cfg)
+        rows = read_metrics(out)
+        summaries[state]["rows"] = [{k: v for k, v in r.items() if k not in ("env_steps_per_s", "time_s", "scorer_clips_per_s")}
+                                     for r in rows]
+    assert summaries[True]["fraction_scored"] > 0.5
+    assert summaries[True]["rows"] == summaries[False]["rows"]

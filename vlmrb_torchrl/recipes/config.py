@@ -562,6 +562,13 @@ class SACConfig(RecipeConfig):
     render_clip_frames_only: bool = _field(True, "render only the steps whose frames some clip sends to the scorer")
     fast_render: bool = _field(True, "render VLM frames without reflections, shadows and multisampling (~4x cheaper "
                                      "on a CPU; False = robosuite's default image)")
+    # Off here, unlike DQN: a MuJoCo frame costs ~10-20 ms to draw, and drawn in the scorer's thread (the learner's
+    # core) the scorer fell behind at the default clip geometry (54% of clips scored after 3k Lift frames against
+    # 99% with frames drawn by the collecting child, on 2 cores; studies/benchmarks.md, issue 61)
+    frames_from_state: bool = _field(False, "robosuite and OGBench Scene store their positions per step, and the "
+                                            "scorer's thread/process/actor draws the frames its clips show from them "
+                                            "(the same pixels): worth it where the scorer has a core or GPU of its own; "
+                                            "false (the default) = the collecting envs draw and pass frames")
     # learning
     lr: float = _field(3e-4, "Adam learning rate of the actor, the critics and the temperature unless policy_lr / "
                              "q_lr say otherwise")
