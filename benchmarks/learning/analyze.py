@@ -81,6 +81,8 @@ KNOWN_ARMS = (
 SUCCESS = "eval_success"
 MATPLOTLIB_HINT = "matplotlib is needed for the plots: pip install 'vlmrb-torchrl[bench]'"
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def t975(df: int) -> float:
     """The 0.975 quantile of Student's t with ``df`` degrees of freedom (1.96 beyond 30).
@@ -735,7 +737,7 @@ def plot_replay(summary: StudySummary, path: str | Path, arms: Sequence[str] | N
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--study", required=True, help="study folder, e.g. doorkey6")
-    p.add_argument("--results", default="studies/learning/results", help="results root")
+    p.add_argument("--results", default=str(ROOT / "studies" / "learning" / "results"), help="results root")
     p.add_argument("--out", default=None, help="output folder (default studies/results/<study>)")
     p.add_argument("--arms", default=None, help="comma-separated arms to show, in this order")
     p.add_argument("--baseline", default="uniform", help="arm the frame ratios are relative to")
@@ -766,7 +768,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.baseline not in runs:
         print(f"note: baseline arm {args.baseline!r} has no runs; no ratios", file=sys.stderr)
 
-    out = Path(args.out) if args.out else Path("docs/results") / args.study
+    out = Path(args.out) if args.out else ROOT / "studies" / "results" / args.study
     out.mkdir(parents=True, exist_ok=True)
     suffix = f"_{args.name}" if args.name else ""
     # Another metric's table and curves sit next to the success ones: return.png, table_return.md.

@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=ROOT / "studies" / "learning" / "results")
     parser.add_argument("--study", default="doorkey12")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "doorkey12")
+    parser.add_argument("--out", type=Path, default=ROOT / "studies" / "results" / "doorkey12")
     args = parser.parse_args(argv)
     study = load_study(args.results, args.study)
     text, rows = report(study)
