@@ -268,7 +268,7 @@ def main(cfg: DictConfig):  # noqa: F821
         # Log all the information
         if logger:
             metrics_to_log.update(timeit.todict(prefix="time"))
-            metrics_to_log["time/speed"] = pbar.format_dict["rate"]
+            metrics_to_log["time/speed"] = pbar.format_dict["rate"] or 0.0  # VLM-RB: None before tqdm has a rate
             logger.log_metrics(metrics_to_log, step=collected_frames)
 
         # update weights of the inference policy
