@@ -447,12 +447,12 @@ class HFContrastiveScorer:
         check_clips(clips, self.in_keys, scorer=self)
         indices = self.inputs.indices(clips)
         array = frames_to_numpy(clips.get(self.inputs.frame_key))
-        rows = clips.get(FRAME_ROW_KEY, None) if self.embedding_cache else None
+        frame_rows = clips.get(FRAME_ROW_KEY, None) if self.embedding_cache else None
         with self._lock, torch.inference_mode():
-            if rows is None:
+            if frame_rows is None:
                 image_embeds = self._embed_frames([array[b, t] for b, keep in enumerate(indices) for t in keep])
             else:
-                image_embeds = self._embed_pooled(array, indices, rows)
+                image_embeds = self._embed_pooled(array, indices, frame_rows)
             image_embeds = image_embeds.to(self.text_embeds.device)
             probs = torch.stack(
                 [(self.logit_scale * image_embeds @ self.text_embeds[rows].T).softmax(-1)[:, 0]

@@ -242,32 +242,11 @@ def aggregate(probabilities: torch.Tensor, aggregation: str, hold: int = 1) -> t
         raise ValueError(f"hold must be an int >= 1, got hold={hold!r}.")
     if hold > 1 and aggregation in ("mean", "progress"):
         raise ValueError(f"hold={hold} applies to 'max' and 'rise' only, got aggregation={aggregation!r}.")
-    if aggregation == "max":
-        return _held_true(probabilities, hold).max() if hold > 1 else probabilities.max()
     if aggregation == "mean":
         return probabilities.mean()
-    if aggregation == "progress":
-        return (probabilities[-1] - probabilities[0]).clamp(min=0.0)
-    if aggregation == "rise":
-        if hold == 1:
-            return (probabilities - probabilities.cummin(0).values).max()
-        if probabilities.shape[0] < 2:
-            return probabilities.new_zeros(())
-        high, low = _held_true(probabilities, hold), _held_false(probabilities, hold)
-        return (high[1:] - low.cummin(0).values[:-1]).max().clamp(min=0.0)
-    raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got aggregation={aggregation!r}.")
-
-
-def _held_true(p: torch.Tensor, hold: int) -> torch.Tensor:
-    """``min(p[t : t + hold])`` for each ``t`` (the window cut at the end)."""
-    k = min(hold, p.shape[0])
-    return torch.cat([p, p.new_full((k - 1,), float("inf"))]).unfold(0, k, 1).min(-1).values
-
-
-def _held_false(p: torch.Tensor, hold: int) -> torch.Tensor:
-    """``max(p[s - hold + 1 : s + 1])`` for each ``s`` (the window cut at the start)."""
-    k = min(hold, p.shape[0])
-    return torch.cat([p.new_full((k - 1,), float("-inf")), p]).unfold(0, k, 1).max(-1).values
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got aggregation={aggregation!r}.")
+    return _aggregate_rows(probabilities[None], aggregation, hold)[0]
 
 
 def check_negatives(negatives: Sequence[str] | str, *, owner: str) -> list[str]:
@@ -454,28 +433,27 @@ def aggregate_checks(frame_probabilities: Sequence[torch.Tensor], checks: Sequen
 
 
 def _aggregate_rows(p: torch.Tensor, aggregation: str, hold: int) -> torch.Tensor:
-    """:func:`aggregate` of each row of ``[n, T]`` (``"max"``, ``"progress"``, ``"rise"``): ``[n]``."""
+    """:func:`aggregate` of each row of ``[n, T]`` (``"max"``, ``"progress"``, ``"rise"``): ``[n]``. Elementwise
+    min, max and differences only, so a row's value is the same bit for bit however many rows there are."""
     if aggregation == "max":
-        return (_held_true_rows(p, hold) if hold > 1 else p).max(1).values
+        return (_held_true(p, hold) if hold > 1 else p).max(1).values
     if aggregation == "progress":
         return (p[:, -1] - p[:, 0]).clamp(min=0.0)
-    if aggregation == "rise":
-        if hold == 1:
-            return (p - p.cummin(1).values).max(1).values
-        if p.shape[1] < 2:
-            return p.new_zeros(p.shape[0])
-        high, low = _held_true_rows(p, hold), _held_false_rows(p, hold)
-        return (high[:, 1:] - low.cummin(1).values[:, :-1]).max(1).values.clamp(min=0.0)
-    raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got aggregation={aggregation!r}.")
+    if hold == 1:  # "rise"
+        return (p - p.cummin(1).values).max(1).values
+    if p.shape[1] < 2:
+        return p.new_zeros(p.shape[0])
+    high, low = _held_true(p, hold), _held_false(p, hold)
+    return (high[:, 1:] - low.cummin(1).values[:, :-1]).max(1).values.clamp(min=0.0)
 
 
-def _held_true_rows(p: torch.Tensor, hold: int) -> torch.Tensor:
-    """:func:`_held_true` of each row of ``[n, T]``."""
+def _held_true(p: torch.Tensor, hold: int) -> torch.Tensor:
+    """``min(p[:, t : t + hold])`` for each ``t`` of ``[n, T]`` (the window cut at the end)."""
     k = min(hold, p.shape[1])
     return torch.cat([p, p.new_full((p.shape[0], k - 1), float("inf"))], 1).unfold(1, k, 1).min(-1).values
 
 
-def _held_false_rows(p: torch.Tensor, hold: int) -> torch.Tensor:
-    """:func:`_held_false` of each row of ``[n, T]``."""
+def _held_false(p: torch.Tensor, hold: int) -> torch.Tensor:
+    """``max(p[:, s - hold + 1 : s + 1])`` for each ``s`` of ``[n, T]`` (the window cut at the start)."""
     k = min(hold, p.shape[1])
     return torch.cat([p.new_full((p.shape[0], k - 1), float("-inf")), p], 1).unfold(1, k, 1).max(-1).values
