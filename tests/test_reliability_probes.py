@@ -25,6 +25,15 @@ def test_the_load_probe_counts_stale_scores_and_finds_none():
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak memory is read from Linux's /proc")
 def test_the_response_probe_shows_the_cap_keeps_memory_flat():
-    result = probes.response(mb=16)
+    # in a fresh process, as the probe is meant to run: in a test worker, memory that earlier tests freed but the
+    # allocator kept resident serves the uncapped answer without raising the peak, and the comparison failed
+    # (about one run in four of the default tier)
+    import json
+    import os
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(_PATH), "response", "--mb", "16"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ok"] and "max_response_bytes" in result["capped"]["error"]
     assert result["uncapped"]["peak_rss_added_mb"] > result["capped"]["peak_rss_added_mb"] + 16
