@@ -102,6 +102,16 @@ class FakeServer:
                     step = server.script.pop(0) if server.script else None
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                pending = True
+
+                def answered():  # a request stops counting once its answer is ready, before it is written: the
+                    # client may send its next request as soon as it has read this one, before this thread goes on
+                    nonlocal pending
+                    if pending:
+                        pending = False
+                        with server._lock:
+                            server.in_flight -= 1
+
                 try:
                     if isinstance(step, tuple) and step[0] == "sleep":
                         time.sleep(step[1])
@@ -152,10 +162,11 @@ class FakeServer:
                         time.sleep(server.delay)
                     if self.path != "/v1/chat/completions":
                         return self._send(404, {"error": {"message": "not found"}})
-                    self._send(200, server.completion(body))
+                    answer = server.completion(body)
+                    answered()
+                    self._send(200, answer)
                 finally:
-                    with server._lock:
-                        server.in_flight -= 1
+                    answered()
 
         self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
